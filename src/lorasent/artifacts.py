@@ -1,0 +1,174 @@
+"""Files the stages write: atomic, strict JSON, hashed, with a provenance record.
+
+Every output is written under a temporary name next to its target and renamed into
+place only when complete, so an interrupted stage never leaves a file that DVC or a
+user would take as done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterable, Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+# Packages whose versions go into every provenance record.
+TRACKED_PACKAGES = (
+    "lorasent", "torch", "transformers", "peft", "accelerate", "datasets", "tokenizers",
+    "safetensors", "scikit-learn", "numpy", "dvc", "dvclive",
+)
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """Write strict JSON (``NaN``/``Infinity`` raise ``ValueError``) atomically."""
+    text = json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    atomic_write_text(path, text)
+
+
+def read_json(path: str | Path) -> Any:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def jsonl_text(rows: Iterable[dict[str, Any]]) -> str:
+    return "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in rows)
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """Yield an empty temporary folder that replaces ``path`` when the block succeeds.
+
+    On an exception the temporary folder is removed and ``path`` is left untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        os.chmod(tmp, 0o777 & ~_umask())
+        yield tmp
+        if path.exists():
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def sha256_file(path: str | Path, chunk_bytes: int = 1 << 20) -> str:
+    """Hex SHA-256 of a file's bytes, read in chunks of ``chunk_bytes`` bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk_bytes):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sha256_tree(folder: str | Path) -> dict[str, str]:
+    """``{relative path: sha256}`` for every file below ``folder``, sorted by path."""
+    folder = Path(folder)
+    return {p.relative_to(folder).as_posix(): sha256_file(p)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def combined_sha256(hashes: dict[str, str]) -> str:
+    """One SHA-256 over ``name  hash`` lines, the format of ``sha256sum``."""
+    lines = "".join(f"{h}  {name}\n" for name, h in sorted(hashes.items()))
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def package_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in TRACKED_PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def git_state(cwd: str | Path = ".") -> dict[str, Any]:
+    """The commit checked out in ``cwd`` and whether tracked files differ from it."""
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                                  timeout=30, check=True)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip()
+
+    commit = git("rev-parse", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": bool(dirty) if dirty is not None else None}
+
+
+def device_info(device: Any) -> dict[str, Any]:
+    """Describe the torch device: kind, name, HIP/CUDA versions, GPU arch (gfx id)."""
+    import torch
+
+    info: dict[str, Any] = {
+        "type": str(device), "torch": torch.__version__,
+        "hip": getattr(torch.version, "hip", None), "cuda": torch.version.cuda,
+        "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+    }
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(torch.device(device))
+        info["name"] = props.name
+        info["arch"] = getattr(props, "gcnArchName", None) or f"sm_{props.major}{props.minor}"
+        info["memory_bytes"] = props.total_memory
+    return info
+
+
+def provenance(*, stage: str, params: dict[str, Any], device: Any, wall_time_s: float,
+               inputs: dict[str, str], extra: dict[str, Any] | None = None,
+               status: str = "ok") -> dict[str, Any]:
+    """The record written beside a stage's metrics.
+
+    Args:
+        stage: the stage's name.
+        params: the resolved params (all sections), as plain data.
+        device: the torch device the stage ran on.
+        wall_time_s: the stage's wall time in seconds.
+        inputs: ``{name: sha256}`` of the data and model the stage read.
+        extra: stage-specific facts (e.g. trainable parameters).
+        status: ``ok`` or ``failed``.
+    """
+    return {
+        "stage": stage, "status": status, "wall_time_s": round(wall_time_s, 3),
+        "git": git_state(), "inputs": inputs, "device": device_info(device),
+        "python": platform.python_version(), "platform": platform.platform(),
+        "packages": package_versions(), "params": params, **(extra or {}),
+    }

@@ -1,0 +1,127 @@
+"""Stage 5, evaluate: the adapter on the test split, against the baselines.
+
+Usage: ``lorasent evaluate [--params params.yaml]``
+
+Loads the base model with the adapter, scores the test split exactly as the baseline
+stage did, and writes ``metrics/eval.json``: ``accuracy``, ``macro_f1``,
+``per_class.<label>.{precision,recall,f1,support}``, ``confusion_matrix``, the baselines
+(``baseline.majority_accuracy``, ``baseline.zero_shot_accuracy``) and
+``relative_error_reduction`` = (accuracy - ref) / (1 - ref) against the reference
+chosen by ``evaluate.reference`` (``null`` with ``relative_error_reduction_note`` when
+ref = 1). Also ``metrics/predictions.csv`` (DVC's confusion plot) and provenance.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lorasent.artifacts import (
+    atomic_write_text,
+    provenance,
+    read_json,
+    read_jsonl,
+    sha256_file,
+    write_json,
+)
+from lorasent.errors import LorasentError
+from lorasent.metrics import classification_metrics, predictions_csv, relative_error_reduction
+from lorasent.modeling import load_adapter, load_base_model
+from lorasent.params import BaseParams, EvaluateParams, PromptParams
+from lorasent.paths import (
+    ADAPTER_DIR,
+    ADAPTER_RECORD,
+    BASE_MODEL_DIR,
+    BASELINE_METRICS,
+    EVAL_METRICS,
+    EVAL_PREDICTIONS,
+    MANIFEST,
+    PROVENANCE_DIR,
+    SPLIT_DIR,
+)
+from lorasent.scoring import PromptEncoder, score_texts
+
+
+class AdapterMismatchError(LorasentError):
+    """The adapter was trained on another base model or with other labels."""
+
+
+@dataclass(frozen=True)
+class EvaluateResult:
+    accuracy: float
+    relative_error_reduction: float | None
+
+
+def check_adapter(record: dict[str, Any], *, labels: list[str], model_sha256: str,
+                  adapter_dir: Path) -> None:
+    """Refuse an adapter whose base model hash or label order differ from the params.
+
+    Raises:
+        AdapterMismatchError: naming what differs and how to fix it.
+    """
+    if record["base_model"]["sha256"] != model_sha256:
+        raise AdapterMismatchError(
+            f"{adapter_dir}: trained on base model {record['base_model']['source']} with "
+            f"sha256 {record['base_model']['sha256']}, but the base model here has "
+            f"{model_sha256}. Run `dvc repro` to retrain, or fetch the matching model")
+    if record["labels"] != labels:
+        raise AdapterMismatchError(
+            f"{adapter_dir}: trained for labels {record['labels']} but base.labels is "
+            f"{labels}; run `dvc repro` to retrain")
+
+
+def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluateParams,
+                 params_record: dict[str, Any], model_dir: Path = BASE_MODEL_DIR,
+                 adapter_dir: Path = ADAPTER_DIR, split_dir: Path = SPLIT_DIR,
+                 baseline_path: Path = BASELINE_METRICS, metrics_path: Path = EVAL_METRICS,
+                 predictions_path: Path = EVAL_PREDICTIONS,
+                 provenance_dir: Path = PROVENANCE_DIR) -> EvaluateResult:
+    """Score the test split with base + adapter and write the metrics."""
+    started = time.perf_counter()
+    labels = list(base.labels)
+    model_sha = read_json(model_dir / MANIFEST)["sha256"]
+    check_adapter(read_json(adapter_dir / ADAPTER_RECORD), labels=labels,
+                  model_sha256=model_sha, adapter_dir=adapter_dir)
+    test_path = split_dir / "test.jsonl"
+    test = read_jsonl(test_path)
+    y_test = [r["label_id"] for r in test]
+
+    model, tokenizer, device = load_base_model(
+        model_dir, device=base.device, precision=base.precision,
+        attn_implementation=base.attn_implementation)
+    model = load_adapter(model, adapter_dir)
+    encoder = PromptEncoder.create(tokenizer, prompt.template,
+                                   [prompt.label_words[label] for label in labels],
+                                   prompt.max_length)
+    scores = score_texts(model, encoder, [r["text"] for r in test], evaluate.batch_size,
+                         tokenizer.pad_token_id, desc="evaluate")
+    metrics = classification_metrics(y_test, scores.argmax(1), labels)
+
+    baseline = read_json(baseline_path)
+    reference = {"zero_shot": baseline["zero_shot"]["accuracy"],
+                 "majority": baseline["majority_accuracy"]}[evaluate.reference]
+    rer, note = relative_error_reduction(metrics["accuracy"], reference)
+    metrics.update({
+        "labels": labels,
+        "test_rows": len(test),
+        "baseline": {"majority_class": baseline["majority_class"],
+                     "majority_accuracy": baseline["majority_accuracy"],
+                     "zero_shot_accuracy": baseline["zero_shot"]["accuracy"],
+                     "zero_shot_macro_f1": baseline["zero_shot"]["macro_f1"]},
+        "reference": evaluate.reference,
+        "reference_accuracy": reference,
+        "relative_error_reduction": rer,
+        "relative_error_reduction_note": note,
+    })
+    write_json(metrics_path, metrics)
+    atomic_write_text(predictions_path, predictions_csv(y_test, scores, labels))
+    write_json(provenance_dir / "evaluate.json", provenance(
+        stage="evaluate", params=params_record, device=device,
+        wall_time_s=time.perf_counter() - started,
+        inputs={"model": model_sha,
+                "adapter": sha256_file(adapter_dir / "adapter_model.safetensors"),
+                "test.jsonl": sha256_file(test_path)},
+        extra={"test_rows": len(test)}))
+    return EvaluateResult(metrics["accuracy"], rer)

@@ -1,0 +1,24 @@
+"""Where each stage reads and writes, relative to the folder that holds params.yaml.
+
+``dvc.yaml`` declares the same paths as each stage's deps and outs.
+"""
+
+from pathlib import Path
+
+RAW_DIR = Path("data/raw")                  # fetch: dataset.jsonl + manifest.json
+BASE_MODEL_DIR = Path("models/base")        # fetch: HF folder + manifest.json
+SPLIT_DIR = Path("data/split")              # split: {train,validation,test}.jsonl
+ADAPTER_DIR = Path("models/adapter")        # train: LoRA adapter + lorasent.json
+
+METRICS_DIR = Path("metrics")               # small files kept in git
+DATA_REPORT = METRICS_DIR / "data.json"                          # split
+BASELINE_METRICS = METRICS_DIR / "baseline.json"                 # baseline
+BASELINE_PREDICTIONS = METRICS_DIR / "baseline_predictions.csv"  # baseline
+TRAIN_LIVE_DIR = METRICS_DIR / "train"                           # train (dvclive)
+EVAL_METRICS = METRICS_DIR / "eval.json"                         # evaluate
+EVAL_PREDICTIONS = METRICS_DIR / "predictions.csv"               # evaluate
+PROVENANCE_DIR = METRICS_DIR / "provenance"                      # one record per stage
+
+MANIFEST = "manifest.json"
+DATASET_FILE = "dataset.jsonl"
+ADAPTER_RECORD = "lorasent.json"

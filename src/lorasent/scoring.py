@@ -1,0 +1,257 @@
+"""Label scoring for the generative mode: how a causal LM classifies a text.
+
+A class's score is the summed log-probability of *all* tokens of its label word after
+the prompt::
+
+    score(c | x) = sum_j log p(w_c[j] | prompt(x), w_c[:j])
+
+so label words that split into several tokens (Gemma splits 消极 and 中性 in two) and
+label words that share their first token are told apart. The prediction is the argmax;
+``softmax(scores)`` gives each class's probability. No text is generated and no string
+is matched (seed 000's label-map bug came from that).
+
+Cost: a batch of prompts is encoded once, whatever the number of classes. One forward
+pass over the left-padded prompts returns the log-probabilities of every label word's
+first token, taken from the last position only (``logits_to_keep=1``), never from the
+full vocabulary at every position. Only when some label words have more tokens, the
+prompts' KV cache is repeated once per distinct continuation and a second, short pass
+scores the remaining tokens.
+
+Training uses the same encoding: the input is ``prompt + w_c[:-1]`` and the loss is the
+cross-entropy of the label tokens only, with logits computed at those positions only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from transformers import PreTrainedTokenizerBase
+
+from lorasent.errors import LorasentError
+
+IGNORE_INDEX = -100
+
+
+class PromptError(LorasentError, ValueError):
+    """Label words that cannot be scored apart, or a prompt with no room for text."""
+
+
+def label_token_ids(tokenizer: PreTrainedTokenizerBase,
+                    label_words: Sequence[str]) -> list[tuple[int, ...]]:
+    """Token ids of each label word, as the tokenizer splits it after the prompt.
+
+    Raises:
+        PromptError: a word encodes to no token, or two words to the same tokens.
+    """
+    ids = [tuple(tokenizer(word, add_special_tokens=False)["input_ids"]) for word in label_words]
+    for word, toks in zip(label_words, ids, strict=True):
+        if not toks:
+            raise PromptError(f"prompt.label_words: {word!r} encodes to no token")
+    seen: dict[tuple[int, ...], str] = {}
+    for word, toks in zip(label_words, ids, strict=True):
+        if toks in seen:
+            raise PromptError(f"prompt.label_words: {seen[toks]!r} and {word!r} encode to the "
+                                 f"same tokens {list(toks)}; choose words that differ")
+        seen[toks] = word
+    return ids
+
+
+@dataclass(frozen=True)
+class PromptEncoder:
+    """Turns a text into prompt token ids within the token budget.
+
+    Attributes:
+        tokenizer: the base model's tokenizer (adds BOS for Gemma).
+        template: the prompt with ``{text}`` where the text goes.
+        label_ids: token ids of each class's label word, in class-id order.
+        max_length: most tokens of prompt plus label word, in tokens.
+    """
+
+    tokenizer: PreTrainedTokenizerBase
+    template: str
+    label_ids: tuple[tuple[int, ...], ...]
+    max_length: int
+
+    @classmethod
+    def create(cls, tokenizer: PreTrainedTokenizerBase, template: str,
+               label_words: Sequence[str], max_length: int) -> PromptEncoder:
+        """Raises PromptError: label words not told apart, or no room left for text."""
+        encoder = cls(tokenizer, template, tuple(label_token_ids(tokenizer, label_words)),
+                      max_length)
+        empty = len(encoder._render(""))
+        if empty + 1 > encoder.prompt_budget:
+            raise PromptError(
+                f"prompt.max_length is {max_length} tokens but the template alone takes "
+                f"{empty} and the longest label word {encoder.longest_label}; raise "
+                "prompt.max_length")
+        return encoder
+
+    @property
+    def longest_label(self) -> int:
+        return max(len(ids) for ids in self.label_ids)
+
+    @property
+    def prompt_budget(self) -> int:
+        """Most prompt tokens, leaving room for the longest label word."""
+        return self.max_length - self.longest_label
+
+    def _render(self, text: str) -> list[int]:
+        return self.tokenizer(self.template.replace("{text}", text))["input_ids"]
+
+    def encode(self, text: str) -> list[int]:
+        """Prompt token ids (with BOS) for ``text``; only the text is ever truncated.
+
+        Tokens are cut from the end of the text until the prompt fits
+        :attr:`prompt_budget`; the template (and so the answer slot) stays whole.
+        """
+        ids = self._render(text)
+        if len(ids) <= self.prompt_budget:
+            return ids
+        text_ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        keep = max(len(text_ids) - (len(ids) - self.prompt_budget), 0)
+        while True:
+            ids = self._render(self.tokenizer.decode(text_ids[:keep]))
+            if len(ids) <= self.prompt_budget or keep == 0:
+                return ids
+            keep = max(keep - max(len(ids) - self.prompt_budget, 1), 0)
+
+    def training_example(self, text: str, label_id: int) -> dict[str, list[int]]:
+        """``input_ids`` = prompt + label word minus its last token; ``labels`` = the word."""
+        word = list(self.label_ids[label_id])
+        return {"input_ids": self.encode(text) + word[:-1], "labels": word}
+
+
+def pad_left(seqs: Sequence[Sequence[int]], pad_id: int,
+             device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """Left-pad token sequences into a batch.
+
+    Returns:
+        ``input_ids`` and ``attention_mask`` (int64, shape (B, T)), and ``position_ids``
+        (int64, (B, T)) counting real tokens only, so a left-padded row gets the same
+        positions (and logits) as the unpadded sequence.
+    """
+    width = max(len(s) for s in seqs)
+    input_ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if s:
+            input_ids[i, width - len(s):] = torch.as_tensor(s, dtype=torch.long)
+            mask[i, width - len(s):] = 1
+    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+    return {"input_ids": input_ids.to(device), "attention_mask": mask.to(device),
+            "position_ids": position_ids.to(device)}
+
+
+def _device_of(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def score_batch(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
+                label_ids: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
+    """Summed log-probability of each label word after each prompt.
+
+    Args:
+        model: a causal LM (or a peft model around one) accepting ``logits_to_keep``.
+        prompts: B prompt token-id sequences (any lengths).
+        label_ids: K label words as token ids.
+        pad_id: the tokenizer's pad token id.
+
+    Returns:
+        float32 tensor of shape (B, K) on the model's device.
+    """
+    device = _device_of(model)
+    batch = pad_left(prompts, pad_id, device)
+    multi = sorted({tuple(ids[:-1]) for ids in label_ids if len(ids) > 1})
+    out = model(**batch, use_cache=bool(multi), logits_to_keep=1)
+    first = out.logits[:, -1].float().log_softmax(-1)
+    scores = first[:, [ids[0] for ids in label_ids]].clone()
+    if not multi:
+        return scores
+
+    # Continue every prompt with each distinct label prefix w[:-1], in one pass over the
+    # prompts' cache repeated U times (row b * U + u holds prompt b, prefix u).
+    n_prompts, n_prefix, width = len(prompts), len(multi), max(len(p) for p in multi)
+    cache = out.cache
+    cache.batch_repeat_interleave(n_prefix)
+    cont = torch.full((n_prefix, width), pad_id, dtype=torch.long)
+    cont_mask = torch.zeros((n_prefix, width), dtype=torch.long)
+    for u, prefix in enumerate(multi):
+        cont[u, :len(prefix)] = torch.as_tensor(prefix)
+        cont_mask[u, :len(prefix)] = 1
+    cont = cont.repeat(n_prompts, 1).to(device)
+    cont_mask = cont_mask.repeat(n_prompts, 1).to(device)
+    lengths = batch["attention_mask"].sum(-1).repeat_interleave(n_prefix)
+    out2 = model(input_ids=cont,
+                 attention_mask=torch.cat(
+                     [batch["attention_mask"].repeat_interleave(n_prefix, 0), cont_mask], -1),
+                 position_ids=lengths[:, None] + torch.arange(width, device=device),
+                 cache=cache, use_cache=False)
+    logp = out2.logits.float().log_softmax(-1).view(n_prompts, n_prefix, width, -1)
+    for k, ids in enumerate(label_ids):
+        if len(ids) > 1:
+            u = multi.index(tuple(ids[:-1]))
+            rest = torch.as_tensor(ids[1:], device=device)
+            steps = torch.arange(len(ids) - 1, device=device)
+            scores[:, k] += logp[:, u, steps, rest].sum(-1)
+    return scores
+
+
+@torch.inference_mode()
+def score_texts(model: torch.nn.Module, encoder: PromptEncoder, texts: Sequence[str],
+                batch_size: int, pad_id: int, desc: str = "scoring") -> np.ndarray:
+    """Label scores for many texts, batched by similar length, in input order.
+
+    Returns:
+        float32 array of shape (N, K): summed label-word log-probabilities.
+    """
+    prompts = [encoder.encode(t) for t in texts]
+    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+    scores = np.zeros((len(prompts), len(encoder.label_ids)), dtype=np.float32)
+    for start in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch"):
+        idx = order[start:start + batch_size]
+        batch_scores = score_batch(model, [prompts[i] for i in idx], encoder.label_ids, pad_id)
+        scores[idx] = batch_scores.cpu().numpy()
+    return scores
+
+
+def collate_training(features: Sequence[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Batch training examples: left-padded inputs, (B, L) label targets, (B,) weights.
+
+    ``labels[i]`` holds example i's label-word ids right-aligned, ``IGNORE_INDEX``
+    elsewhere, so that it lines up with the last L positions of the left-padded input.
+    """
+    batch = pad_left([f["input_ids"] for f in features], pad_id)
+    width = max(len(f["labels"]) for f in features)
+    labels = torch.full((len(features), width), IGNORE_INDEX, dtype=torch.long)
+    for i, f in enumerate(features):
+        labels[i, width - len(f["labels"]):] = torch.as_tensor(f["labels"])
+    batch["labels"] = labels
+    batch["weight"] = torch.tensor([float(f.get("weight", 1.0)) for f in features])
+    return batch
+
+
+def label_token_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Weighted cross-entropy of the label-word tokens only.
+
+    Logits are computed only at the last L positions (L = longest label word in the
+    batch), never over the full vocabulary at every position. Each token's loss is
+    weighted by its example's ``weight`` (class weighting); the result is
+    ``sum(w * nll) / sum(w)`` over the batch's label tokens.
+
+    Returns:
+        scalar float32 tensor.
+    """
+    labels, weight = batch["labels"], batch["weight"]
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                position_ids=batch["position_ids"], logits_to_keep=labels.shape[1],
+                use_cache=False)
+    logp = out.logits.float().log_softmax(-1)
+    supervised = labels != IGNORE_INDEX
+    nll = -logp.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    w = weight.to(logp.dtype).unsqueeze(-1) * supervised
+    return (nll * w).sum() / w.sum()

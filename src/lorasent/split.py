@@ -1,0 +1,224 @@
+"""Stage 2, split: clean labels, drop bad rows and duplicates, split by class.
+
+Usage: ``lorasent split [--params params.yaml]``
+
+Reads ``data/raw/dataset.jsonl``; writes ``data/split/{train,validation,test}.jsonl``
+(``{"text", "label", "label_id"}`` per line, ``label_id`` the label's index in
+``base.labels``) and the data report ``metrics/data.json``.
+
+The rules, in order:
+1. A row whose text is empty or only spaces is dropped (``empty_text``); a row whose
+   label is empty is dropped (``empty_label``).
+2. Each label is mapped onto ``base.labels``: compared after Unicode NFKC, trimming
+   and case folding, directly or through ``base.label_aliases``. Any other label stops
+   the stage with an error naming it and its rows; nothing is written.
+3. Duplicates are found on the normalised text (NFKC, case folded, whitespace
+   collapsed) *before* splitting, so no text can land in two splits. Copies that agree
+   on the label keep the first row (``duplicate`` counts the others); a text whose copies
+   disagree is dropped entirely (``conflicting_label``), since no rule can tell which
+   label is right.
+4. A stratified split (scikit-learn ``train_test_split``) by ``base.seed``: the test
+   split first, then validation from the rest, then the training rows. Sizes are row
+   counts (int) or fractions (float) of the deduplicated rows.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lorasent.artifacts import atomic_dir, jsonl_text, read_json, read_jsonl, write_json
+from lorasent.errors import LorasentError
+from lorasent.paths import DATA_REPORT, DATASET_FILE, MANIFEST, RAW_DIR, SPLIT_DIR
+
+SPLITS = ("train", "validation", "test")
+
+
+class SplitError(LorasentError, ValueError):
+    """Data that cannot be split as configured; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class SplitResult:
+    splits: dict[str, list[dict[str, Any]]]
+    report: dict[str, Any]
+
+
+def normalise_text(text: str) -> str:
+    """The key duplicates are found on: NFKC, case folded, whitespace collapsed."""
+    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip().casefold()
+
+
+def _label_key(label: str) -> str:
+    return unicodedata.normalize("NFKC", label).strip().casefold()
+
+
+def label_lookup(labels: Sequence[str], aliases: Mapping[str, str]) -> dict[str, str]:
+    """Map from a normalised raw label to its configured label (labels win over aliases)."""
+    lookup = {_label_key(alias): target for alias, target in aliases.items()}
+    lookup.update({_label_key(label): label for label in labels})
+    return lookup
+
+
+def clean_rows(rows: Sequence[Mapping[str, Any]], labels: Sequence[str],
+               aliases: Mapping[str, str], source: str = "the dataset",
+               ) -> tuple[list[dict[str, Any]], Counter, Counter]:
+    """Rules 1 and 2: drop empty rows, map labels onto ``labels``.
+
+    Returns:
+        kept rows ``{"row", "text", "label", "label_id"}``, drop counts by reason, and
+        counts of remapped labels keyed ``(raw label, configured label)``.
+
+    Raises:
+        SplitError: labels outside ``labels`` and ``aliases``, naming each and its rows.
+    """
+    lookup = label_lookup(labels, aliases)
+    ids = {label: i for i, label in enumerate(labels)}
+    kept, dropped, remapped = [], Counter(), Counter()
+    unknown: dict[str, list[int]] = {}
+    for r in rows:
+        text, raw = str(r["text"]), str(r["label"])
+        if not text.strip():
+            dropped["empty_text"] += 1
+            continue
+        if not raw.strip():
+            dropped["empty_label"] += 1
+            continue
+        label = lookup.get(_label_key(raw))
+        if label is None:
+            unknown.setdefault(raw, []).append(r["row"])
+            continue
+        if raw != label:
+            remapped[(raw, label)] += 1
+        kept.append({"row": r["row"], "text": text.strip(), "label": label,
+                     "label_id": ids[label]})
+    if unknown:
+        listed = "; ".join(
+            f"{raw!r} in row{'s' if len(rws) > 1 else ''} {', '.join(map(str, rws[:10]))}"
+            + (f" and {len(rws) - 10} more" if len(rws) > 10 else "")
+            for raw, rws in unknown.items())
+        raise SplitError(
+            f"{source}: unknown label{'s' if len(unknown) > 1 else ''} {listed} (rows count "
+            f"data rows from 1). Configured labels: {list(labels)}. Add the label to "
+            "base.labels, map it in base.label_aliases (e.g. mixed: neutral), or remove "
+            "those rows. Nothing was written.")
+    return kept, dropped, remapped
+
+
+def deduplicate(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], Counter]:
+    """Rule 3: one row per normalised text; texts with conflicting labels dropped."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(normalise_text(r["text"]), []).append(r)
+    kept, dropped = [], Counter()
+    for copies in groups.values():
+        if len({c["label_id"] for c in copies}) > 1:
+            dropped["conflicting_label"] += len(copies)
+        else:
+            kept.append(copies[0])
+            dropped["duplicate"] += len(copies) - 1
+    kept.sort(key=lambda r: r["row"])
+    return kept, dropped
+
+
+def split_counts(n: int, sizes: Mapping[str, int | float]) -> dict[str, int]:
+    """Row counts per split from counts or fractions of ``n`` rows (fractions round down).
+
+    Raises:
+        SplitError: the test split is empty, or the sizes add up to more than ``n``.
+    """
+    counts = {name: int(size * n) if isinstance(size, float) else int(size)
+              for name, size in sizes.items()}
+    if counts["test"] < 1:
+        raise SplitError(f"split.test_size: {sizes['test']} gives no test rows out of {n}")
+    if counts["train"] < 1:
+        raise SplitError(f"split.train_size: {sizes['train']} gives no training rows out of {n}")
+    if sum(counts.values()) > n:
+        raise SplitError(
+            f"split sizes ask for {counts} = {sum(counts.values())} rows but only {n} remain "
+            "after dropping empty rows and duplicates; lower split.train_size, "
+            "split.validation_size or split.test_size")
+    return counts
+
+
+def stratified_split(rows: Sequence[dict[str, Any]], counts: Mapping[str, int], seed: int,
+                     labels: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """Rule 4: test, then validation, then train, each stratified by ``label_id``.
+
+    Raises:
+        SplitError: a class too small to stratify, naming the class counts.
+    """
+    from sklearn.model_selection import train_test_split
+
+    def cut(pool: list[dict[str, Any]], take: int, rest: int | None, what: str):
+        y = [r["label_id"] for r in pool]
+        try:
+            return train_test_split(pool, test_size=take, train_size=rest, stratify=y,
+                                    random_state=seed)
+        except ValueError as err:
+            per_class = {labels[k]: v for k, v in sorted(Counter(y).items())}
+            raise SplitError(
+                f"cannot draw a stratified {what} split of {take} rows from {len(pool)} rows "
+                f"with classes {per_class}: {err}. Every class needs at least 2 rows and "
+                "the split at least one row per class; add data, merge the small class "
+                "through base.label_aliases, or change the split sizes") from None
+
+    rest_size = counts["train"] + counts["validation"]
+    rest, test = cut(list(rows), counts["test"], rest_size if rest_size < len(rows) -
+                     counts["test"] else None, "test")
+    validation: list[dict[str, Any]] = []
+    if counts["validation"]:
+        train_size = counts["train"] if counts["train"] < len(rest) - counts["validation"] else None
+        train, validation = cut(rest, counts["validation"], train_size, "validation")
+    elif counts["train"] < len(rest):
+        train, _ = cut(rest, len(rest) - counts["train"], counts["train"], "train")
+    else:
+        train = rest
+    return {"train": train, "validation": validation, "test": test}
+
+
+def run_split(*, labels: Sequence[str], aliases: Mapping[str, str],
+              sizes: Mapping[str, int | float], seed: int, raw_dir: Path = RAW_DIR,
+              out_dir: Path = SPLIT_DIR, report_path: Path = DATA_REPORT) -> SplitResult:
+    """Clean, deduplicate and split the fetched rows; write the splits and the data report.
+
+    Everything is checked before anything is written: on error no output changes.
+
+    Raises:
+        SplitError: unknown labels, impossible sizes, a class too small to stratify.
+    """
+    raw_rows = read_jsonl(raw_dir / DATASET_FILE)
+    source = read_json(raw_dir / MANIFEST)["source"]
+    cleaned, dropped, remapped = clean_rows(raw_rows, labels, aliases, source)
+    unique, dup_dropped = deduplicate(cleaned)
+    dropped.update(dup_dropped)
+    splits = stratified_split(unique, split_counts(len(unique), sizes), seed, labels)
+    keys = {name: {normalise_text(r["text"]) for r in rows} for name, rows in splits.items()}
+    overlap = {f"{a}_{b}": len(keys[a] & keys[b])
+               for a, b in (("train", "test"), ("train", "validation"), ("validation", "test"))}
+    if any(overlap.values()):  # deduplication makes this impossible; guard the invariant
+        raise SplitError(f"splits share texts {overlap}; this is a bug in lorasent")
+    report = {
+        "rows_read": len(raw_rows),
+        "rows_kept": len(unique),
+        "dropped": {reason: dropped.get(reason, 0) for reason in
+                    ("empty_text", "empty_label", "duplicate", "conflicting_label")},
+        "split_rows": {name: len(rows) for name, rows in splits.items()},
+        "class_counts": {name: {label: sum(r["label"] == label for r in rows) for label in labels}
+                         for name, rows in splits.items()},
+        "overlap": overlap,
+        "label_remaps": [{"from": raw, "to": label, "rows": n}
+                         for (raw, label), n in sorted(remapped.items())],
+    }
+    with atomic_dir(out_dir) as tmp:
+        for name, rows in splits.items():
+            (tmp / f"{name}.jsonl").write_text(jsonl_text(
+                {"text": r["text"], "label": r["label"], "label_id": r["label_id"]} for r in rows),
+                encoding="utf-8")
+        write_json(report_path, report)
+    return SplitResult(splits, report)

@@ -1,0 +1,93 @@
+"""The metrics contract, with exact values."""
+
+import json
+
+import numpy as np
+import pytest
+
+from lorasent.metrics import (
+    classification_metrics,
+    majority_baseline,
+    predictions_csv,
+    relative_error_reduction,
+)
+
+LABELS = ["a", "b", "c"]
+
+
+def test_classification_metrics_exact_values():
+    m = classification_metrics([0, 0, 1, 1, 2, 2], [0, 1, 1, 1, 2, 0], LABELS)
+    assert m["accuracy"] == pytest.approx(4 / 6)
+    assert m["per_class"]["a"] == pytest.approx(
+        {"precision": 0.5, "recall": 0.5, "f1": 0.5, "support": 2})
+    assert m["per_class"]["b"] == pytest.approx(
+        {"precision": 2 / 3, "recall": 1.0, "f1": 0.8, "support": 2})
+    assert m["per_class"]["c"] == pytest.approx(
+        {"precision": 1.0, "recall": 0.5, "f1": 2 / 3, "support": 2})
+    assert m["macro_f1"] == pytest.approx((0.5 + 0.8 + 2 / 3) / 3)
+    assert m["confusion_matrix"] == {"a": {"a": 1, "b": 1, "c": 0},
+                                     "b": {"a": 0, "b": 2, "c": 0},
+                                     "c": {"a": 1, "b": 0, "c": 1}}
+
+
+def test_class_absent_from_test_set_keeps_its_row_and_column():
+    m = classification_metrics([0, 0, 1], [0, 1, 1], LABELS)
+    assert list(m["per_class"]) == LABELS
+    assert m["per_class"]["c"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0}
+    assert m["confusion_matrix"]["c"] == {"a": 0, "b": 0, "c": 0}
+    assert all(list(row) == LABELS for row in m["confusion_matrix"].values())
+    assert m["macro_f1"] == pytest.approx((2 / 3 + 2 / 3 + 0) / 3)
+
+
+def test_class_never_predicted_scores_zero_not_nan():
+    m = classification_metrics([0, 1, 2], [0, 0, 0], LABELS)
+    assert m["accuracy"] == pytest.approx(1 / 3)
+    assert m["per_class"]["b"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 1}
+    assert m["per_class"]["a"]["precision"] == pytest.approx(1 / 3)
+    json.dumps(m, allow_nan=False)
+
+
+def test_label_order_comes_from_params_not_sorting():
+    labels = ["消极", "中性", "积极"]  # sorted() would give 中性, 消极, 积极
+    m = classification_metrics([0, 1, 2], [0, 1, 1], labels)
+    assert list(m["per_class"]) == labels
+    assert list(m["confusion_matrix"]) == labels
+    assert m["confusion_matrix"]["积极"] == {"消极": 0, "中性": 1, "积极": 0}
+
+
+@pytest.mark.parametrize("bad", [([], []), ([0, 1], [0]), ([0, 3], [0, 1])])
+def test_bad_ids_raise(bad):
+    with pytest.raises(ValueError):
+        classification_metrics(*bad, LABELS)
+
+
+def test_relative_error_reduction_seed_000():
+    value, note = relative_error_reduction(0.734, 0.594)
+    assert value == pytest.approx(0.14 / 0.406)
+    assert note is None
+
+
+def test_relative_error_reduction_reference_one_is_null_with_reason():
+    value, note = relative_error_reduction(1.0, 1.0)
+    assert value is None
+    assert "no errors" in note
+    json.dumps({"relative_error_reduction": value, "note": note}, allow_nan=False)
+
+
+def test_relative_error_reduction_negative_when_worse():
+    assert relative_error_reduction(0.5, 0.75)[0] == pytest.approx(-1.0)
+
+
+def test_majority_baseline_takes_class_from_train():
+    assert majority_baseline([0, 1, 1, 2], [1, 1, 0], 3) == (1, pytest.approx(2 / 3))
+    assert majority_baseline([0, 1], [1, 1], 3) == (0, 0.0)  # ties: first listed class
+
+
+def test_predictions_csv_rows_and_probabilities():
+    scores = np.log(np.array([[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]]))
+    text = predictions_csv([0, 1], scores, LABELS)
+    assert text.splitlines() == [
+        "index,actual,predicted,p_a,p_b,p_c",
+        "0,a,a,0.700000,0.200000,0.100000",
+        "1,b,c,0.100000,0.100000,0.800000",
+    ]

@@ -1,0 +1,154 @@
+"""End to end: `dvc repro` on a copy of the repo, real packaged corpus and Gemma, tiny sizes."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+TINY = {"split": {"train_size": 24, "validation_size": 0, "test_size": 24},
+        "train": {"max_steps": 3, "per_device_train_batch_size": 4, "logging_steps": 1},
+        "evaluate": {"batch_size": 8}}
+LABELS = ["negative", "neutral", "positive"]
+
+
+def run(cwd: Path, *argv: str) -> str:
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, f"{argv} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def set_params(root: Path, changes: dict) -> None:
+    from lorasent.params import merge
+
+    path = root / "params.yaml"
+    params = merge(yaml.safe_load(path.read_text(encoding="utf-8")), changes)
+    path.write_text(yaml.safe_dump(params, allow_unicode=True, sort_keys=False),
+                    encoding="utf-8")
+
+
+def copy_repo(dest: Path) -> Path:
+    """What git tracks (and would track) of the working tree: no data, models or venv."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=REPO, capture_output=True, text=True, check=True).stdout
+    for name in filter(None, listed.split("\0")):
+        if (REPO / name).is_file() and not name.startswith(("data/", "models/", "metrics/")):
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, dest / name)
+    for stale in ("dvc.lock",):
+        (dest / stale).unlink(missing_ok=True)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory, packaged_model_dir):
+    root = copy_repo(tmp_path_factory.mktemp("lorasent-repo"))
+    set_params(root, TINY)
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
+    run(root, "git", "init", "-q")
+    run(root, "git", "add", "-A")
+    run(root, *git, "commit", "-q", "-m", "tiny")
+    run(root, "dvc", "repro")
+    return root
+
+
+def read(root: Path, name: str):
+    text = (root / name).read_text(encoding="utf-8")
+    return json.loads(text, parse_constant=lambda c: pytest.fail(f"{name}: {c} in JSON"))
+
+
+def test_metrics_have_every_key_in_range(repo):
+    m = read(repo, "metrics/eval.json")
+    for key in ("accuracy", "macro_f1", "reference_accuracy"):
+        assert 0.0 <= m[key] <= 1.0
+    assert list(m["per_class"]) == LABELS
+    for scores in m["per_class"].values():
+        assert set(scores) == {"precision", "recall", "f1", "support"}
+    assert sum(s["support"] for s in m["per_class"].values()) == m["test_rows"] == 24
+    assert [list(row) for row in m["confusion_matrix"].values()] == [LABELS] * 3
+    assert sum(sum(row.values()) for row in m["confusion_matrix"].values()) == 24
+    assert 0.0 <= m["baseline"]["majority_accuracy"] <= 1.0
+    assert 0.0 <= m["baseline"]["zero_shot_accuracy"] <= 1.0
+    assert m["reference"] == "zero_shot"
+    assert m["reference_accuracy"] == m["baseline"]["zero_shot_accuracy"]
+    if m["relative_error_reduction"] is None:
+        assert m["relative_error_reduction_note"]
+    else:
+        ref = m["reference_accuracy"]
+        assert m["relative_error_reduction"] == pytest.approx((m["accuracy"] - ref) / (1 - ref))
+    assert read(repo, "metrics/data.json")["split_rows"] == {"train": 24, "validation": 0,
+                                                             "test": 24}
+
+
+def test_outputs_and_provenance(repo):
+    adapter = repo / "models" / "adapter"
+    assert {"adapter_model.safetensors", "adapter_config.json", "lorasent.json"} <= {
+        p.name for p in adapter.iterdir()}
+    record = read(repo, "models/adapter/lorasent.json")
+    assert record["labels"] == LABELS and record["mode"] == "generative"
+    assert record["base_model"]["sha256"] == read(repo, "models/base/manifest.json")["sha256"]
+    assert record["params"]["train"]["max_steps"] == 3
+    loss = (repo / "metrics/train/plots/metrics/loss.tsv").read_text().splitlines()
+    assert loss[0] == "step\tloss" and len(loss) == 4          # steps 1, 2, 3
+    train = read(repo, "metrics/provenance/train.json")
+    assert train["status"] == "ok" and train["steps"] == 3
+    assert 0 < train["trainable_parameters"] < train["total_parameters"]
+    assert len(train["git"]["commit"]) == 40
+    assert train["packages"]["transformers"] and train["packages"]["peft"]
+    assert train["device"]["type"] == "cpu" and train["wall_time_s"] > 0
+    assert set(read(repo, "metrics/provenance/evaluate.json")["inputs"]) == {
+        "model", "adapter", "test.jsonl"}
+
+
+def test_repro_again_is_a_no_op(repo):
+    assert json.loads(run(repo, "dvc", "status", "--json")) == {}
+    out = run(repo, "dvc", "repro")
+    assert "Running stage" not in out
+
+
+def test_running_twice_gives_identical_metrics(repo):
+    before = {name: (repo / name).read_bytes() for name in
+              ("metrics/baseline.json", "metrics/eval.json", "metrics/predictions.csv")}
+    adapter = (repo / "models/adapter/adapter_model.safetensors").read_bytes()
+    for stage in ("baseline", "train", "evaluate"):
+        run(repo, "dvc", "repro", "--force", "--single-item", stage)
+    assert {name: (repo / name).read_bytes() for name in before} == before
+    assert (repo / "models/adapter/adapter_model.safetensors").read_bytes() == adapter
+
+
+def test_plots_render(repo):
+    plots = json.loads(run(repo, "dvc", "plots", "show", "--json"))["data"]
+    assert sorted(plots) == ["Confusion matrix (test split)", "Training loss"]
+    confusion = plots["Confusion matrix (test split)"][0]["content"]["data"]["values"]
+    assert sorted({v["filename"] for v in confusion}) == ["baseline_predictions.csv",
+                                                          "predictions.csv"]
+    assert len(confusion) == 2 * 24
+    assert len(plots["Training loss"][0]["content"]["data"]["values"]) == 3
+
+
+# The two tests below change params.yaml for good; they run last.
+def _rerun(repo, changes):
+    set_params(repo, changes)
+    out = run(repo, "dvc", "repro")
+    return [line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage")]
+
+
+def test_evaluate_only_param_reruns_only_evaluate(repo):
+    assert _rerun(repo, {"evaluate": {"reference": "majority"}}) == ["evaluate"]
+    m = read(repo, "metrics/eval.json")
+    assert m["reference"] == "majority"
+    assert m["reference_accuracy"] == m["baseline"]["majority_accuracy"]
+
+
+def test_lora_rank_reruns_train_and_evaluate_only(repo):
+    assert _rerun(repo, {"train": {"lora": {"r": 16}}}) == ["train", "evaluate"]
+    assert read(repo, "models/adapter/lorasent.json")["params"]["train"]["lora"]["r"] == 16

@@ -1,0 +1,146 @@
+"""Label scoring on the real packaged Gemma 3 270M: exact, batched, multi-token."""
+
+import numpy as np
+import pytest
+import torch
+
+from lorasent.scoring import (
+    IGNORE_INDEX,
+    PromptEncoder,
+    PromptError,
+    collate_training,
+    label_token_ids,
+    label_token_loss,
+    score_batch,
+    score_texts,
+)
+
+ZH_TEMPLATE = "判断下面这段话的情绪类别，只能回答“消极/中性/积极”之一。\n文本：{text}\n情绪："
+ZH_WORDS = ["消极", "中性", "积极"]
+TEXTS = ["好", "这家店的服务态度太差了，等了很久没人理",
+         "配置不错，价格还算公道，整体满意。" * 6, "今天下午三点开会"]
+
+
+def brute_force(model, prompt_ids, label_ids):
+    """Score by running prompt + each full label word, one sequence at a time."""
+    row = []
+    for ids in label_ids:
+        seq = torch.tensor([list(prompt_ids) + list(ids)])
+        with torch.inference_mode():
+            logp = model(input_ids=seq).logits[0].float().log_softmax(-1)
+        row.append(sum(logp[len(prompt_ids) - 1 + j, t].item() for j, t in enumerate(ids)))
+    return row
+
+
+@pytest.fixture(scope="module")
+def zh(gemma):
+    model, tokenizer = gemma
+    return PromptEncoder.create(tokenizer, ZH_TEMPLATE, ZH_WORDS, max_length=96)
+
+
+def test_gemma_splits_chinese_label_words(gemma):
+    _, tokenizer = gemma
+    ids = label_token_ids(tokenizer, ZH_WORDS)
+    assert [len(i) for i in ids] == [2, 2, 1]   # 消极 and 中性 are two tokens each
+
+
+def test_multi_token_label_words_scored_on_all_tokens(gemma, zh):
+    model, tokenizer = gemma
+    prompts = [zh.encode(t) for t in TEXTS]
+    with torch.inference_mode():
+        scores = score_batch(model, prompts, zh.label_ids, tokenizer.pad_token_id)
+    expected = [brute_force(model, p, zh.label_ids) for p in prompts]
+    np.testing.assert_allclose(scores.numpy(), np.array(expected), atol=1e-4)
+
+
+def test_label_words_sharing_their_first_token_are_told_apart(gemma):
+    model, tokenizer = gemma
+    enc = PromptEncoder.create(tokenizer, "新闻：{text}\n栏目：", ["时政", "时差"], max_length=64)
+    assert enc.label_ids[0][0] == enc.label_ids[1][0]   # same first token 时
+    prompt = enc.encode("国务院召开常务会议，部署下一阶段经济工作")
+    with torch.inference_mode():
+        scores = score_batch(model, [prompt], enc.label_ids, tokenizer.pad_token_id)[0]
+    np.testing.assert_allclose(scores.numpy(), brute_force(model, prompt, enc.label_ids),
+                               atol=1e-4)
+    assert abs(scores[0] - scores[1]) > 0.1
+
+
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+def test_batched_scores_equal_one_by_one(gemma, zh, padding_side):
+    model, tokenizer = gemma
+    tokenizer.padding_side = padding_side  # scoring pads on its own, whatever this says
+    prompts = [zh.encode(t) for t in TEXTS]
+    assert max(map(len, prompts)) - min(map(len, prompts)) > 40
+    with torch.inference_mode():
+        batched = score_batch(model, prompts, zh.label_ids, tokenizer.pad_token_id)
+        single = torch.cat([score_batch(model, [p], zh.label_ids, tokenizer.pad_token_id)
+                            for p in prompts])
+    torch.testing.assert_close(batched, single, atol=1e-4, rtol=0)
+
+
+def test_score_texts_keeps_input_order(gemma, zh):
+    model, tokenizer = gemma
+    scores = score_texts(model, zh, TEXTS, batch_size=3, pad_id=tokenizer.pad_token_id)
+    assert scores.shape == (4, 3) and scores.dtype == np.float32
+    with torch.inference_mode():
+        single = torch.cat([score_batch(model, [zh.encode(t)], zh.label_ids,
+                                        tokenizer.pad_token_id) for t in TEXTS])
+    np.testing.assert_allclose(scores, single.numpy(), atol=1e-4)
+
+
+def test_truncation_cuts_only_the_text(gemma, zh):
+    _, tokenizer = gemma
+    ids = zh.encode("很" * 10_000)
+    assert len(ids) <= zh.prompt_budget == 96 - 2
+    tail = tokenizer("\n情绪：", add_special_tokens=False)["input_ids"]
+    assert ids[-len(tail):] == tail                 # the answer slot survives
+    assert ids[0] == tokenizer.bos_token_id
+    example = zh.training_example("很" * 10_000, label_id=0)
+    assert len(example["input_ids"]) + 1 <= 96      # prompt + whole label word fit
+    assert example["labels"] == list(zh.label_ids[0])
+
+
+def test_short_text_is_not_truncated(zh):
+    text = "今天下午三点开会"
+    assert zh.tokenizer.decode(zh.encode(text), skip_special_tokens=True) == \
+        ZH_TEMPLATE.replace("{text}", text)
+
+
+def test_label_words_that_encode_the_same_are_refused(gemma):
+    _, tokenizer = gemma
+    with pytest.raises(PromptError, match="encode to the same tokens"):
+        label_token_ids(tokenizer, [" good", " good"])
+
+
+def test_template_too_long_for_max_length_is_refused(gemma):
+    _, tokenizer = gemma
+    with pytest.raises(PromptError, match="raise prompt.max_length"):
+        PromptEncoder.create(tokenizer, ZH_TEMPLATE, ZH_WORDS, max_length=20)
+
+
+def test_collate_right_aligns_label_tokens():
+    batch = collate_training([{"input_ids": [5, 6, 7], "labels": [8], "weight": 2.0},
+                              {"input_ids": [5, 6, 7, 9, 10], "labels": [11, 12]}], pad_id=0)
+    assert batch["input_ids"].tolist() == [[0, 0, 5, 6, 7], [5, 6, 7, 9, 10]]
+    assert batch["attention_mask"].tolist() == [[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]]
+    assert batch["position_ids"].tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]]
+    assert batch["labels"].tolist() == [[IGNORE_INDEX, 8], [11, 12]]
+    assert batch["weight"].tolist() == [2.0, 1.0]
+
+
+def test_label_token_loss_is_weighted_cross_entropy_of_label_tokens(gemma, zh):
+    model, tokenizer = gemma
+    features = [{**zh.training_example(t, k), "weight": w}
+                for t, k, w in zip(TEXTS[:3], [0, 2, 1], [1.0, 3.0, 0.5], strict=True)]
+    batch = collate_training(features, tokenizer.pad_token_id)
+    with torch.inference_mode():
+        loss = label_token_loss(model, batch)
+        num = den = 0.0
+        for f in features:
+            seq = torch.tensor([f["input_ids"]])
+            logp = model(input_ids=seq).logits[0].float().log_softmax(-1)
+            n = len(f["labels"])
+            for j, t in enumerate(f["labels"]):
+                num += -logp[len(f["input_ids"]) - n + j, t].item() * f["weight"]
+                den += f["weight"]
+    assert loss.item() == pytest.approx(num / den, abs=1e-4)

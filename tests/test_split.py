@@ -1,0 +1,178 @@
+"""Label normalisation, deduplication and the stratified split, on the shared cases."""
+
+import json
+from collections import Counter
+
+import pytest
+
+from conftest import CASES
+from lorasent.fetch import fetch_dataset
+from lorasent.split import (
+    SplitError,
+    clean_rows,
+    deduplicate,
+    normalise_text,
+    run_split,
+    split_counts,
+)
+
+LABELS = ("negative", "neutral", "positive")
+ALIASES = {"POS": "positive", "NEG": "negative", "积极": "positive", "中性": "neutral",
+           "消极": "negative"}
+
+
+def _raw(tmp_path, case, **read):
+    raw = tmp_path / "raw"
+    fetch_dataset(str(case), text_column=read.get("text_column", "text"),
+                  label_column=read.get("label_column", "label"), encoding="utf-8",
+                  hf_split="train", out_dir=raw)
+    return raw
+
+
+def _split(tmp_path, raw, sizes, labels=LABELS, aliases=ALIASES, seed=0):
+    return run_split(labels=labels, aliases=aliases, sizes=sizes, seed=seed, raw_dir=raw,
+                     out_dir=tmp_path / "split", report_path=tmp_path / "data.json")
+
+
+def _jsonl(path):
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_empty_texts_and_labels_are_dropped_and_counted(tmp_path):
+    raw = _raw(tmp_path, CASES / "empty_and_missing.csv")
+    rows = _jsonl(raw / "dataset.jsonl")
+    kept, dropped, remapped = clean_rows(rows, LABELS, ALIASES)
+    assert [r["text"] for r in kept] == ["Terrible customer service", "Okay I guess", "Loved it"]
+    assert dropped == Counter(empty_text=2, empty_label=1)
+    assert not remapped
+
+
+def test_label_variants_land_in_the_configured_classes(tmp_path):
+    raw = _raw(tmp_path, CASES / "label_variants.csv")
+    kept, dropped, remapped = clean_rows(_jsonl(raw / "dataset.jsonl"), LABELS, ALIASES)
+    assert [r["label"] for r in kept] == ["positive", "positive", "negative", "negative",
+                                          "neutral", "positive", "neutral", "negative"]
+    assert [r["label_id"] for r in kept] == [2, 2, 0, 0, 1, 2, 1, 0]
+    assert not dropped
+    assert remapped == Counter({("Positive ", "positive"): 1, ("POS", "positive"): 1,
+                                (" negative", "negative"): 1, ("NEG", "negative"): 1,
+                                ("Neutral", "neutral"): 1, ("积极 ", "positive"): 1,
+                                ("中性", "neutral"): 1, ("消极", "negative"): 1})
+
+
+def test_label_variants_report_shows_remaps(tmp_path):
+    raw = _raw(tmp_path, CASES / "label_variants.csv")
+    result = _split(tmp_path, raw, {"train": 5, "validation": 0, "test": 3})
+    report = json.loads((tmp_path / "data.json").read_text(encoding="utf-8"))
+    assert report == result.report
+    assert report["rows_read"] == report["rows_kept"] == 8
+    assert {"from": "POS", "to": "positive", "rows": 1} in report["label_remaps"]
+    assert len(report["label_remaps"]) == 8
+    assert report["class_counts"]["test"] == {"negative": 1, "neutral": 1, "positive": 1}
+
+
+def test_unknown_label_names_label_and_row_and_writes_nothing(tmp_path):
+    raw = _raw(tmp_path, CASES / "unknown_label.csv")
+    with pytest.raises(SplitError) as err:
+        _split(tmp_path, raw, {"train": 2, "validation": 0, "test": 2})
+    message = str(err.value)
+    assert "unknown label 'mixed' in row 4" in message
+    assert "unknown_label.csv" in message
+    assert "base.label_aliases" in message
+    assert not (tmp_path / "split").exists()
+    assert not (tmp_path / "data.json").exists()
+
+
+def test_failed_split_keeps_previous_outputs(tmp_path):
+    good = _raw(tmp_path / "good", CASES / "label_variants.csv")
+    _split(tmp_path, good, {"train": 5, "validation": 0, "test": 3})
+    before = {p.name: p.read_bytes() for p in (tmp_path / "split").iterdir()}
+    bad = _raw(tmp_path / "bad", CASES / "unknown_label.csv")
+    with pytest.raises(SplitError):
+        _split(tmp_path, bad, {"train": 2, "validation": 0, "test": 2})
+    assert {p.name: p.read_bytes() for p in (tmp_path / "split").iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_duplicates_are_removed_before_splitting(tmp_path):
+    raw = _raw(tmp_path, CASES / "duplicates_leak.csv")
+    result = _split(tmp_path, raw, {"train": 12, "validation": 0, "test": 6})
+    report = result.report
+    assert report["rows_read"] == 42
+    assert report["rows_kept"] == 18
+    assert report["dropped"] == {"empty_text": 0, "empty_label": 0, "duplicate": 16,
+                                 "conflicting_label": 8}
+    assert report["overlap"] == {"train_test": 0, "train_validation": 0, "validation_test": 0}
+    texts = {name: [normalise_text(r["text"]) for r in _jsonl(tmp_path / "split" /
+                                                                f"{name}.jsonl")]
+             for name in ("train", "test")}
+    assert not set(texts["train"]) & set(texts["test"])
+    everything = texts["train"] + texts["test"]
+    assert len(everything) == len(set(everything)) == 18
+    assert "exactly what i needed" not in everything       # conflicting copies dropped
+    assert "the manual is in english" not in everything
+    assert "the charger stopped working" in everything      # agreeing copies kept once
+
+
+def test_chinese_label_ids_follow_params_order(tmp_path):
+    labels = ("消极", "中性", "积极")
+    raw = _raw(tmp_path, CASES / "zh_labels.jsonl")
+    _split(tmp_path, raw, {"train": 3, "validation": 0, "test": 3}, labels=labels, aliases={})
+    for name in ("train", "test"):
+        rows = _jsonl(tmp_path / "split" / f"{name}.jsonl")
+        assert sorted(r["label_id"] for r in rows) == [0, 1, 2]
+        assert all(labels.index(r["label"]) == r["label_id"] for r in rows)
+
+
+def test_dedup_rule():
+    rows = [{"row": 1, "text": "A  b", "label_id": 0}, {"row": 2, "text": "a b ", "label_id": 0},
+            {"row": 3, "text": "c", "label_id": 1}, {"row": 4, "text": "C", "label_id": 2}]
+    kept, dropped = deduplicate(rows)
+    assert [r["row"] for r in kept] == [1]
+    assert dropped == Counter(duplicate=1, conflicting_label=2)
+
+
+def test_normalise_text():
+    assert normalise_text("  Ｈello\tWORLD \n") == "hello world"
+
+
+def test_split_counts_from_fractions_and_counts():
+    assert split_counts(100, {"train": 0.8, "validation": 0, "test": 0.2}) == {
+        "train": 80, "validation": 0, "test": 20}
+    assert split_counts(5000, {"train": 4500, "validation": 0, "test": 500})["train"] == 4500
+    with pytest.raises(SplitError, match="only 10 remain"):
+        split_counts(10, {"train": 8, "validation": 0, "test": 5})
+    with pytest.raises(SplitError, match="split.test_size"):
+        split_counts(10, {"train": 8, "validation": 0, "test": 0.01})
+
+
+def _synthetic(tmp_path, n_per_class=(60, 30, 10)):
+    path = tmp_path / "synthetic.csv"
+    lines = ["text,label"]
+    for label, n in zip(LABELS, n_per_class, strict=True):
+        lines += [f"{label} example number {i},{label}" for i in range(n)]
+    path.write_text("\n".join(lines) + "\n")
+    return _raw(tmp_path, path)
+
+
+def test_split_is_stratified_deterministic_and_has_validation(tmp_path):
+    raw = _synthetic(tmp_path)
+    sizes = {"train": 50, "validation": 20, "test": 20}
+    first = _split(tmp_path, raw, sizes, seed=7)
+    assert first.report["split_rows"] == {"train": 50, "validation": 20, "test": 20}
+    assert first.report["class_counts"]["test"] == {"negative": 12, "neutral": 6, "positive": 2}
+    assert first.report["class_counts"]["validation"] == {"negative": 12, "neutral": 6,
+                                                          "positive": 2}
+    files = {p.name: p.read_bytes() for p in (tmp_path / "split").iterdir()}
+    _split(tmp_path, raw, sizes, seed=7)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "split").iterdir()} == files
+    _split(tmp_path, raw, sizes, seed=8)
+    assert (tmp_path / "split" / "test.jsonl").read_bytes() != files["test.jsonl"]
+
+
+def test_class_too_small_to_stratify_names_the_counts(tmp_path):
+    raw = _synthetic(tmp_path, (10, 10, 1))
+    with pytest.raises(SplitError) as err:
+        _split(tmp_path, raw, {"train": 10, "validation": 0, "test": 6})
+    assert "'positive': 1" in str(err.value)
+    assert not (tmp_path / "split").exists()
