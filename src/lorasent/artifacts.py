@@ -141,7 +141,7 @@ def device_info(device: Any) -> dict[str, Any]:
     info: dict[str, Any] = {
         "type": str(device), "torch": torch.__version__,
         "hip": getattr(torch.version, "hip", None), "cuda": torch.version.cuda,
-        "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
+        "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
     }
     if str(device).startswith("cuda") and torch.cuda.is_available():
@@ -150,6 +150,17 @@ def device_info(device: Any) -> dict[str, Any]:
         info["arch"] = getattr(props, "gcnArchName", None) or f"sm_{props.major}{props.minor}"
         info["memory_bytes"] = props.total_memory
     return info
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux), else the architecture."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def provenance(*, stage: str, params: dict[str, Any], device: Any, wall_time_s: float,
