@@ -76,3 +76,12 @@ def test_params_option_reads_another_file(tmp_path, monkeypatch):
     result = CliRunner().invoke(main, ["split", "--params", str(tmp_path / "nope.yaml")])
     assert result.exit_code == 1
     assert "nope.yaml: not found" in result.output
+
+
+def test_stage_before_its_inputs_says_what_to_run(tmp_path, monkeypatch):
+    (tmp_path / "params.yaml").write_text((REPO / "params.yaml").read_text(encoding="utf-8"),
+                                          encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["split"])
+    assert result.exit_code == 1
+    assert "data/raw/dataset.jsonl: not found; run the earlier stages first" in result.output

@@ -29,7 +29,7 @@ from lorasent.artifacts import (
     write_json,
 )
 from lorasent.metrics import classification_metrics, majority_baseline, predictions_csv
-from lorasent.modeling import load_base_model
+from lorasent.modeling import load_model_and_prompt
 from lorasent.params import BaseParams, PromptParams
 from lorasent.paths import (
     BASE_MODEL_DIR,
@@ -39,7 +39,7 @@ from lorasent.paths import (
     PROVENANCE_DIR,
     SPLIT_DIR,
 )
-from lorasent.scoring import PromptEncoder, score_texts
+from lorasent.scoring import score_texts
 
 
 @dataclass(frozen=True)
@@ -68,14 +68,9 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
     majority, majority_acc = majority_baseline([r["label_id"] for r in train], y_test,
                                                len(labels))
 
-    model, tokenizer, device = load_base_model(
-        model_dir, device=base.device, precision=base.precision,
-        attn_implementation=base.attn_implementation)
-    encoder = PromptEncoder.create(tokenizer, prompt.template,
-                                   [prompt.label_words[label] for label in labels],
-                                   prompt.max_length)
+    model, encoder, device = load_model_and_prompt(model_dir, base=base, prompt=prompt)
     scores = score_texts(model, encoder, [r["text"] for r in test], batch_size,
-                         tokenizer.pad_token_id, desc="zero-shot")
+                         encoder.tokenizer.pad_token_id, desc="zero-shot")
     zero_shot = classification_metrics(y_test, scores.argmax(1), labels)
 
     write_json(metrics_path, {"majority_class": labels[majority],

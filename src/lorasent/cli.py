@@ -38,6 +38,8 @@ def _stage(func: Callable[[Params], str]) -> click.Command:
         except (LorasentError, FileNotFoundError) as err:
             if os.environ.get("LORASENT_DEBUG"):
                 raise
+            if isinstance(err, FileNotFoundError):
+                err = f"{err.filename}: not found; run the earlier stages first (dvc repro)"
             click.echo(f"lorasent {func.__name__}: error: {err}", err=True)
             sys.exit(1)
 

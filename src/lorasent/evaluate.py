@@ -28,7 +28,7 @@ from lorasent.artifacts import (
 )
 from lorasent.errors import LorasentError
 from lorasent.metrics import classification_metrics, predictions_csv, relative_error_reduction
-from lorasent.modeling import load_adapter, load_base_model
+from lorasent.modeling import load_adapter, load_model_and_prompt
 from lorasent.params import BaseParams, EvaluateParams, PromptParams
 from lorasent.paths import (
     ADAPTER_DIR,
@@ -41,7 +41,7 @@ from lorasent.paths import (
     PROVENANCE_DIR,
     SPLIT_DIR,
 )
-from lorasent.scoring import PromptEncoder, score_texts
+from lorasent.scoring import score_texts
 
 
 class AdapterMismatchError(LorasentError):
@@ -88,15 +88,10 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
     test = read_jsonl(test_path)
     y_test = [r["label_id"] for r in test]
 
-    model, tokenizer, device = load_base_model(
-        model_dir, device=base.device, precision=base.precision,
-        attn_implementation=base.attn_implementation)
+    model, encoder, device = load_model_and_prompt(model_dir, base=base, prompt=prompt)
     model = load_adapter(model, adapter_dir)
-    encoder = PromptEncoder.create(tokenizer, prompt.template,
-                                   [prompt.label_words[label] for label in labels],
-                                   prompt.max_length)
     scores = score_texts(model, encoder, [r["text"] for r in test], evaluate.batch_size,
-                         tokenizer.pad_token_id, desc="evaluate")
+                         encoder.tokenizer.pad_token_id, desc="evaluate")
     metrics = classification_metrics(y_test, scores.argmax(1), labels)
 
     baseline = read_json(baseline_path)

@@ -13,6 +13,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from lorasent.errors import LorasentError
+from lorasent.params import BaseParams, PromptParams
+from lorasent.scoring import PromptEncoder
 
 log = logging.getLogger(__name__)
 
@@ -106,3 +108,19 @@ def load_base_model(model_dir: str | Path, *, device: str, precision: str,
     model = load_causal_lm(model_dir, dtype=dtype, attn_implementation=attn_implementation,
                            device=torch_device, pad_token_id=tokenizer.pad_token_id)
     return model, tokenizer, torch_device
+
+
+def load_model_and_prompt(model_dir: str | Path, *, base: BaseParams, prompt: PromptParams):
+    """The base model as :func:`load_base_model` gives it, and the prompt encoder that
+    baseline, train and evaluate all share (label words in ``base.labels`` order).
+
+    Returns:
+        ``(model, PromptEncoder, torch.device)``; the tokenizer is ``encoder.tokenizer``.
+    """
+    model, tokenizer, device = load_base_model(
+        model_dir, device=base.device, precision=base.precision,
+        attn_implementation=base.attn_implementation)
+    encoder = PromptEncoder.create(tokenizer, prompt.template,
+                                   [prompt.label_words[label] for label in base.labels],
+                                   prompt.max_length)
+    return model, encoder, device

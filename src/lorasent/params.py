@@ -153,10 +153,6 @@ class Params(_Section):
                 f"missing {missing}, not a label {extra}")
         return self
 
-    def ordered_label_words(self) -> list[str]:
-        """Label words in the order of ``base.labels`` (class id order)."""
-        return [self.prompt.label_words[label] for label in self.base.labels]
-
 
 def _format_error(path: Path, err: ValidationError) -> str:
     """One line per key: ``train.lora.rank: unknown key (known: ...)``."""

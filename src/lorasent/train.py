@@ -37,7 +37,7 @@ from lorasent.artifacts import (
     write_json,
 )
 from lorasent.errors import LorasentError
-from lorasent.modeling import load_base_model
+from lorasent.modeling import load_model_and_prompt
 from lorasent.params import BaseParams, PromptParams, TrainParams
 from lorasent.paths import (
     ADAPTER_DIR,
@@ -48,7 +48,7 @@ from lorasent.paths import (
     SPLIT_DIR,
     TRAIN_LIVE_DIR,
 )
-from lorasent.scoring import PromptEncoder, collate_training, label_token_loss
+from lorasent.scoring import collate_training, label_token_loss
 
 
 @dataclass(frozen=True)
@@ -111,12 +111,7 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
         raise LorasentError(f"{train_path}: no training rows; check split.train_size")
 
     set_seed(base.seed)
-    model, tokenizer, device = load_base_model(
-        model_dir, device=base.device, precision=base.precision,
-        attn_implementation=base.attn_implementation)
-    encoder = PromptEncoder.create(tokenizer, prompt.template,
-                                   [prompt.label_words[label] for label in labels],
-                                   prompt.max_length)
+    model, encoder, device = load_model_and_prompt(model_dir, base=base, prompt=prompt)
     weights = class_weights(train.class_weighting, [r["label_id"] for r in rows], len(labels))
     examples = []
     for r in rows:
@@ -148,11 +143,12 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
         live = Live(dir=str(live_dir), dvcyaml=False, save_dvc_exp=False, report=None)
         trainer = LabelWordTrainer(
             model=model, args=args, train_dataset=datasets.Dataset.from_list(examples),
-            data_collator=partial(collate_training, pad_id=tokenizer.pad_token_id),
+            data_collator=partial(collate_training, pad_id=encoder.tokenizer.pad_token_id),
             callbacks=[DVCLiveCallback(live=live)])
         trainer.train()
 
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    final_loss = losses[-1] if losses else None
     base_manifest = read_json(model_dir / MANIFEST)
     record = {
         "mode": train.mode,
@@ -176,5 +172,5 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
                "steps": trainer.state.global_step, "train_rows": len(rows),
                "effective_batch_size": train.per_device_train_batch_size
                * train.gradient_accumulation_steps * trainer.args.world_size,
-               "final_loss": losses[-1] if losses else None}))
-    return TrainResult(trainer.state.global_step, losses[-1] if losses else None, trainable)
+               "final_loss": final_loss}))
+    return TrainResult(trainer.state.global_step, final_loss, trainable)
