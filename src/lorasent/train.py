@@ -17,7 +17,7 @@ max_length, base model source and hash, resolved params); and a provenance recor
 
 from __future__ import annotations
 
-import tempfile
+import shutil
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -72,6 +72,22 @@ class LabelWordTrainer(Trainer):
         return (loss, None) if return_outputs else loss
 
 
+def _step_aligned_dvclive(live):
+    """transformers' dvclive callback, logging at the optimiser step.
+
+    The stock callback counts log events (0, 1, 2, ...); a loss curve's x axis should be
+    the optimiser step, so each event is logged at ``state.global_step``.
+    """
+    from transformers.integrations import DVCLiveCallback
+
+    class StepAlignedDVCLiveCallback(DVCLiveCallback):
+        def on_log(self, args, state, control, **kwargs):
+            live.step = state.global_step
+            super().on_log(args, state, control, **kwargs)
+
+    return StepAlignedDVCLiveCallback(live=live)
+
+
 def class_weights(scheme: str, label_ids: list[int], num_labels: int) -> np.ndarray:
     """Per-class loss weights, float64 (K,).
 
@@ -101,7 +117,6 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
     import datasets
     from dvclive import Live
     from peft import LoraConfig, get_peft_model
-    from transformers.integrations import DVCLiveCallback
 
     started = time.perf_counter()
     labels = list(base.labels)
@@ -125,10 +140,12 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
 
-    # Trainer wants an output_dir; nothing is saved there (save_strategy="no").
-    with tempfile.TemporaryDirectory(prefix="lorasent-trainer-") as work:
+    # Trainer wants an output_dir; nothing is saved there (save_strategy="no"). A fixed
+    # name keeps the arguments that dvclive records (metrics/train/params.yaml) stable.
+    work = adapter_dir.parent / ".trainer"
+    try:
         args = TrainingArguments(
-            output_dir=work, seed=base.seed, data_seed=base.seed,
+            output_dir=str(work), seed=base.seed, data_seed=base.seed,
             learning_rate=train.learning_rate, num_train_epochs=train.num_train_epochs,
             max_steps=train.max_steps,
             per_device_train_batch_size=train.per_device_train_batch_size,
@@ -144,8 +161,10 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
         trainer = LabelWordTrainer(
             model=model, args=args, train_dataset=datasets.Dataset.from_list(examples),
             data_collator=partial(collate_training, pad_id=encoder.tokenizer.pad_token_id),
-            callbacks=[DVCLiveCallback(live=live)])
+            callbacks=[_step_aligned_dvclive(live)])
         trainer.train()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     final_loss = losses[-1] if losses else None
