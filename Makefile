@@ -3,8 +3,14 @@
 
 PYTHON ?= python3
 VENV ?= .venv
+ifeq ($(LORASENT_SYSTEM_PYTHON),1)
+# In the containers (docker/): the image's Python already holds everything.
+BIN := $(patsubst %/,%,$(dir $(shell command -v $(PYTHON))))
+STAMP :=
+else
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.lorasent-installed
+endif
 # torch is installed apart from the lock: the CPU build here (pip takes it from local
 # disk), a CUDA build from PyPI elsewhere; for ROCm pass the wheel index, e.g.
 # make run TORCH_INDEX_URL=https://download.pytorch.org/whl/rocm6.4
@@ -16,16 +22,20 @@ PYTEST_ARGS ?=
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test lint lock clean
+.PHONY: help setup run test lint lock lock-check doctor clean docker-build docker-run \
+	docker-build-cpu docker-run-cpu
 
 help:  ## Show the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml requirements.lock
+# torch first (unless the venv sees one), then the lock with --no-deps so that nothing
+# it holds can pull in another torch build.
+$(VENV)/.lorasent-installed: pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install \
 		$(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -c requirements.lock -e '.[dev]'
+	$(BIN)/python -m pip install --no-deps --require-hashes -r requirements.lock
+	$(BIN)/python -m pip install --no-deps -e .
 	touch $@
 
 setup: $(STAMP)  ## Create .venv with pinned dependencies (skipped when up to date)
@@ -36,16 +46,52 @@ run: $(STAMP)  ## Set up if needed, then run the pipeline (dvc repro)
 test: $(STAMP)  ## Set up if needed, then run all tests (the slow ones take a few minutes)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-lint: $(STAMP)  ## Lint the code (ruff)
+lint: $(STAMP)  ## Lint the code (ruff) and both Dockerfiles (hadolint)
 	$(BIN)/ruff check src tests
+	$(BIN)/hadolint docker/rocm/Dockerfile docker/cpu/Dockerfile
 
-lock:  ## Re-resolve requirements.lock in a throwaway venv (needs the package index)
+doctor: $(STAMP)  ## Report torch, the GPU and the libraries; check params.yaml's needs
+	$(BIN)/lorasent doctor
+
+lock:  ## Re-resolve requirements.lock (with hashes, without torch); needs the package index
 	rm -rf build/lockvenv && $(PYTHON) -m venv build/lockvenv
 	build/lockvenv/bin/python -m pip install -q "$(TORCH_SPEC)"
 	build/lockvenv/bin/python -m pip install -q -e '.[dev]'
-	{ sed -n '/^#/p' requirements.lock; build/lockvenv/bin/python -m pip freeze \
-		--exclude-editable | grep -v -E '^torch=='; } > requirements.lock.new
+	build/lockvenv/bin/python -m pip freeze --exclude-editable \
+		| grep -v -E '^torch==' > build/pins.txt
+	build/lockvenv/bin/python -m pip install -q uv
+	{ sed -n '/^#/p' requirements.lock; build/lockvenv/bin/uv pip compile build/pins.txt \
+		--no-deps --generate-hashes --no-header --no-annotate -q; } > requirements.lock.new
 	mv requirements.lock.new requirements.lock && rm -rf build/lockvenv
+
+lock-check:  ## Install requirements.lock with --no-deps into a throwaway venv
+	rm -rf build/lockcheck && $(PYTHON) -m venv build/lockcheck
+	build/lockcheck/bin/python -m pip install -q --no-deps --require-hashes -r requirements.lock
+	rm -rf build/lockcheck
+
+IMAGE ?= lorasent:rocm
+CPU_IMAGE ?= lorasent:cpu
+HF_CACHE ?= $(HOME)/.cache/huggingface
+# As the calling user, so that outputs in the repo stay yours; the host's Hugging Face
+# cache read-only when it exists; HSA_OVERRIDE_GFX_VERSION only when you set it.
+DOCKER_RUN = docker run --rm --user "$$(id -u):$$(id -g)" -e HOME=/tmp \
+	--shm-size=16g -v "$(CURDIR)":/work -w /work \
+	$(if $(wildcard $(HF_CACHE)),-v "$(HF_CACHE)":/tmp/.cache/huggingface:ro)
+
+docker-build:  ## Build the ROCm image (docker/rocm/Dockerfile)
+	docker build -f docker/rocm/Dockerfile -t $(IMAGE) .
+
+docker-run:  ## Run `make run` in the ROCm image on this machine's AMD GPU
+	$(DOCKER_RUN) --device=/dev/kfd --device=/dev/dri --group-add video \
+		--security-opt seccomp=unconfined \
+		$(if $(HSA_OVERRIDE_GFX_VERSION),-e HSA_OVERRIDE_GFX_VERSION=$(HSA_OVERRIDE_GFX_VERSION)) \
+		$(IMAGE) make run
+
+docker-build-cpu:  ## Build the CPU image (docker/cpu/Dockerfile)
+	docker build -f docker/cpu/Dockerfile -t $(CPU_IMAGE) .
+
+docker-run-cpu:  ## Run `make run` in the CPU image
+	$(DOCKER_RUN) $(CPU_IMAGE) make run
 
 clean:  ## Remove the environment and DVC's outputs (data/, models/); keeps the DVC cache
 	rm -rf $(VENV) data/raw data/split models/base models/adapter

@@ -104,7 +104,8 @@ def test_outputs_and_provenance(repo):
     assert 0 < train["trainable_parameters"] < train["total_parameters"]
     assert len(train["git"]["commit"]) == 40
     assert train["packages"]["transformers"] and train["packages"]["peft"]
-    assert train["device"]["type"] == "cpu" and train["wall_time_s"] > 0
+    assert train["device"]["device"] == "cpu" and train["wall_time_s"] > 0
+    assert train["device"]["hip"] is None and "arch" in train["device"]
     assert set(read(repo, "metrics/provenance/evaluate.json")["inputs"]) == {
         "model", "adapter", "test.jsonl"}
 

@@ -134,35 +134,6 @@ def git_state(cwd: str | Path = ".") -> dict[str, Any]:
     return {"commit": commit, "dirty": bool(dirty) if dirty is not None else None}
 
 
-def device_info(device: Any) -> dict[str, Any]:
-    """Describe the torch device: kind, name, HIP/CUDA versions, GPU arch (gfx id)."""
-    import torch
-
-    info: dict[str, Any] = {
-        "type": str(device), "torch": torch.__version__,
-        "hip": getattr(torch.version, "hip", None), "cuda": torch.version.cuda,
-        "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-    }
-    if str(device).startswith("cuda") and torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(torch.device(device))
-        info["name"] = props.name
-        info["arch"] = getattr(props, "gcnArchName", None) or f"sm_{props.major}{props.minor}"
-        info["memory_bytes"] = props.total_memory
-    return info
-
-
-def _cpu_model() -> str:
-    """The CPU's model name (from /proc/cpuinfo on Linux), else the architecture."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def provenance(*, stage: str, params: dict[str, Any], device: Any, wall_time_s: float,
                inputs: dict[str, str], extra: dict[str, Any] | None = None,
                status: str = "ok") -> dict[str, Any]:
@@ -177,9 +148,11 @@ def provenance(*, stage: str, params: dict[str, Any], device: Any, wall_time_s: 
         extra: stage-specific facts (e.g. trainable parameters).
         status: ``ok`` or ``failed``.
     """
+    from lorasent.environment import environment_report
+
     return {
         "stage": stage, "status": status, "wall_time_s": round(wall_time_s, 3),
-        "git": git_state(), "inputs": inputs, "device": device_info(device),
+        "git": git_state(), "inputs": inputs, "device": environment_report(device),
         "python": platform.python_version(), "platform": platform.platform(),
         "packages": package_versions(), "params": params, **(extra or {}),
     }

@@ -112,6 +112,49 @@ def evaluate(params: Params) -> str:
     return f"accuracy {result.accuracy:.4f}, relative error reduction {rer}"
 
 
+@click.command()
+@click.option("--params", "params_path", default="params.yaml", show_default=True,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="Params whose device, precision and attention to check (skipped if absent).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def doctor(params_path: Path, as_json: bool) -> None:
+    """Report torch, the device and the libraries; check the params' environment needs.
+
+    Exits with status 1 when a check fails (e.g. base.device: rocm on a CUDA wheel).
+    """
+    import json
+
+    from lorasent.artifacts import package_versions
+    from lorasent.environment import check_environment, environment_report
+
+    report = {**environment_report(), "packages": package_versions()}
+    findings = []
+    if params_path.is_file():
+        try:
+            base = load_params(params_path).base
+        except LorasentError as err:
+            click.echo(f"lorasent doctor: error: {err}", err=True)
+            sys.exit(1)
+        findings = check_environment(device=base.device, precision=base.precision,
+                                     attn_implementation=base.attn_implementation,
+                                     model=base.model, model_dir=Path("models/base"))
+    if as_json:
+        click.echo(json.dumps({**report, "findings": [f.__dict__ for f in findings]}, indent=2))
+    else:
+        for key, value in report.items():
+            if isinstance(value, dict):
+                value = ", ".join(f"{k}={v}" for k, v in value.items())
+            elif key.endswith("_bytes"):
+                key, value = key.removesuffix("_bytes"), f"{value / 2**30:.1f} GiB"
+            click.echo(f"{key:>14}: {value}")
+        checked = f"checked {params_path}" if params_path.is_file() else f"no {params_path}"
+        click.echo(f"\n{checked}: " + ("no problems" if not findings else ""))
+        for f in findings:
+            click.echo(f"  {f.level.upper()}: {f.message}")
+    if any(f.level == "fail" for f in findings):
+        sys.exit(1)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="lorasent")
 def main() -> None:
@@ -121,7 +164,7 @@ def main() -> None:
     """
 
 
-for _command in (fetch, split, baseline, train, evaluate):
+for _command in (fetch, split, baseline, train, evaluate, doctor):
     main.add_command(_command)
 
 

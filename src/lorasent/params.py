@@ -41,7 +41,7 @@ class BaseParams(_Section):
     model: str = Field(min_length=1)
     labels: tuple[str, ...] = Field(min_length=2)
     label_aliases: dict[str, str]
-    device: Literal["auto", "cpu", "cuda", "mps"]
+    device: Literal["auto", "cpu", "cuda", "rocm", "mps"]
     precision: Literal["auto", "bf16", "fp16", "fp32"]
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2"]
 

@@ -1,0 +1,223 @@
+"""The machine: device and precision choice, the seeds' environment pitfalls, a report.
+
+``lorasent doctor`` prints :func:`environment_report` and :func:`check_environment`;
+every stage that loads a model runs :func:`require_environment` first, so a wrong
+torch build or an impossible setting fails before minutes of loading, with what to do.
+
+The pitfalls (seed 000, section 6):
+1. A CUDA or CPU wheel of torch installed over the ROCm one: ``torch.version.hip`` is
+   ``None`` although the params ask for ROCm (``base.device: rocm``).
+2. ``attn_implementation: flash_attention_2`` without flash-attn: on ROCm it must be
+   compiled by hand; PyTorch's ``sdpa`` is fused already and needs nothing.
+3. bf16 asked on a GPU without bf16.
+And a warning: fp16 with a Gemma model (its activations overflow fp16: NaN losses).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from lorasent.errors import LorasentError
+
+log = logging.getLogger(__name__)
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+ROCM_HELP = ("Install a ROCm build of torch from PyTorch's index, e.g. `make setup "
+             "TORCH_INDEX_URL=https://download.pytorch.org/whl/rocm6.4` in a new .venv, or use "
+             "the container (docker/rocm); never a plain `pip install torch`")
+
+
+class EnvironmentProblem(LorasentError, RuntimeError):
+    """The device, precision or attention asked for cannot work on this machine."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One check's outcome: ``fail`` stops a run, ``warn`` is printed."""
+
+    level: Literal["fail", "warn"]
+    message: str
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device for ``base.device``.
+
+    ``auto``: a ROCm or CUDA GPU (ROCm builds expose AMD GPUs as ``cuda``), else MPS,
+    else the CPU. ``rocm`` and ``cuda`` insist on that GPU stack.
+
+    Raises:
+        EnvironmentProblem: the asked-for device is not there, saying why.
+    """
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    build = f"torch {torch.__version__} (hip={torch.version.hip}, cuda={torch.version.cuda})"
+    if name == "rocm":
+        if torch.version.hip is None:
+            raise EnvironmentProblem(
+                f"base.device is rocm but {build} is not a ROCm build: a CUDA or CPU wheel "
+                f"was installed over the ROCm one. {ROCM_HELP}")
+        if not torch.cuda.is_available():
+            raise EnvironmentProblem(
+                f"base.device is rocm and {build} is a ROCm build, but it sees no GPU. Check "
+                "that /dev/kfd and /dev/dri are present (in a container: --device=/dev/kfd "
+                "--device=/dev/dri --group-add video), and for a card ROCm does not list, "
+                "HSA_OVERRIDE_GFX_VERSION (see docker/README.md)")
+        return torch.device("cuda")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise EnvironmentProblem(f"base.device is cuda but {build} sees no GPU; set "
+                                 "base.device: auto to use what is there")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise EnvironmentProblem("base.device is mps but MPS is not available; set "
+                                 "base.device: auto")
+    return torch.device(name)
+
+
+def bf16_supported(device: torch.device) -> bool:
+    """Whether ``device`` computes in bf16 (GPUs from Ampere / CDNA on; CPUs emulate it)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return True
+
+
+def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
+    """The dtype for ``base.precision``: ``auto`` is bf16 on a GPU that has it (seed
+    000's choice), else fp32.
+
+    Raises:
+        EnvironmentProblem: bf16 asked on a GPU without it.
+    """
+    if precision == "auto":
+        on_gpu_with_bf16 = device.type == "cuda" and bf16_supported(device)
+        return torch.bfloat16 if on_gpu_with_bf16 else torch.float32
+    if precision == "bf16" and not bf16_supported(device):
+        raise EnvironmentProblem(
+            f"base.precision is bf16 but {torch.cuda.get_device_name(device)} does not "
+            "support bf16; set base.precision: auto (fp32 there) or fp32")
+    return _DTYPES[precision]
+
+
+def flash_attn_available() -> bool:
+    return importlib.util.find_spec("flash_attn") is not None
+
+
+def _is_gemma(model: str, model_dir: Path | None) -> bool:
+    if "gemma" in model.lower():
+        return True
+    config = model_dir / "config.json" if model_dir else None
+    if config and config.is_file():
+        return json.loads(config.read_text(encoding="utf-8")).get("model_type", "").startswith(
+            "gemma")
+    return False
+
+
+def check_environment(*, device: str, precision: str, attn_implementation: str, model: str,
+                      model_dir: Path | None = None) -> list[Finding]:
+    """Every problem with running these ``base`` params here (none: an empty list)."""
+    findings: list[Finding] = []
+    try:
+        torch_device = resolve_device(device)
+        resolve_dtype(precision, torch_device)
+    except EnvironmentProblem as err:
+        findings.append(Finding("fail", str(err)))
+    if attn_implementation == "flash_attention_2" and not flash_attn_available():
+        findings.append(Finding(
+            "fail", "base.attn_implementation is flash_attention_2 but flash-attn is not "
+            "installed (on ROCm it must be compiled for your GPU). Use sdpa: PyTorch's fused "
+            "attention, as fast at these lengths (seed 000 lost an hour to this)"))
+    if precision == "fp16" and _is_gemma(model, model_dir):
+        findings.append(Finding(
+            "warn", "base.precision is fp16 with a Gemma model: Gemma's activations overflow "
+            "fp16 (NaN or exploding loss); prefer bf16, or fp32 where bf16 is missing"))
+    return findings
+
+
+def require_environment(*, device: str, precision: str, attn_implementation: str, model: str,
+                        model_dir: Path | None = None) -> tuple[torch.device, torch.dtype]:
+    """Run :func:`check_environment`; log warnings, raise on a failure.
+
+    Returns:
+        the resolved ``(torch.device, torch.dtype)``.
+
+    Raises:
+        EnvironmentProblem: listing every failed check.
+    """
+    findings = check_environment(device=device, precision=precision,
+                                 attn_implementation=attn_implementation, model=model,
+                                 model_dir=model_dir)
+    for f in findings:
+        if f.level == "warn":
+            log.warning(f.message)
+    failures = [f.message for f in findings if f.level == "fail"]
+    if failures:
+        raise EnvironmentProblem("\n".join(failures) + "\n(`lorasent doctor` shows the "
+                                 "whole environment)")
+    torch_device = resolve_device(device)
+    return torch_device, resolve_dtype(precision, torch_device)
+
+
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux), else the architecture."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def attention_backends() -> dict[str, Any]:
+    """Which ``attn_implementation`` values can run, and PyTorch's enabled SDPA kernels."""
+    backends: dict[str, Any] = {"sdpa": hasattr(torch.nn.functional,
+                                                "scaled_dot_product_attention"),
+                                "eager": True, "flash_attention_2": flash_attn_available()}
+    if torch.cuda.is_available():
+        cuda = torch.backends.cuda
+        backends["sdpa_kernels"] = {
+            name: getattr(cuda, f"{name}_sdp_enabled")()
+            for name in ("flash", "mem_efficient", "math", "cudnn")
+            if hasattr(cuda, f"{name}_sdp_enabled")}
+    return backends
+
+
+def environment_report(device: torch.device | str | None = None) -> dict[str, Any]:
+    """Facts about torch and the device, for ``lorasent doctor`` and provenance.
+
+    Returns:
+        torch version, ``hip`` / ``cuda`` versions, device type, name and architecture
+        (gfx id on AMD, sm_XY on NVIDIA), bf16 support, attention backends and free
+        memory in bytes (device memory on a GPU, RAM on the CPU).
+    """
+    import psutil
+
+    device = torch.device(device) if device is not None else resolve_device("auto")
+    report: dict[str, Any] = {
+        "torch": torch.__version__, "hip": torch.version.hip, "cuda": torch.version.cuda,
+        "device": str(device), "cpu": cpu_model(), "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(), "bf16": bf16_supported(device),
+        "attention": attention_backends(),
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        free, total = torch.cuda.mem_get_info(device)
+        report.update(name=props.name,
+                      arch=getattr(props, "gcnArchName", None) or f"sm_{props.major}{props.minor}",
+                      memory_free_bytes=free, memory_total_bytes=total)
+    else:
+        memory = psutil.virtual_memory()
+        report.update(name=report["cpu"], arch=platform.machine(),
+                      memory_free_bytes=memory.available, memory_total_bytes=memory.total)
+    return report
