@@ -1,24 +1,51 @@
-"""Evaluate refuses an adapter that does not belong to this base model or these labels."""
+"""An adapter is refused with another base model, other labels or another prompt."""
+
+import json
 
 import pytest
 
-from lorasent.evaluate import AdapterMismatchError, check_adapter
+from lorasent.modeling import AdapterMismatchError, check_adapter
+from lorasent.params import PromptParams
 
-RECORD = {"labels": ["negative", "neutral", "positive"],
+LABELS = ["negative", "neutral", "positive"]
+RECORD = {"labels": LABELS, "template": "Tweet: {text}\nSentiment:",
+          "label_words": [" negative", " neutral", " positive"], "max_length": 128,
           "base_model": {"source": "packaged:gemma-3-270m", "sha256": "a" * 64}}
 
 
-def test_matching_adapter_passes(tmp_path):
-    check_adapter(RECORD, labels=RECORD["labels"], model_sha256="a" * 64, adapter_dir=tmp_path)
+@pytest.fixture
+def base_dir(tmp_path):
+    (tmp_path / "manifest.json").write_text(json.dumps({"sha256": "a" * 64}))
+    return tmp_path
 
 
-def test_other_base_model_is_refused(tmp_path):
-    with pytest.raises(AdapterMismatchError, match="but the base model here has " + "b" * 64):
-        check_adapter(RECORD, labels=RECORD["labels"], model_sha256="b" * 64,
-                      adapter_dir=tmp_path)
+def prompt(**changes):
+    fields = {"template": RECORD["template"], "max_length": 128,
+              "label_words": dict(zip(LABELS, RECORD["label_words"], strict=True))}
+    return PromptParams(**{**fields, **changes})
 
 
-def test_other_label_order_is_refused(tmp_path):
+def test_matching_adapter_passes(base_dir):
+    check_adapter(RECORD, model_dir=base_dir, adapter_dir="a", labels=LABELS, prompt=prompt())
+
+
+def test_other_base_model_is_refused(base_dir):
+    (base_dir / "manifest.json").write_text(json.dumps({"sha256": "b" * 64}))
+    with pytest.raises(AdapterMismatchError, match=f"but {base_dir} has " + "b" * 64):
+        check_adapter(RECORD, model_dir=base_dir, adapter_dir="a")
+
+
+def test_base_model_without_manifest_is_refused(tmp_path):
+    with pytest.raises(AdapterMismatchError, match="no manifest.json"):
+        check_adapter(RECORD, model_dir=tmp_path, adapter_dir="a")
+
+
+def test_other_label_order_is_refused(base_dir):
     with pytest.raises(AdapterMismatchError, match="trained for labels"):
-        check_adapter(RECORD, labels=["neutral", "negative", "positive"],
-                      model_sha256="a" * 64, adapter_dir=tmp_path)
+        check_adapter(RECORD, model_dir=base_dir, adapter_dir="a",
+                      labels=["neutral", "negative", "positive"])
+
+
+def test_other_prompt_is_refused(base_dir):
+    with pytest.raises(AdapterMismatchError, match="another prompt"):
+        check_adapter(RECORD, model_dir=base_dir, adapter_dir="a", prompt=prompt(max_length=64))

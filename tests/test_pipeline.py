@@ -119,11 +119,32 @@ def test_repro_again_is_a_no_op(repo):
 def test_running_twice_gives_identical_metrics(repo):
     before = {name: (repo / name).read_bytes() for name in
               ("metrics/baseline.json", "metrics/eval.json", "metrics/predictions.csv")}
-    adapter = (repo / "models/adapter/adapter_model.safetensors").read_bytes()
+    adapter = {p.name: p.read_bytes() for p in (repo / "models/adapter").iterdir()}
     for stage in ("baseline", "train", "evaluate"):
         run(repo, "dvc", "repro", "--force", "--single-item", stage)
     assert {name: (repo / name).read_bytes() for name in before} == before
-    assert (repo / "models/adapter/adapter_model.safetensors").read_bytes() == adapter
+    # every file of the adapter, adapter_config.json too (peft keeps a set in it)
+    assert {p.name: p.read_bytes() for p in (repo / "models/adapter").iterdir()} == adapter
+    assert json.loads(run(repo, "dvc", "status", "--json")) == {}
+
+
+def test_failed_stage_keeps_the_last_good_metrics(repo):
+    kept = ["metrics/eval.json", "metrics/train/plots/metrics/loss.tsv",
+            "metrics/provenance/train.json", "metrics/baseline.json"]
+    before = {name: (repo / name).read_bytes() for name in kept}
+    original = (repo / "params.yaml").read_text(encoding="utf-8")
+    (repo / "params.yaml").write_text(original.replace("    r: 8", "    rank: 8"),
+                                      encoding="utf-8")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    failed = subprocess.run(["dvc", "repro"], cwd=repo, env=env, capture_output=True, text=True)
+    assert failed.returncode != 0
+    assert "train.lora.rank: unknown key" in failed.stdout + failed.stderr
+    assert {name: (repo / name).read_bytes() for name in kept} == before
+    (repo / "params.yaml").write_text(original, encoding="utf-8")
+    run(repo, "dvc", "repro")  # retrains: same adapter, same metrics, new wall time
+    assert {name: (repo / name).read_bytes() for name in kept if "provenance" not in name} == {
+        name: data for name, data in before.items() if "provenance" not in name}
+    assert json.loads(run(repo, "dvc", "status", "--json")) == {}
 
 
 def test_plots_render(repo):

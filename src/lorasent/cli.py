@@ -11,6 +11,7 @@ import functools
 import logging
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,8 +20,9 @@ import click
 from lorasent.errors import LorasentError
 from lorasent.params import Params, load_params
 
-# Offline by default: every stage after fetch reads local folders only.
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+# transformers' own deprecation notice, raised inside peft on every model load.
+warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 
 def _stage(func: Callable[[Params], str]) -> click.Command:
@@ -112,6 +114,98 @@ def evaluate(params: Params) -> str:
     return f"accuracy {result.accuracy:.4f}, relative error reduction {rer}"
 
 
+def _user_errors(func: Callable) -> Callable:
+    """Print a LorasentError's message (no traceback) and exit with status 1."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except (LorasentError, FileNotFoundError) as err:
+            if os.environ.get("LORASENT_DEBUG"):
+                raise
+            click.echo(f"lorasent {func.__name__}: error: {err}", err=True)
+            sys.exit(1)
+
+    return wrapper
+
+
+_ADAPTER = click.option("--adapter", "adapter_dir", default="models/adapter", show_default=True,
+                        type=click.Path(file_okay=False, path_type=Path),
+                        help="Adapter folder written by the train stage.")
+_BASE = click.option("--base", "base_dir", default="models/base", show_default=True,
+                     type=click.Path(file_okay=False, path_type=Path),
+                     help="Base model folder the adapter was trained on (checked by hash).")
+_DEVICE = click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm", "mps"]),
+                       help="Device to run on; default: as recorded at training time.")
+
+
+@click.command()
+@click.argument("texts", nargs=-1)
+@_ADAPTER
+@_BASE
+@click.option("--input", "input_path", help="CSV or JSONL file, or a file (or - for stdin) "
+              "with one text per line. UTF-8.")
+@click.option("--output", "output_path", help="Write predictions to this .csv or .jsonl file "
+              "(input order kept) instead of printing a table.")
+@click.option("--text-column", default="text", show_default=True,
+              help="Column (CSV) or key (JSONL) holding the text.")
+@click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1),
+              help="Texts per forward pass.")
+@_DEVICE
+@_user_errors
+def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_path: str | None,
+            output_path: str | None, text_column: str, batch_size: int,
+            device: str | None) -> None:
+    """Predict labels, with each class's probability, for TEXTS or an --input file."""
+    import itertools
+
+    from lorasent.modeling import load_trained_model
+    from lorasent.predict import (
+        InputError,
+        output_format,
+        read_texts,
+        stream_predictions,
+        write_predictions,
+    )
+
+    if bool(texts) == bool(input_path):
+        raise InputError("give texts as arguments or --input FILE, not both or neither")
+    fmt = output_format(output_path)
+    stream = iter(texts) if texts else read_texts(input_path, text_column=text_column)
+    first = list(itertools.islice(stream, 1))  # fail on a bad file before loading the model
+    model, encoder, record, _ = load_trained_model(adapter_dir, base_dir, device=device)
+    predictions = stream_predictions(model, encoder, record["labels"],
+                                     itertools.chain(first, stream), batch_size)
+    if output_path is None:
+        write_predictions(predictions, record["labels"], sys.stdout, fmt)
+        return
+    from lorasent.artifacts import atomic_write_text
+
+    out = __import__("io").StringIO()
+    write_predictions(predictions, record["labels"], out, fmt)
+    atomic_write_text(output_path, out.getvalue())
+    click.echo(f"wrote {output_path}", err=True)
+
+
+@click.command()
+@_ADAPTER
+@_BASE
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for the merged model (replaced if it exists).")
+@_DEVICE
+@_user_errors
+def export(adapter_dir: Path, base_dir: Path, out_dir: Path, device: str | None) -> None:
+    """Merge the adapter into its base model and save it for plain transformers."""
+    from lorasent.modeling import load_trained_model
+    from lorasent.predict import export_merged
+
+    model, encoder, record, _ = load_trained_model(adapter_dir, base_dir, device=device)
+    export_merged(model, encoder, record, adapter_dir, out_dir)
+    click.echo(f"exported {adapter_dir} merged into {record['base_model']['source']} to "
+               f"{out_dir} (see {out_dir}/README.md)")
+
+
 @click.command()
 @click.option("--params", "params_path", default="params.yaml", show_default=True,
               type=click.Path(dir_okay=False, path_type=Path),
@@ -164,7 +258,7 @@ def main() -> None:
     """
 
 
-for _command in (fetch, split, baseline, train, evaluate, doctor):
+for _command in (fetch, split, baseline, train, evaluate, doctor, predict, export):
     main.add_command(_command)
 
 

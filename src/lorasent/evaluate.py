@@ -26,50 +26,25 @@ from lorasent.artifacts import (
     sha256_file,
     write_json,
 )
-from lorasent.errors import LorasentError
 from lorasent.metrics import classification_metrics, predictions_csv, relative_error_reduction
-from lorasent.modeling import load_adapter, load_model_and_prompt
+from lorasent.modeling import load_trained_model
 from lorasent.params import BaseParams, EvaluateParams, PromptParams
 from lorasent.paths import (
     ADAPTER_DIR,
-    ADAPTER_RECORD,
     BASE_MODEL_DIR,
     BASELINE_METRICS,
     EVAL_METRICS,
     EVAL_PREDICTIONS,
-    MANIFEST,
     PROVENANCE_DIR,
     SPLIT_DIR,
 )
 from lorasent.scoring import score_texts
 
 
-class AdapterMismatchError(LorasentError):
-    """The adapter was trained on another base model or with other labels."""
-
-
 @dataclass(frozen=True)
 class EvaluateResult:
     accuracy: float
     relative_error_reduction: float | None
-
-
-def check_adapter(record: dict[str, Any], *, labels: list[str], model_sha256: str,
-                  adapter_dir: Path) -> None:
-    """Refuse an adapter whose base model hash or label order differ from the params.
-
-    Raises:
-        AdapterMismatchError: naming what differs and how to fix it.
-    """
-    if record["base_model"]["sha256"] != model_sha256:
-        raise AdapterMismatchError(
-            f"{adapter_dir}: trained on base model {record['base_model']['source']} with "
-            f"sha256 {record['base_model']['sha256']}, but the base model here has "
-            f"{model_sha256}. Run `dvc repro` to retrain, or fetch the matching model")
-    if record["labels"] != labels:
-        raise AdapterMismatchError(
-            f"{adapter_dir}: trained for labels {record['labels']} but base.labels is "
-            f"{labels}; run `dvc repro` to retrain")
 
 
 def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluateParams,
@@ -81,15 +56,13 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
     """Score the test split with base + adapter and write the metrics."""
     started = time.perf_counter()
     labels = list(base.labels)
-    model_sha = read_json(model_dir / MANIFEST)["sha256"]
-    check_adapter(read_json(adapter_dir / ADAPTER_RECORD), labels=labels,
-                  model_sha256=model_sha, adapter_dir=adapter_dir)
     test_path = split_dir / "test.jsonl"
     test = read_jsonl(test_path)
     y_test = [r["label_id"] for r in test]
 
-    model, encoder, device = load_model_and_prompt(model_dir, base=base, prompt=prompt)
-    model = load_adapter(model, adapter_dir)
+    model, encoder, record, device = load_trained_model(
+        adapter_dir, model_dir, device=base.device, precision=base.precision, labels=labels,
+        prompt=prompt)
     scores = score_texts(model, encoder, [r["text"] for r in test], evaluate.batch_size,
                          encoder.tokenizer.pad_token_id, desc="evaluate")
     metrics = classification_metrics(y_test, scores.argmax(1), labels)
@@ -115,7 +88,7 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
     write_json(provenance_dir / "evaluate.json", provenance(
         stage="evaluate", params=params_record, device=device,
         wall_time_s=time.perf_counter() - started,
-        inputs={"model": model_sha,
+        inputs={"model": record["base_model"]["sha256"],
                 "adapter": sha256_file(adapter_dir / "adapter_model.safetensors"),
                 "test.jsonl": sha256_file(test_path)},
         extra={"test_rows": len(test)}))

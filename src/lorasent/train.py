@@ -17,6 +17,7 @@ max_length, base model source and hash, resolved params); and a provenance recor
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from dataclasses import dataclass
@@ -88,6 +89,16 @@ def _step_aligned_dvclive(live):
     return StepAlignedDVCLiveCallback(live=live)
 
 
+def _sort_target_modules(config_path: Path) -> None:
+    """peft keeps ``target_modules`` as a set, so its order in adapter_config.json changes
+    from process to process (string hashing is salted); sort it so that the same training
+    writes the same bytes, and DVC sees an unchanged adapter."""
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    if isinstance(config.get("target_modules"), list):
+        config["target_modules"] = sorted(config["target_modules"])
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True), encoding="utf-8")
+
+
 def class_weights(scheme: str, label_ids: list[int], num_labels: int) -> np.ndarray:
     """Per-class loss weights, float64 (K,).
 
@@ -140,34 +151,6 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
 
-    # Trainer wants an output_dir; nothing is saved there (save_strategy="no"). A fixed
-    # name keeps the arguments that dvclive records (metrics/train/params.yaml) stable.
-    work = adapter_dir.parent / ".trainer"
-    try:
-        args = TrainingArguments(
-            output_dir=str(work), seed=base.seed, data_seed=base.seed,
-            learning_rate=train.learning_rate, num_train_epochs=train.num_train_epochs,
-            max_steps=train.max_steps,
-            per_device_train_batch_size=train.per_device_train_batch_size,
-            gradient_accumulation_steps=train.gradient_accumulation_steps,
-            warmup_steps=train.warmup_ratio, lr_scheduler_type=train.lr_scheduler_type,
-            weight_decay=train.weight_decay, max_grad_norm=train.max_grad_norm,
-            logging_steps=train.logging_steps, logging_first_step=True, save_strategy="no",
-            report_to="none", remove_unused_columns=False, dataloader_num_workers=0,
-            train_sampling_strategy="group_by_length", length_column_name="length",
-            use_cpu=device.type == "cpu", bf16=model.dtype == torch.bfloat16,
-            fp16=model.dtype == torch.float16)
-        live = Live(dir=str(live_dir), dvcyaml=False, save_dvc_exp=False, report=None)
-        trainer = LabelWordTrainer(
-            model=model, args=args, train_dataset=datasets.Dataset.from_list(examples),
-            data_collator=partial(collate_training, pad_id=encoder.tokenizer.pad_token_id),
-            callbacks=[_step_aligned_dvclive(live)])
-        trainer.train()
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    final_loss = losses[-1] if losses else None
     base_manifest = read_json(model_dir / MANIFEST)
     record = {
         "mode": train.mode,
@@ -180,9 +163,41 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
         "base_model": {"source": base.model, "sha256": base_manifest["sha256"]},
         "params": params_record,
     }
-    with atomic_dir(adapter_dir) as tmp:
-        model.save_pretrained(tmp, safe_serialization=True)
-        write_json(tmp / ADAPTER_RECORD, record)
+    # Trainer wants an output_dir; nothing is saved there (save_strategy="no"). A fixed
+    # name keeps the arguments that dvclive records (metrics/train/params.yaml) stable.
+    # The loss history goes to a temporary folder that replaces metrics/train only when
+    # the adapter is saved: a failed run leaves the last good history and adapter.
+    work = adapter_dir.parent / ".trainer"
+    with atomic_dir(live_dir) as live_tmp:
+        try:
+            args = TrainingArguments(
+                output_dir=str(work), seed=base.seed, data_seed=base.seed,
+                learning_rate=train.learning_rate, num_train_epochs=train.num_train_epochs,
+                max_steps=train.max_steps,
+                per_device_train_batch_size=train.per_device_train_batch_size,
+                gradient_accumulation_steps=train.gradient_accumulation_steps,
+                warmup_steps=train.warmup_ratio, lr_scheduler_type=train.lr_scheduler_type,
+                weight_decay=train.weight_decay, max_grad_norm=train.max_grad_norm,
+                logging_steps=train.logging_steps, logging_first_step=True,
+                save_strategy="no", report_to="none", remove_unused_columns=False,
+                dataloader_num_workers=0, train_sampling_strategy="group_by_length",
+                length_column_name="length", use_cpu=device.type == "cpu",
+                bf16=model.dtype == torch.bfloat16, fp16=model.dtype == torch.float16)
+            live = Live(dir=str(live_tmp), dvcyaml=False, save_dvc_exp=False, report=None)
+            trainer = LabelWordTrainer(
+                model=model, args=args, train_dataset=datasets.Dataset.from_list(examples),
+                data_collator=partial(collate_training, pad_id=encoder.tokenizer.pad_token_id),
+                callbacks=[_step_aligned_dvclive(live)])
+            trainer.train()
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        with atomic_dir(adapter_dir) as tmp:
+            model.save_pretrained(tmp, safe_serialization=True)
+            _sort_target_modules(tmp / "adapter_config.json")
+            write_json(tmp / ADAPTER_RECORD, record)
+
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    final_loss = losses[-1] if losses else None
     write_json(provenance_dir / "train.json", provenance(
         stage="train", params=params_record, device=device,
         wall_time_s=time.perf_counter() - started,

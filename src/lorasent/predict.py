@@ -1,0 +1,261 @@
+"""Use a trained adapter: ``lorasent predict`` on new texts, ``lorasent export`` for serving.
+
+Usage::
+
+    lorasent predict --adapter models/adapter "text one" "text two"
+    lorasent predict --adapter models/adapter --input texts.csv --output labels.jsonl
+    lorasent export --adapter models/adapter --out exported/
+
+The adapter folder carries what scoring needs (``lorasent.json``: prompt, label words,
+label order, max_length, base model source and SHA-256); the base model folder
+(``--base``, ``models/base`` by default) must be the one it was trained on, by hash.
+Predictions use the same label scoring as the evaluate stage (:mod:`lorasent.scoring`),
+so they equal evaluate's.
+
+Inputs: texts on the command line, or ``--input`` a CSV (column ``--text-column``), a
+JSONL file (objects with that key, or plain strings), or any other file or ``-``
+(standard input) with one text per line. Files are read in UTF-8 (a byte-order mark is
+dropped) and streamed in chunks, so their size is not bounded by memory. An empty or
+blank text gets no label (``label`` null / empty, ``note`` "empty text"); a text longer
+than ``max_length`` is truncated, the prompt's answer slot kept.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, TextIO
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from lorasent.artifacts import atomic_dir, write_json
+from lorasent.errors import LorasentError
+from lorasent.metrics import probabilities
+from lorasent.scoring import PromptEncoder, score_texts
+
+CHUNK_TEXTS = 512  # texts read, scored and written at a time
+
+
+class InputError(LorasentError, ValueError):
+    """An input file that cannot be read; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    text: str
+    label: str | None
+    probabilities: dict[str, float] | None
+    note: str | None = None
+
+
+def predict(model: Any, encoder: PromptEncoder, labels: list[str], texts: list[str],
+            batch_size: int) -> list[Prediction]:
+    """Predictions for ``texts`` in order; blank texts get no label."""
+    scored = [i for i, t in enumerate(texts) if t.strip()]
+    probs = np.zeros((0, len(labels)))
+    if scored:
+        scores = score_texts(model, encoder, [texts[i] for i in scored], batch_size,
+                             encoder.tokenizer.pad_token_id, desc="predict")
+        probs = probabilities(scores)
+    by_index = dict(zip(scored, probs, strict=True))
+    out = []
+    for i, text in enumerate(texts):
+        if i not in by_index:
+            out.append(Prediction(text, None, None, "empty text"))
+            continue
+        p = by_index[i]
+        out.append(Prediction(text, labels[int(np.argmax(p))],
+                              {label: float(v) for label, v in zip(labels, p, strict=True)}))
+    return out
+
+
+# ------------------------------------------------------------------------------ inputs
+
+def _lines(handle: BinaryIO, name: str) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of each line, decoded one at a time so that undecodable
+    bytes name their line; the newline and a leading byte-order mark are dropped."""
+    for number, raw in enumerate(handle, start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise InputError(f"{name}: line {number} is not valid UTF-8 (byte "
+                             f"{raw[err.start]:#04x} at column {err.start + 1}); re-save the "
+                             "file as UTF-8") from None
+        yield number, (line.removeprefix("\ufeff") if number == 1 else line).rstrip("\r\n")
+
+
+def read_texts(source: str, *, text_column: str = "text") -> Iterator[str]:
+    """Texts from a CSV, JSONL or plain-text file, or ``-`` for standard input, lazily.
+
+    Raises:
+        InputError: missing file or column, invalid JSON, undecodable bytes.
+    """
+    if source == "-":
+        yield from (line for _, line in _lines(sys.stdin.buffer, "<stdin>"))
+        return
+    path = Path(source)
+    if not path.is_file():
+        raise InputError(f"--input {source}: no such file")
+    with open(path, "rb") as handle:
+        lines = _lines(handle, str(path))
+        suffix = path.suffix.lower()
+        if suffix in (".csv", ".tsv"):
+            reader = csv.DictReader((line + "\n" for _, line in lines),
+                                    delimiter="\t" if suffix == ".tsv" else ",")
+            if reader.fieldnames is None or text_column not in reader.fieldnames:
+                raise InputError(f"{path}: no column {text_column!r} (--text-column); columns "
+                                 f"found: {reader.fieldnames or []}")
+            yield from (row[text_column] or "" for row in reader)
+        elif suffix in (".jsonl", ".ndjson"):
+            for number, line in lines:
+                if not line.strip():
+                    yield ""
+                    continue
+                try:
+                    value = json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise InputError(f"{path}: line {number} is not valid JSON "
+                                     f"({err.msg})") from None
+                if isinstance(value, dict):
+                    if text_column not in value:
+                        raise InputError(f"{path}: line {number} has no key {text_column!r} "
+                                         f"(--text-column); keys: {sorted(value)}")
+                    value = value[text_column]
+                yield "" if value is None else str(value)
+        else:
+            yield from (line for _, line in lines)
+
+
+# ----------------------------------------------------------------------------- outputs
+
+def _rows(predictions: Iterable[Prediction], labels: list[str]) -> Iterator[list[Any]]:
+    for p in predictions:
+        probs = p.probabilities or {}
+        yield [p.text, p.label or "", *(f"{probs[label]:.6f}" if probs else ""
+                                        for label in labels), p.note or ""]
+
+
+def write_predictions(predictions: Iterable[Prediction], labels: list[str], out: TextIO,
+                      fmt: str) -> None:
+    """Write predictions as ``csv``, ``jsonl`` or a ``table`` for the terminal."""
+    if fmt == "jsonl":
+        for p in predictions:
+            out.write(json.dumps({"text": p.text, "label": p.label,
+                                  "probabilities": p.probabilities, "note": p.note},
+                                 ensure_ascii=False) + "\n")
+    elif fmt == "csv":
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(["text", "label", *(f"p_{label}" for label in labels), "note"])
+        writer.writerows(_rows(predictions, labels))
+    else:
+        width = max(len(label) for label in labels)
+        out.write(f"{'label':<{width}}  " + "  ".join(f"{label[:8]:>8}" for label in labels)
+                  + "  text\n")
+        for row in _rows(predictions, labels):
+            text = row[0] if len(row[0]) <= 60 else row[0][:57] + "..."
+            out.write(f"{row[1] or '-':<{width}}  " + "  ".join(f"{v:>8}" for v in row[2:-1])
+                      + f"  {text!r}\n")
+
+
+def output_format(path: str | None) -> str:
+    if path is None:
+        return "table"
+    suffix = Path(path).suffix.lower()
+    if suffix in (".jsonl", ".ndjson"):
+        return "jsonl"
+    if suffix == ".csv":
+        return "csv"
+    raise InputError(f"--output {path}: use a .csv or .jsonl file")
+
+
+def stream_predictions(model: Any, encoder: PromptEncoder, labels: list[str],
+                       texts: Iterable[str], batch_size: int,
+                       chunk: int = CHUNK_TEXTS) -> Iterator[Prediction]:
+    """Predictions for a stream of texts, ``chunk`` texts at a time, in input order."""
+    texts = iter(texts)
+    with tqdm(desc="texts", unit="text", disable=None) as bar:
+        while batch := list(itertools.islice(texts, chunk)):
+            yield from predict(model, encoder, labels, batch, batch_size)
+            bar.update(len(batch))
+
+
+# ------------------------------------------------------------------------------ export
+
+EXPORT_README = """# {labels_str} classifier: LoRA merged into its base model
+
+Exported by `lorasent export` from `{adapter}`: the LoRA adapter folded into the base
+model `{base}` (SHA-256 {base_sha}), saved as safetensors with its tokenizer. It loads with
+plain transformers, no peft and no lorasent.
+
+How it classifies: the text goes into the prompt below; each class's score is the summed
+log-probability of all tokens of its label word after the prompt; the prediction is the
+highest score, the probabilities the softmax of the scores (`lorasent.json` holds the
+template, the label words in class-id order and their token ids).
+
+Prompt template:
+
+    {template_repr}
+
+Label words: {words}
+
+```python
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+path = "{out}"
+tok = AutoTokenizer.from_pretrained(path)
+model = AutoModelForCausalLM.from_pretrained(path).eval()
+template = {template_py}
+labels = {labels}
+label_words = {label_words}
+
+
+@torch.inference_mode()
+def classify(text):
+    prompt = tok(template.replace("{{text}}", text))["input_ids"]
+    scores = []
+    for word in label_words:
+        ids = tok(word, add_special_tokens=False)["input_ids"]
+        logits = model(input_ids=torch.tensor([prompt + ids])).logits[0].float()
+        logp = logits.log_softmax(-1)
+        scores.append(sum(logp[len(prompt) - 1 + j, t].item() for j, t in enumerate(ids)))
+    probs = torch.tensor(scores).softmax(-1).tolist()
+    return labels[max(range(len(labels)), key=scores.__getitem__)], dict(zip(labels, probs))
+
+
+print(classify("I love this phone"))
+```
+
+(Texts longer than {max_length} tokens with the prompt should be cut from the end of the
+text, never the template, as lorasent does.)
+"""
+
+
+def export_merged(model: Any, encoder: PromptEncoder, record: dict[str, Any],
+                  adapter_dir: Path, out_dir: Path) -> Path:
+    """Fold the LoRA weights into the base model and save it, loadable without peft.
+
+    Writes ``model.safetensors`` (+ config), the tokenizer, ``lorasent.json`` (the adapter's
+    record: labels, prompt, label words and token ids) and a README on loading and scoring.
+    """
+    merged = model.merge_and_unload()
+    merged.config.id2label = dict(enumerate(record["labels"]))
+    merged.config.label2id = {label: i for i, label in enumerate(record["labels"])}
+    with atomic_dir(out_dir) as tmp:
+        merged.save_pretrained(tmp, safe_serialization=True)
+        encoder.tokenizer.save_pretrained(tmp)
+        write_json(tmp / "lorasent.json", {**record, "exported_from": str(adapter_dir)})
+        (tmp / "README.md").write_text(EXPORT_README.format(
+            labels_str=" / ".join(record["labels"]), adapter=adapter_dir,
+            base=record["base_model"]["source"], base_sha=record["base_model"]["sha256"],
+            template_repr=repr(record["template"]), template_py=repr(record["template"]),
+            words=", ".join(repr(w) for w in record["label_words"]), out=out_dir,
+            labels=record["labels"], label_words=record["label_words"],
+            max_length=record["max_length"]), encoding="utf-8")
+    return out_dir

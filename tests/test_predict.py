@@ -1,0 +1,167 @@
+"""Using a trained adapter: predict equals evaluate, export equals base + adapter."""
+
+import csv
+import json
+import re
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from lorasent.baseline import run_baseline
+from lorasent.cli import main
+from lorasent.evaluate import run_evaluate
+from lorasent.fetch import fetch_dataset, fetch_model
+from lorasent.metrics import probabilities
+from lorasent.modeling import AdapterMismatchError, load_trained_model
+from lorasent.params import merge, parse_params
+from lorasent.predict import InputError, predict, read_texts
+from lorasent.scoring import PromptEncoder, score_texts
+from lorasent.split import run_split
+from lorasent.train import run_train
+
+pytestmark = pytest.mark.slow
+
+TINY = {"split": {"train_size": 24, "validation_size": 0, "test_size": 24},
+        "train": {"max_steps": 2, "per_device_train_batch_size": 4, "logging_steps": 1},
+        "evaluate": {"batch_size": 8}}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, packaged_model_dir, repo_params_raw):
+    """A tiny run of the five stages, in-process, in a temporary folder."""
+    root = tmp_path_factory.mktemp("trained")
+    params = parse_params(merge(repo_params_raw, TINY))
+    record = params.model_dump(mode="json")
+    paths = {"model_dir": root / "base", "split_dir": root / "split",
+             "provenance_dir": root / "provenance"}
+    fetch_model(str(packaged_model_dir), paths["model_dir"])
+    fetch_dataset(params.data.source, text_column="text", label_column="label",
+                  encoding="utf-8", hf_split="train", out_dir=root / "raw")
+    run_split(labels=params.base.labels, aliases=params.base.label_aliases,
+              sizes={"train": 24, "validation": 0, "test": 24}, seed=params.base.seed,
+              raw_dir=root / "raw", out_dir=paths["split_dir"], report_path=root / "data.json")
+    run_baseline(base=params.base, prompt=params.prompt, batch_size=8, params_record=record,
+                 metrics_path=root / "baseline.json",
+                 predictions_path=root / "baseline_predictions.csv", **paths)
+    run_train(base=params.base, prompt=params.prompt, train=params.train, params_record=record,
+              adapter_dir=root / "adapter", live_dir=root / "train", **paths)
+    run_evaluate(base=params.base, prompt=params.prompt, evaluate=params.evaluate,
+                 params_record=record, adapter_dir=root / "adapter",
+                 baseline_path=root / "baseline.json", metrics_path=root / "eval.json",
+                 predictions_path=root / "predictions.csv", **paths)
+    return root
+
+
+@pytest.fixture(scope="module")
+def loaded(trained):
+    return load_trained_model(trained / "adapter", trained / "base")
+
+
+def _evaluate_predictions(root):
+    with open(root / "predictions.csv", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_predict_equals_evaluate_on_the_test_split(trained, loaded):
+    model, encoder, record, _ = loaded
+    texts = [json.loads(line)["text"] for line in
+             (trained / "split" / "test.jsonl").read_text(encoding="utf-8").splitlines()]
+    got = predict(model, encoder, record["labels"], texts, batch_size=8)
+    expected = _evaluate_predictions(trained)
+    assert [p.label for p in got] == [row["predicted"] for row in expected]
+    for p, row in zip(got, expected, strict=True):
+        for label in record["labels"]:
+            assert p.probabilities[label] == pytest.approx(float(row[f"p_{label}"]), abs=1e-5)
+
+
+def test_predict_cli_writes_jsonl_in_input_order(trained, tmp_path, monkeypatch):
+    monkeypatch.chdir(trained)
+    out = tmp_path / "out.jsonl"
+    result = CliRunner().invoke(main, ["predict", "--adapter", "adapter", "--base", "base",
+                                       "--input", "split/test.jsonl", "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    expected = _evaluate_predictions(trained)
+    assert [r["label"] for r in rows] == [row["predicted"] for row in expected]
+    assert all(abs(sum(r["probabilities"].values()) - 1) < 1e-6 for r in rows)
+
+
+def test_predict_cli_prints_a_table(trained, monkeypatch):
+    monkeypatch.chdir(trained)
+    result = CliRunner().invoke(main, ["predict", "--adapter", "adapter", "--base", "base",
+                                       "What a great day!", "", "awful service, never again"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].split() == ["label", "negative", "neutral", "positive", "text"]
+    assert lines[2].startswith("-") and lines[2].endswith("''")      # the empty text
+    assert re.match(r"(negative|neutral|positive)\s+0\.\d{6}", lines[1])
+
+
+def test_empty_and_very_long_texts_get_defined_results(loaded):
+    model, encoder, record, _ = loaded
+    empty, blank, long = predict(model, encoder, record["labels"], ["", "   ", "bad " * 2500],
+                                 batch_size=8)
+    assert (empty.label, empty.probabilities, empty.note) == (None, None, "empty text")
+    assert blank.label is None
+    assert long.label in record["labels"] and len(long.text) == 10_000
+    assert sum(long.probabilities.values()) == pytest.approx(1.0)
+
+
+def test_non_utf8_input_names_file_and_line(tmp_path):
+    path = tmp_path / "texts.txt"
+    path.write_bytes("fine\nalso fine\ncaf\xe9 au lait\n".encode("latin-1"))
+    with pytest.raises(InputError, match=r"texts.txt: line 3 is not valid UTF-8"):
+        list(read_texts(str(path)))
+
+
+def test_input_formats(tmp_path):
+    (tmp_path / "a.csv").write_text('\ufefftext,id\n"one, with comma",1\n"two\nlines",2\n',
+                                    encoding="utf-8")
+    assert list(read_texts(str(tmp_path / "a.csv"))) == ["one, with comma", "two\nlines"]
+    (tmp_path / "b.jsonl").write_text('{"text": "x"}\n"plain string"\n\n', encoding="utf-8")
+    assert list(read_texts(str(tmp_path / "b.jsonl"))) == ["x", "plain string", ""]
+    (tmp_path / "c.txt").write_text("first\n\nthird\n", encoding="utf-8")
+    assert list(read_texts(str(tmp_path / "c.txt"))) == ["first", "", "third"]
+    with pytest.raises(InputError, match="no column 'review'"):
+        list(read_texts(str(tmp_path / "a.csv"), text_column="review"))
+
+
+def test_other_base_model_is_refused(trained, tmp_path):
+    fake = tmp_path / "other-base"
+    fake.mkdir()
+    (fake / "manifest.json").write_text(json.dumps({"sha256": "0" * 64}))
+    with pytest.raises(AdapterMismatchError, match="Point --base at the model"):
+        load_trained_model(trained / "adapter", fake)
+
+
+def test_export_loads_with_plain_transformers_and_predicts_the_same(trained, loaded, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model, encoder, record, _ = loaded
+    texts = ["I love it", "the flight was delayed again", "Meeting at 3pm", "meh"]
+    expected = probabilities(score_texts(model, encoder, texts, 8, encoder.tokenizer.pad_token_id))
+
+    out = tmp_path / "exported"
+    result = CliRunner().invoke(main, ["export", "--adapter", str(trained / "adapter"),
+                                       "--base", str(trained / "base"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert {"model.safetensors", "config.json", "tokenizer.json", "lorasent.json",
+            "README.md"} <= {p.name for p in out.iterdir()}
+    merged = AutoModelForCausalLM.from_pretrained(out).eval()
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    saved = json.loads((out / "lorasent.json").read_text(encoding="utf-8"))
+    enc = PromptEncoder.create(tokenizer, saved["template"], saved["label_words"],
+                               saved["max_length"])
+    got = probabilities(score_texts(merged, enc, texts, 8, tokenizer.pad_token_id))
+    np.testing.assert_allclose(got, expected, atol=1e-4)
+    assert merged.config.id2label == dict(enumerate(record["labels"]))
+
+    # The README's snippet, run as written, gives the same labels.
+    snippet = re.search(r"```python\n(.*?)```", (out / "README.md").read_text(), re.S).group(1)
+    namespace = {}
+    exec(snippet.replace('print(classify("I love this phone"))', ""), namespace)
+    for text, row in zip(texts, expected, strict=True):
+        label, probs = namespace["classify"](text)
+        assert label == record["labels"][int(np.argmax(row))]
+        assert list(probs.values()) == pytest.approx(list(row), abs=1e-4)
