@@ -25,18 +25,16 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 
-def _stage(func: Callable[[Params], str]) -> click.Command:
-    """A click command that loads the params and reports errors as one readable line."""
+def _user_errors(func: Callable) -> Callable:
+    """Print a user error's message (no traceback) and exit with status 1.
 
-    @click.option("--params", "params_path", default="params.yaml", show_default=True,
-                  type=click.Path(dir_okay=False, path_type=Path),
-                  help="Params file to read (all knobs; see the comments in it).")
+    ``LORASENT_DEBUG=1`` re-raises instead, for a traceback.
+    """
+
     @functools.wraps(func)
-    def command(params_path: Path) -> None:
-        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    def wrapper(*args, **kwargs):
         try:
-            params = load_params(params_path)
-            click.echo(func(params))
+            return func(*args, **kwargs)
         except (LorasentError, FileNotFoundError) as err:
             if os.environ.get("LORASENT_DEBUG"):
                 raise
@@ -45,7 +43,21 @@ def _stage(func: Callable[[Params], str]) -> click.Command:
             click.echo(f"lorasent {func.__name__}: error: {err}", err=True)
             sys.exit(1)
 
-    return click.command(name=func.__name__)(command)
+    return wrapper
+
+
+def _stage(func: Callable[[Params], str]) -> click.Command:
+    """A click command that loads the params, runs the stage, prints its summary."""
+
+    @click.option("--params", "params_path", default="params.yaml", show_default=True,
+                  type=click.Path(dir_okay=False, path_type=Path),
+                  help="Params file to read (all knobs; see the comments in it).")
+    @functools.wraps(func)
+    def command(params_path: Path) -> None:
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+        click.echo(func(load_params(params_path)))
+
+    return click.command(name=func.__name__)(_user_errors(command))
 
 
 def _record(params: Params) -> dict:
@@ -114,22 +126,6 @@ def evaluate(params: Params) -> str:
     return f"accuracy {result.accuracy:.4f}, relative error reduction {rer}"
 
 
-def _user_errors(func: Callable) -> Callable:
-    """Print a LorasentError's message (no traceback) and exit with status 1."""
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except (LorasentError, FileNotFoundError) as err:
-            if os.environ.get("LORASENT_DEBUG"):
-                raise
-            click.echo(f"lorasent {func.__name__}: error: {err}", err=True)
-            sys.exit(1)
-
-    return wrapper
-
-
 _ADAPTER = click.option("--adapter", "adapter_dir", default="models/adapter", show_default=True,
                         type=click.Path(file_okay=False, path_type=Path),
                         help="Adapter folder written by the train stage.")
@@ -180,11 +176,10 @@ def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_pat
     if output_path is None:
         write_predictions(predictions, record["labels"], sys.stdout, fmt)
         return
-    from lorasent.artifacts import atomic_write_text
+    from lorasent.artifacts import atomic_open
 
-    out = __import__("io").StringIO()
-    write_predictions(predictions, record["labels"], out, fmt)
-    atomic_write_text(output_path, out.getvalue())
+    with atomic_open(output_path) as out:  # streamed; complete or not there at all
+        write_predictions(predictions, record["labels"], out, fmt)
     click.echo(f"wrote {output_path}", err=True)
 
 
