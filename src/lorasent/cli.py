@@ -206,6 +206,7 @@ def export(adapter_dir: Path, base_dir: Path, out_dir: Path, device: str | None)
               type=click.Path(dir_okay=False, path_type=Path),
               help="Params whose device, precision and attention to check (skipped if absent).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@_user_errors
 def doctor(params_path: Path, as_json: bool) -> None:
     """Report torch, the device and the libraries; check the params' environment needs.
 
@@ -219,11 +220,7 @@ def doctor(params_path: Path, as_json: bool) -> None:
     report = {**environment_report(), "packages": package_versions()}
     findings = []
     if params_path.is_file():
-        try:
-            base = load_params(params_path).base
-        except LorasentError as err:
-            click.echo(f"lorasent doctor: error: {err}", err=True)
-            sys.exit(1)
+        base = load_params(params_path).base
         findings = check_environment(device=base.device, precision=base.precision,
                                      attn_implementation=base.attn_implementation,
                                      model=base.model, model_dir=Path("models/base"))

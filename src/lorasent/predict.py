@@ -58,21 +58,15 @@ def predict(model: Any, encoder: PromptEncoder, labels: list[str], texts: list[s
             batch_size: int) -> list[Prediction]:
     """Predictions for ``texts`` in order; blank texts get no label."""
     scored = [i for i, t in enumerate(texts) if t.strip()]
-    probs = np.zeros((0, len(labels)))
+    probs = {}
     if scored:
         scores = score_texts(model, encoder, [texts[i] for i in scored], batch_size,
                              encoder.tokenizer.pad_token_id, desc="predict")
-        probs = probabilities(scores)
-    by_index = dict(zip(scored, probs, strict=True))
-    out = []
-    for i, text in enumerate(texts):
-        if i not in by_index:
-            out.append(Prediction(text, None, None, "empty text"))
-            continue
-        p = by_index[i]
-        out.append(Prediction(text, labels[int(np.argmax(p))],
-                              {label: float(v) for label, v in zip(labels, p, strict=True)}))
-    return out
+        probs = dict(zip(scored, probabilities(scores), strict=True))
+    return [Prediction(text, labels[int(np.argmax(probs[i]))],
+                       {label: float(v) for label, v in zip(labels, probs[i], strict=True)})
+            if i in probs else Prediction(text, None, None, "empty text")
+            for i, text in enumerate(texts)]
 
 
 # ------------------------------------------------------------------------------ inputs
@@ -200,7 +194,7 @@ template, the label words in class-id order and their token ids).
 
 Prompt template:
 
-    {template_repr}
+    {template}
 
 Label words: {words}
 
@@ -211,7 +205,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 path = "{out}"
 tok = AutoTokenizer.from_pretrained(path)
 model = AutoModelForCausalLM.from_pretrained(path).eval()
-template = {template_py}
+template = {template}
 labels = {labels}
 label_words = {label_words}
 
@@ -254,7 +248,7 @@ def export_merged(model: Any, encoder: PromptEncoder, record: dict[str, Any],
         (tmp / "README.md").write_text(EXPORT_README.format(
             labels_str=" / ".join(record["labels"]), adapter=adapter_dir,
             base=record["base_model"]["source"], base_sha=record["base_model"]["sha256"],
-            template_repr=repr(record["template"]), template_py=repr(record["template"]),
+            template=repr(record["template"]),
             words=", ".join(repr(w) for w in record["label_words"]), out=out_dir,
             labels=record["labels"], label_words=record["label_words"],
             max_length=record["max_length"]), encoding="utf-8")
