@@ -40,7 +40,10 @@ $(VENV)/.lorasent-installed: pyproject.toml requirements.lock
 
 setup: $(STAMP)  ## Create .venv with pinned dependencies (skipped when up to date)
 
-run: $(STAMP)  ## Set up if needed, then run the pipeline (dvc repro)
+# CONFIG=configs/<preset>.yaml merges that preset into params.yaml first (see configs/).
+CONFIG ?=
+run: $(STAMP)  ## Set up if needed, then run the pipeline (dvc repro); CONFIG=configs/x.yaml applies a preset first
+	$(if $(CONFIG),$(BIN)/lorasent preset $(CONFIG))
 	$(BIN)/dvc repro
 
 test: $(STAMP)  ## Set up if needed, then run all tests (the slow ones take a few minutes)

@@ -1,4 +1,4 @@
-"""An adapter is refused with another base model, other labels or another prompt."""
+"""An adapter is refused with another base model, other labels, prompt or mode."""
 
 import json
 
@@ -8,7 +8,7 @@ from lorasent.modeling import AdapterMismatchError, check_adapter
 from lorasent.params import PromptParams
 
 LABELS = ["negative", "neutral", "positive"]
-RECORD = {"labels": LABELS, "template": "Tweet: {text}\nSentiment:",
+RECORD = {"mode": "generative", "labels": LABELS, "template": "Tweet: {text}\nSentiment:",
           "label_words": [" negative", " neutral", " positive"], "max_length": 128,
           "base_model": {"source": "packaged:gemma-3-270m", "sha256": "a" * 64}}
 
@@ -49,3 +49,18 @@ def test_other_label_order_is_refused(base_dir):
 def test_other_prompt_is_refused(base_dir):
     with pytest.raises(AdapterMismatchError, match="another prompt"):
         check_adapter(RECORD, model_dir=base_dir, adapter_dir="a", prompt=prompt(max_length=64))
+
+
+def test_other_mode_is_refused(base_dir):
+    with pytest.raises(AdapterMismatchError, match="trained in train.mode 'generative' but "
+                                                   "params.yaml says 'seq_cls'"):
+        check_adapter(RECORD, model_dir=base_dir, adapter_dir="a", mode="seq_cls")
+
+
+def test_seq_cls_adapter_depends_on_max_length_only(base_dir):
+    record = {"mode": "seq_cls", "labels": LABELS, "max_length": 128,
+              "base_model": RECORD["base_model"]}
+    check_adapter(record, model_dir=base_dir, adapter_dir="a", labels=LABELS, mode="seq_cls",
+                  prompt=prompt(template="Other: {text}", label_words={"negative": " bad"}))
+    with pytest.raises(AdapterMismatchError, match="another prompt"):
+        check_adapter(record, model_dir=base_dir, adapter_dir="a", prompt=prompt(max_length=64))

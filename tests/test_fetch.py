@@ -8,7 +8,14 @@ import pytest
 
 from conftest import CASES
 from lorasent import fetch
-from lorasent.fetch import SourceError, read_source, read_table
+from lorasent.fetch import (
+    SourceError,
+    dataset_source_kind,
+    fetch_model,
+    model_source_kind,
+    read_source,
+    read_table,
+)
 
 
 def _read(path, **kw):
@@ -184,3 +191,38 @@ def test_hub_model_offline_error(monkeypatch, tmp_path):
     with pytest.raises(SourceError, match="packaged:gemma-3-270m or a local folder"):
         fetch.fetch_model("google/gemma-2b", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_packaged_minilm_is_copied_with_a_manifest(tmp_path):
+    manifest = fetch_model("packaged:minilm-l6", tmp_path / "base")
+    assert {"config.json", "model.safetensors", "tokenizer.json", "vocab.txt"} <= set(
+        manifest["files"])
+    assert (tmp_path / "base" / "manifest.json").is_file()
+
+
+@pytest.mark.parametrize(("source", "kind"), [
+    ("packaged:tweets-en", "packaged"), ("packaged:reviews-zh", "packaged"),
+    ("hf:imdb", "hub"), ("data/emotion-zh.jsonl", "file"), ("x.CSV", "file")])
+def test_dataset_source_kinds(source, kind):
+    assert dataset_source_kind(source) == kind
+
+
+@pytest.mark.parametrize(("source", "kind"), [
+    ("packaged:gemma-3-270m", "packaged"), ("packaged:minilm-l6", "packaged"),
+    ("google/gemma-2b", "hub")])
+def test_model_source_kinds(source, kind):
+    assert model_source_kind(source) == kind
+
+
+@pytest.mark.parametrize(("source", "message"), [
+    ("packaged:imdb", "unknown packaged dataset"), ("notes.docx", "no known source")])
+def test_unknown_dataset_sources_are_named(source, message):
+    with pytest.raises(SourceError, match=message):
+        dataset_source_kind(source)
+
+
+@pytest.mark.parametrize(("source", "message"), [
+    ("packaged:llama", "unknown packaged model"), ("gemma", "neither a local folder")])
+def test_unknown_model_sources_are_named(source, message):
+    with pytest.raises(SourceError, match=message):
+        model_source_kind(source)

@@ -35,8 +35,8 @@ def test_unknown_key_names_its_path(params_raw):
     params_raw["train"]["lora"]["rank"] = 16
     with pytest.raises(ParamsError) as err:
         parse_params(params_raw)
-    assert "train.lora.rank: unknown key (known: r, lora_alpha, lora_dropout, target_modules)" \
-        in str(err.value)
+    assert ("train.lora.rank: unknown key (known: r, lora_alpha, lora_dropout, target_modules, "
+            "modules_to_save)") in str(err.value)
 
 
 def test_missing_key_and_wrong_type_are_named(params_raw):
@@ -88,3 +88,42 @@ def test_missing_file_says_what_to_do(tmp_path):
 def test_merge_is_deep():
     assert merge({"a": {"b": 1, "c": 2}, "d": 3}, {"a": {"b": 5}}) == {"a": {"b": 5, "c": 2},
                                                                         "d": 3}
+
+
+def test_unquoted_no_is_the_string_no(params_raw):
+    params_raw["train"]["eval_strategy"] = False  # what PyYAML makes of `eval_strategy: no`
+    assert parse_params(params_raw).train.eval_strategy == "no"
+
+
+def test_validation_each_epoch_needs_a_validation_split(params_raw):
+    params_raw["train"]["eval_strategy"] = "epoch"
+    with pytest.raises(ParamsError, match="train.eval_strategy: 'epoch' scores the validation "
+                                          "split, but split.validation_size is 0"):
+        parse_params(params_raw)
+    params_raw["split"]["validation_size"] = 0.1
+    assert parse_params(params_raw).train.eval_strategy == "epoch"
+
+
+def test_keeping_the_best_needs_evaluation(params_raw):
+    params_raw["train"]["load_best_model_at_end"] = True
+    with pytest.raises(ParamsError, match="train.load_best_model_at_end: needs "
+                                          "train.eval_strategy: epoch"):
+        parse_params(params_raw)
+
+
+def test_seq_cls_needs_no_label_words(params_raw):
+    params_raw["train"]["mode"] = "seq_cls"
+    params_raw["base"]["labels"] = ["negative", "positive"]
+    assert parse_params(params_raw).train.mode == "seq_cls"
+    params_raw["train"]["mode"] = "generative"
+    with pytest.raises(ParamsError, match=r"not a label \['neutral'\]"):
+        parse_params(params_raw)
+
+
+def test_merge_replaces_label_keyed_maps_whole():
+    base = {"prompt": {"label_words": {"a": "x", "b": "y"}, "max_length": 8},
+            "base": {"label_aliases": {"n": "a"}}}
+    merged = merge(base, {"prompt": {"label_words": {"a": "z"}}, "base": {"label_aliases": {}}})
+    assert merged == {"prompt": {"label_words": {"a": "z"}, "max_length": 8},
+                      "base": {"label_aliases": {}}}
+    assert base["prompt"]["label_words"] == {"a": "x", "b": "y"}  # the input is not changed

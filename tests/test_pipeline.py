@@ -174,3 +174,43 @@ def test_evaluate_only_param_reruns_only_evaluate(repo):
 def test_lora_rank_reruns_train_and_evaluate_only(repo):
     assert _rerun(repo, {"train": {"lora": {"r": 16}}}) == ["train", "evaluate"]
     assert read(repo, "models/adapter/lorasent.json")["params"]["train"]["lora"]["r"] == 16
+
+
+def _named(node, name):
+    """The entries of `dvc exp show --json` output that carry ``name``."""
+    if isinstance(node, dict):
+        if node.get("name") == name:
+            yield node
+        for value in node.values():
+            yield from _named(value, name)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _named(value, name)
+
+
+def test_seq_cls_experiment_is_compared_key_by_key(repo):
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
+    run(repo, "git", "add", "-A")
+    run(repo, *git, "commit", "-q", "-m", "generative run")
+    run(repo, "lorasent", "preset", "configs/cpu-gemma270m-seqcls-tweets.yaml")
+    run(repo, "dvc", "exp", "run", "-n", "seqcls")
+
+    shown = json.loads(run(repo, "dvc", "exp", "show", "--json"))
+    exp = next(_named(shown, "seqcls"))
+    assert exp["data"]["params"]["params.yaml"]["data"]["train"]["mode"] == "seq_cls"
+    assert "accuracy" in exp["data"]["metrics"]["metrics/eval.json"]["data"]
+
+    diff = json.loads(run(repo, "dvc", "metrics", "diff", "HEAD", "seqcls", "--json"))
+    keys = diff["metrics/eval.json"]
+    for key in ["accuracy", "macro_f1", "relative_error_reduction",
+                *(f"per_class.{label}.{m}" for label in LABELS for m in ("precision", "f1"))]:
+        assert set(keys[key]) >= {"old", "new"}, key
+    m = read(repo, "metrics/eval.json")
+    assert keys["accuracy"]["new"] == m["accuracy"] and m["mode"] == "seq_cls"
+    assert m["reference"] == "majority" and "seq_cls" in m["reference_note"]
+    assert m["baseline"]["zero_shot_accuracy"] is None
+    assert read(repo, "metrics/baseline.json")["zero_shot"] is None
+    predictions = (repo / "metrics/baseline_predictions.csv").read_text().splitlines()[1:]
+    majority = read(repo, "metrics/baseline.json")["majority_class"]
+    assert {line.split(",")[2] for line in predictions} == {majority}
+    assert read(repo, "models/adapter/lorasent.json")["head"] == ["classifier", "score"]

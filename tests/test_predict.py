@@ -140,7 +140,7 @@ def test_export_loads_with_plain_transformers_and_predicts_the_same(trained, loa
 
     model, encoder, record, _ = loaded
     texts = ["I love it", "the flight was delayed again", "Meeting at 3pm", "meh"]
-    expected = probabilities(score_texts(model, encoder, texts, 8, encoder.tokenizer.pad_token_id))
+    expected = probabilities(score_texts(model, encoder, texts, 8))
 
     out = tmp_path / "exported"
     result = CliRunner().invoke(main, ["export", "--adapter", str(trained / "adapter"),
@@ -153,7 +153,7 @@ def test_export_loads_with_plain_transformers_and_predicts_the_same(trained, loa
     saved = json.loads((out / "lorasent.json").read_text(encoding="utf-8"))
     enc = PromptEncoder.create(tokenizer, saved["template"], saved["label_words"],
                                saved["max_length"])
-    got = probabilities(score_texts(merged, enc, texts, 8, tokenizer.pad_token_id))
+    got = probabilities(score_texts(merged, enc, texts, 8))
     np.testing.assert_allclose(got, expected, atol=1e-4)
     assert merged.config.id2label == dict(enumerate(record["labels"]))
 

@@ -80,7 +80,7 @@ def test_batched_scores_equal_one_by_one(gemma, zh, padding_side):
 
 def test_score_texts_keeps_input_order(gemma, zh):
     model, tokenizer = gemma
-    scores = score_texts(model, zh, TEXTS, batch_size=3, pad_id=tokenizer.pad_token_id)
+    scores = score_texts(model, zh, TEXTS, batch_size=3)
     assert scores.shape == (4, 3) and scores.dtype == np.float32
     with torch.inference_mode():
         single = torch.cat([score_batch(model, [zh.encode(t)], zh.label_ids,

@@ -176,3 +176,16 @@ def test_class_too_small_to_stratify_names_the_counts(tmp_path):
         _split(tmp_path, raw, {"train": 10, "validation": 0, "test": 6})
     assert "'positive': 1" in str(err.value)
     assert not (tmp_path / "split").exists()
+
+
+def test_test_split_does_not_depend_on_the_train_size(tmp_path):
+    raw = _synthetic(tmp_path)
+    _split(tmp_path, raw, {"train": 30, "validation": 10, "test": 20}, seed=3)
+    test, validation = (tmp_path / "split" / "test.jsonl").read_bytes(), (
+        tmp_path / "split" / "validation.jsonl").read_bytes()
+    small = {r["text"] for r in _jsonl(tmp_path / "split" / "train.jsonl")}
+    _split(tmp_path, raw, {"train": 60, "validation": 10, "test": 20}, seed=3)
+    assert (tmp_path / "split" / "test.jsonl").read_bytes() == test
+    assert (tmp_path / "split" / "validation.jsonl").read_bytes() == validation
+    large = {r["text"] for r in _jsonl(tmp_path / "split" / "train.jsonl")}
+    assert len(large) == 60 and len(small) == 30

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from lorasent.train import LabelWordTrainer, class_weights
+from lorasent.train import LorasentTrainer, class_weights
 
 
 def test_no_weighting_is_all_ones():
@@ -22,4 +22,4 @@ def test_balanced_weights_equalise_class_totals():
 
 
 def test_trainer_divides_its_per_batch_loss_by_accumulation():
-    assert LabelWordTrainer.loss_is_scaled_for_ga is False
+    assert LorasentTrainer.loss_is_scaled_for_ga is False

@@ -7,10 +7,13 @@ Writes ``metrics/baseline.json``:
   of the *training* split (seed 000: 0.55 majority versus 0.594 zero-shot shows why
   this number must be known);
 - ``zero_shot``: accuracy, macro-F1, per-class scores and confusion matrix of the
-  untouched base model, with exactly the prompt and label scoring evaluate uses.
+  untouched base model, with exactly the prompt and label scoring evaluate uses. In
+  ``seq_cls`` mode there is none (a freshly initialised head answers at random), so it
+  is ``null`` with ``zero_shot_note`` saying why, and evaluate measures the relative
+  error reduction against the majority class.
 
-Also writes the zero-shot predictions (``metrics/baseline_predictions.csv``) and a
-provenance record.
+Also writes the baseline's predictions (``metrics/baseline_predictions.csv``: zero-shot,
+or the majority class in seq_cls mode) and a provenance record.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from lorasent.artifacts import (
     atomic_write_text,
@@ -45,11 +50,17 @@ from lorasent.scoring import score_texts
 @dataclass(frozen=True)
 class BaselineResult:
     majority_accuracy: float
-    zero_shot_accuracy: float
+    zero_shot_accuracy: float | None
+
+
+SEQ_CLS_NO_ZERO_SHOT = ("train.mode is seq_cls: the classification head is initialised at "
+                        "random, so the untrained model has no zero-shot answer; the "
+                        "majority class is the reference")
 
 
 def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
-                 params_record: dict[str, Any], model_dir: Path = BASE_MODEL_DIR,
+                 params_record: dict[str, Any], mode: str = "generative",
+                 model_dir: Path = BASE_MODEL_DIR,
                  split_dir: Path = SPLIT_DIR, metrics_path: Path = BASELINE_METRICS,
                  predictions_path: Path = BASELINE_PREDICTIONS,
                  provenance_dir: Path = PROVENANCE_DIR) -> BaselineResult:
@@ -57,7 +68,7 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
 
     Args:
         base, prompt: the params sections; ``batch_size`` is ``evaluate.batch_size``
-            (prompts scored per forward pass).
+            (prompts scored per forward pass); ``mode`` is ``train.mode``.
         params_record: all resolved params, for the provenance record.
     """
     started = time.perf_counter()
@@ -68,13 +79,19 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
     majority, majority_acc = majority_baseline([r["label_id"] for r in train], y_test,
                                                len(labels))
 
-    model, encoder, device = load_model_and_prompt(model_dir, base=base, prompt=prompt)
-    scores = score_texts(model, encoder, [r["text"] for r in test], batch_size,
-                         encoder.tokenizer.pad_token_id, desc="zero-shot")
-    zero_shot = classification_metrics(y_test, scores.argmax(1), labels)
+    report = {"majority_class": labels[majority], "majority_accuracy": majority_acc}
+    if mode == "seq_cls":
+        device = "cpu"  # no model is loaded
+        scores = np.full((len(test), len(labels)), -np.inf, dtype=np.float32)
+        scores[:, majority] = 0.0  # the majority class with probability 1
+        report.update(zero_shot=None, zero_shot_note=SEQ_CLS_NO_ZERO_SHOT)
+    else:
+        model, encoder, device = load_model_and_prompt(model_dir, base=base, prompt=prompt)
+        scores = score_texts(model, encoder, [r["text"] for r in test], batch_size,
+                             desc="zero-shot")
+        report["zero_shot"] = classification_metrics(y_test, scores.argmax(1), labels)
 
-    write_json(metrics_path, {"majority_class": labels[majority],
-                              "majority_accuracy": majority_acc, "zero_shot": zero_shot})
+    write_json(metrics_path, report)
     atomic_write_text(predictions_path, predictions_csv(y_test, scores, labels))
     write_json(provenance_dir / "baseline.json", provenance(
         stage="baseline", params=params_record, device=device,
@@ -82,4 +99,4 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
         inputs={"model": read_json(model_dir / MANIFEST)["sha256"],
                 "test.jsonl": sha256_file(split_dir / "test.jsonl")},
         extra={"test_rows": len(test)}))
-    return BaselineResult(majority_acc, zero_shot["accuracy"])
+    return BaselineResult(majority_acc, (report["zero_shot"] or {}).get("accuracy"))

@@ -97,10 +97,11 @@ def baseline(params: Params) -> str:
     """Majority-class and zero-shot baselines on the test split."""
     from lorasent.baseline import run_baseline
 
-    result = run_baseline(base=params.base, prompt=params.prompt,
+    result = run_baseline(base=params.base, prompt=params.prompt, mode=params.train.mode,
                           batch_size=params.evaluate.batch_size, params_record=_record(params))
-    return (f"majority-class accuracy {result.majority_accuracy:.4f}, zero-shot accuracy "
-            f"{result.zero_shot_accuracy:.4f}")
+    zero_shot = ("none (seq_cls: a fresh head has no zero-shot answer)"
+                 if result.zero_shot_accuracy is None else f"{result.zero_shot_accuracy:.4f}")
+    return f"majority-class accuracy {result.majority_accuracy:.4f}, zero-shot accuracy {zero_shot}"
 
 
 @_stage
@@ -120,7 +121,7 @@ def evaluate(params: Params) -> str:
     from lorasent.evaluate import run_evaluate
 
     result = run_evaluate(base=params.base, prompt=params.prompt, evaluate=params.evaluate,
-                          params_record=_record(params))
+                          mode=params.train.mode, params_record=_record(params))
     rer = ("n/a" if result.relative_error_reduction is None
            else f"{result.relative_error_reduction:.4f}")
     return f"accuracy {result.accuracy:.4f}, relative error reduction {rer}"
@@ -241,6 +242,27 @@ def doctor(params_path: Path, as_json: bool) -> None:
         sys.exit(1)
 
 
+@click.command()
+@click.argument("preset_path", metavar="PRESET",
+                type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--params", "params_path", default="params.yaml", show_default=True,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="Params file to merge the preset into.")
+@_user_errors
+def preset(preset_path: Path, params_path: Path) -> None:
+    """Merge a preset (configs/*.yaml) into params.yaml, validated first.
+
+    Sections merge key by key; lists, values and the label-keyed maps (base.label_aliases,
+    prompt.label_words) are replaced whole. Then `dvc repro` (or `dvc exp run`) runs it;
+    `git checkout params.yaml` returns to the committed params.
+    """
+    from lorasent.params import apply_preset
+
+    params = apply_preset(preset_path, params_path)
+    click.echo(f"{params_path}: merged {preset_path} (train.mode {params.train.mode}, "
+               f"base.model {params.base.model}, data.source {params.data.source})")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="lorasent")
 def main() -> None:
@@ -250,7 +272,7 @@ def main() -> None:
     """
 
 
-for _command in (fetch, split, baseline, train, evaluate, doctor, predict, export):
+for _command in (fetch, split, baseline, train, evaluate, doctor, predict, export, preset):
     main.add_command(_command)
 
 

@@ -8,7 +8,10 @@ stage did, and writes ``metrics/eval.json``: ``accuracy``, ``macro_f1``,
 (``baseline.majority_accuracy``, ``baseline.zero_shot_accuracy``) and
 ``relative_error_reduction`` = (accuracy - ref) / (1 - ref) against the reference
 chosen by ``evaluate.reference`` (``null`` with ``relative_error_reduction_note`` when
-ref = 1). Also ``metrics/predictions.csv`` (DVC's confusion plot) and provenance.
+ref = 1). In ``seq_cls`` mode there is no zero-shot baseline, so the reference is the
+majority class, and ``reference_note`` says so. The keys are the same in both modes, so
+``dvc metrics diff`` compares a generative and a seq_cls adapter key by key. Also
+``metrics/predictions.csv`` (DVC's confusion plot) and provenance.
 """
 
 from __future__ import annotations
@@ -48,7 +51,8 @@ class EvaluateResult:
 
 
 def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluateParams,
-                 params_record: dict[str, Any], model_dir: Path = BASE_MODEL_DIR,
+                 params_record: dict[str, Any], mode: str = "generative",
+                 model_dir: Path = BASE_MODEL_DIR,
                  adapter_dir: Path = ADAPTER_DIR, split_dir: Path = SPLIT_DIR,
                  baseline_path: Path = BASELINE_METRICS, metrics_path: Path = EVAL_METRICS,
                  predictions_path: Path = EVAL_PREDICTIONS,
@@ -62,23 +66,30 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
 
     model, encoder, record, device = load_trained_model(
         adapter_dir, model_dir, device=base.device, precision=base.precision, labels=labels,
-        prompt=prompt)
+        prompt=prompt, mode=mode)
     scores = score_texts(model, encoder, [r["text"] for r in test], evaluate.batch_size,
-                         encoder.tokenizer.pad_token_id, desc="evaluate")
+                         desc="evaluate")
     metrics = classification_metrics(y_test, scores.argmax(1), labels)
 
     baseline = read_json(baseline_path)
-    reference = {"zero_shot": baseline["zero_shot"]["accuracy"],
-                 "majority": baseline["majority_accuracy"]}[evaluate.reference]
+    zero_shot = baseline.get("zero_shot")
+    reference_name, reference_note = evaluate.reference, None
+    if reference_name == "zero_shot" and zero_shot is None:
+        reference_name = "majority"
+        reference_note = baseline.get("zero_shot_note")
+    reference = (zero_shot["accuracy"] if reference_name == "zero_shot"
+                 else baseline["majority_accuracy"])
     rer, note = relative_error_reduction(metrics["accuracy"], reference)
     metrics.update({
         "labels": labels,
         "test_rows": len(test),
         "baseline": {"majority_class": baseline["majority_class"],
                      "majority_accuracy": baseline["majority_accuracy"],
-                     "zero_shot_accuracy": baseline["zero_shot"]["accuracy"],
-                     "zero_shot_macro_f1": baseline["zero_shot"]["macro_f1"]},
-        "reference": evaluate.reference,
+                     "zero_shot_accuracy": zero_shot and zero_shot["accuracy"],
+                     "zero_shot_macro_f1": zero_shot and zero_shot["macro_f1"]},
+        "mode": record["mode"],
+        "reference": reference_name,
+        "reference_note": reference_note,
         "reference_accuracy": reference,
         "relative_error_reduction": rer,
         "relative_error_reduction_note": note,

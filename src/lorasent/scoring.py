@@ -1,4 +1,11 @@
-"""Label scoring for the generative mode: how a causal LM classifies a text.
+"""Label scoring: how a model classifies a text, in either mode.
+
+Two encoders share one interface (``encode``, ``training_example``, ``collate``,
+``loss``, ``score``), so that baseline, train, evaluate and predict never branch on the
+mode: :class:`PromptEncoder` for the generative mode (below) and :class:`TextEncoder`
+for the sequence-classification mode (a head on the model, PEFT ``SEQ_CLS``).
+
+Generative mode: a causal LM classifies a text by scoring label words.
 
 A class's score is the summed log-probability of *all* tokens of its label word after
 the prompt::
@@ -125,23 +132,94 @@ class PromptEncoder:
         word = list(self.label_ids[label_id])
         return {"input_ids": self.encode(text) + word[:-1], "labels": word}
 
+    @property
+    def num_labels(self) -> int:
+        return len(self.label_ids)
 
-def pad_left(seqs: Sequence[Sequence[int]], pad_id: int,
-             device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
-    """Left-pad token sequences into a batch.
+    def score(self, model: torch.nn.Module, prompts: Sequence[Sequence[int]]) -> torch.Tensor:
+        """(B, K) float32 summed label-word log-probabilities; see :func:`score_batch`."""
+        return score_batch(model, prompts, self.label_ids, self.tokenizer.pad_token_id)
+
+    def collate(self, features: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        return collate_training(features, self.tokenizer.pad_token_id)
+
+    @staticmethod
+    def loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return label_token_loss(model, batch)
+
+
+@dataclass(frozen=True)
+class TextEncoder:
+    """Sequence-classification mode: the text alone, no prompt, into a classification head.
+
+    The head (``AutoModelForSequenceClassification``) reads the last real token of a
+    decoder such as Gemma, or the ``[CLS]`` token of an encoder such as MiniLM. Batches
+    are padded on the tokenizer's ``padding_side`` with position ids that count real
+    tokens only, so a text's logits do not depend on its batch (tested both sides).
+
+    Attributes:
+        tokenizer: the base model's tokenizer (adds BOS, or [CLS] ... [SEP]).
+        max_length: most tokens per text, special tokens included; longer texts are cut
+            from their end (``truncation=True``).
+        num_labels: K, the head's outputs.
+    """
+
+    tokenizer: PreTrainedTokenizerBase
+    max_length: int
+    num_labels: int
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``, at most ``max_length``."""
+        return self.tokenizer(text, truncation=True, max_length=self.max_length)["input_ids"]
+
+    def training_example(self, text: str, label_id: int) -> dict[str, Any]:
+        return {"input_ids": self.encode(text), "labels": label_id}
+
+    def _pad(self, seqs: Sequence[Sequence[int]], device: torch.device | str = "cpu"):
+        return pad_batch(seqs, self.tokenizer.pad_token_id, device,
+                        side=self.tokenizer.padding_side)
+
+    def score(self, model: torch.nn.Module, seqs: Sequence[Sequence[int]]) -> torch.Tensor:
+        """(B, K) float32 class logits of the head; softmax gives the probabilities."""
+        return model(**self._pad(seqs, _device_of(model))).logits.float()
+
+    def collate(self, features: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """Padded inputs, (B,) int64 class ids ``labels`` and (B,) float32 ``weight``."""
+        batch = self._pad([f["input_ids"] for f in features])
+        batch["labels"] = torch.tensor([f["labels"] for f in features], dtype=torch.long)
+        batch["weight"] = torch.tensor([float(f.get("weight", 1.0)) for f in features])
+        return batch
+
+    @staticmethod
+    def loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Weighted cross-entropy of the head's logits: ``sum(w * nll) / sum(w)``."""
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       position_ids=batch["position_ids"]).logits.float()
+        nll = torch.nn.functional.cross_entropy(logits, batch["labels"], reduction="none")
+        weight = batch["weight"].to(nll.dtype)
+        return (nll * weight).sum() / weight.sum()
+
+
+Encoder = PromptEncoder | TextEncoder
+
+
+def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int,
+             device: torch.device | str = "cpu", side: str = "left") -> dict[str, torch.Tensor]:
+    """Pad token sequences into a batch, on the left unless ``side="right"``.
 
     Returns:
         ``input_ids`` and ``attention_mask`` (int64, shape (B, T)), and ``position_ids``
-        (int64, (B, T)) counting real tokens only, so a left-padded row gets the same
-        positions (and logits) as the unpadded sequence.
+        (int64, (B, T)) counting real tokens only, so a padded row gets the same
+        positions (and logits) as the unpadded sequence, whichever side is padded.
     """
     width = max(len(s) for s in seqs)
     input_ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
     for i, s in enumerate(seqs):
         if s:
-            input_ids[i, width - len(s):] = torch.as_tensor(s, dtype=torch.long)
-            mask[i, width - len(s):] = 1
+            cols = slice(width - len(s), width) if side == "left" else slice(0, len(s))
+            input_ids[i, cols] = torch.as_tensor(s, dtype=torch.long)
+            mask[i, cols] = 1
     position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
     return {"input_ids": input_ids.to(device), "attention_mask": mask.to(device),
             "position_ids": position_ids.to(device)}
@@ -165,7 +243,7 @@ def score_batch(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
         float32 tensor of shape (B, K) on the model's device.
     """
     device = _device_of(model)
-    batch = pad_left(prompts, pad_id, device)
+    batch = pad_batch(prompts, pad_id, device)
     multi = sorted({tuple(ids[:-1]) for ids in label_ids if len(ids) > 1})
     out = model(**batch, use_cache=bool(multi), logits_to_keep=1)
     first = out.logits[:, -1].float().log_softmax(-1)
@@ -202,20 +280,21 @@ def score_batch(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
 
 
 @torch.inference_mode()
-def score_texts(model: torch.nn.Module, encoder: PromptEncoder, texts: Sequence[str],
-                batch_size: int, pad_id: int, desc: str = "scoring") -> np.ndarray:
-    """Label scores for many texts, batched by similar length, in input order.
+def score_texts(model: torch.nn.Module, encoder: Encoder, texts: Sequence[str],
+                batch_size: int, desc: str = "scoring") -> np.ndarray:
+    """Class scores for many texts, batched by similar length, in input order.
 
     Returns:
-        float32 array of shape (N, K): summed label-word log-probabilities.
+        float32 array of shape (N, K): summed label-word log-probabilities (generative)
+        or head logits (seq_cls); in both, argmax is the prediction and softmax gives
+        the probabilities.
     """
-    prompts = [encoder.encode(t) for t in texts]
-    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
-    scores = np.zeros((len(prompts), len(encoder.label_ids)), dtype=np.float32)
+    inputs = [encoder.encode(t) for t in texts]
+    order = sorted(range(len(inputs)), key=lambda i: -len(inputs[i]))
+    scores = np.zeros((len(inputs), encoder.num_labels), dtype=np.float32)
     for start in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch"):
         idx = order[start:start + batch_size]
-        batch_scores = score_batch(model, [prompts[i] for i in idx], encoder.label_ids, pad_id)
-        scores[idx] = batch_scores.cpu().numpy()
+        scores[idx] = encoder.score(model, [inputs[i] for i in idx]).cpu().numpy()
     return scores
 
 
@@ -225,7 +304,7 @@ def collate_training(features: Sequence[dict[str, Any]], pad_id: int) -> dict[st
     ``labels[i]`` holds example i's label-word ids right-aligned, ``IGNORE_INDEX``
     elsewhere, so that it lines up with the last L positions of the left-padded input.
     """
-    batch = pad_left([f["input_ids"] for f in features], pad_id)
+    batch = pad_batch([f["input_ids"] for f in features], pad_id)
     width = max(len(f["labels"]) for f in features)
     labels = torch.full((len(features), width), IGNORE_INDEX, dtype=torch.long)
     for i, f in enumerate(features):

@@ -148,7 +148,8 @@ def split_counts(n: int, sizes: Mapping[str, int | float]) -> dict[str, int]:
 
 def stratified_split(rows: Sequence[dict[str, Any]], counts: Mapping[str, int], seed: int,
                      labels: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
-    """Rule 4: test, then validation, then train, each stratified by ``label_id``.
+    """Rule 4: test, then validation, then train, each stratified by ``label_id`` and
+    drawn from all the rows the earlier cuts left.
 
     Raises:
         SplitError: a class too small to stratify, naming the class counts.
@@ -168,14 +169,14 @@ def stratified_split(rows: Sequence[dict[str, Any]], counts: Mapping[str, int], 
                 "the split at least one row per class; add data, merge the small class "
                 "through base.label_aliases, or change the split sizes") from None
 
-    rest_size = counts["train"] + counts["validation"]
-    rest, test = cut(list(rows), counts["test"], rest_size if rest_size < len(rows) -
-                     counts["test"] else None, "test")
+    # Each cut takes its rows from everything left, so the test split depends only on
+    # the seed and test_size (and validation on those and validation_size): experiments
+    # with other train sizes are scored on the same test rows.
+    rest, test = cut(list(rows), counts["test"], None, "test")
     validation: list[dict[str, Any]] = []
     if counts["validation"]:
-        train_size = counts["train"] if counts["train"] < len(rest) - counts["validation"] else None
-        train, validation = cut(rest, counts["validation"], train_size, "validation")
-    elif counts["train"] < len(rest):
+        rest, validation = cut(rest, counts["validation"], None, "validation")
+    if counts["train"] < len(rest):
         train, _ = cut(rest, len(rest) - counts["train"], counts["train"], "train")
     else:
         train = rest

@@ -4,15 +4,23 @@ Usage: ``lorasent train [--params params.yaml]``
 
 Generative mode (seed 000's way): each example is ``prompt(text) + label word``; the
 loss is the cross-entropy of the label word's tokens only (see
-:func:`lorasent.scoring.label_token_loss`), optionally weighted per class
-(``train.class_weighting: balanced``, seed 000's fix for a majority class that drags the
-loss up). peft's LoRA (``train.lora``) wraps the base model; transformers' ``Trainer``
-runs the loop (progress bar, schedule, accumulation, length-grouped batches), and
-dvclive's callback logs the loss history to ``metrics/train/``.
+:func:`lorasent.scoring.label_token_loss`). Sequence-classification mode (seed 002's
+way): the text goes into a fresh classification head; peft's ``SEQ_CLS`` task trains
+the head in full (``modules_to_save``) and saves it with the adapter, and
+:func:`check_head_saved` refuses a model whose other new weights would not be saved.
+In both, the loss is optionally weighted per class (``train.class_weighting: balanced``,
+seed 000's fix for a majority class that drags the loss up).
+
+peft's LoRA (``train.lora``) wraps the base model; transformers' ``Trainer`` runs the
+loop (progress bar, schedule, accumulation, length-grouped batches, and with
+``train.eval_strategy: epoch`` the validation accuracy after each epoch, keeping the
+best epoch when ``train.load_best_model_at_end``); dvclive's callback logs the history
+to ``metrics/train/``.
 
 Writes ``models/adapter/``: ``adapter_model.safetensors``, ``adapter_config.json`` and
-``lorasent.json`` (mode, labels and their ids, label words and token ids, prompt,
-max_length, base model source and hash, resolved params); and a provenance record.
+``lorasent.json`` (mode, labels and their ids, label words and token ids or the head,
+prompt, max_length, base model source and hash, resolved params); and a provenance
+record.
 """
 
 from __future__ import annotations
@@ -21,7 +29,6 @@ import json
 import shutil
 import time
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +45,7 @@ from lorasent.artifacts import (
     write_json,
 )
 from lorasent.errors import LorasentError
+from lorasent.metrics import classification_metrics
 from lorasent.modeling import load_model_and_prompt
 from lorasent.params import BaseParams, PromptParams, TrainParams
 from lorasent.paths import (
@@ -49,28 +57,90 @@ from lorasent.paths import (
     SPLIT_DIR,
     TRAIN_LIVE_DIR,
 )
-from lorasent.scoring import collate_training, label_token_loss
+from lorasent.scoring import Encoder, PromptEncoder, score_texts
 
 
 @dataclass(frozen=True)
 class TrainResult:
+    """What a run produced; ``model`` is the trained peft model in memory (eval mode),
+    for callers that go on using it (it equals base + the saved adapter)."""
+
     steps: int
     final_loss: float | None
     trainable_parameters: int
+    model: Any = None
 
 
-class LabelWordTrainer(Trainer):
-    """``Trainer`` whose loss is :func:`lorasent.scoring.label_token_loss`.
+class LorasentTrainer(Trainer):
+    """``Trainer`` with the encoder's loss, and validation by the project's own scoring.
 
-    The loss is a per-batch weighted mean, so the Trainer divides it by the gradient
-    accumulation steps (``loss_is_scaled_for_ga = False``).
+    The loss (``encoder.loss``: label-word tokens or the head's logits) is a per-batch
+    weighted mean, so the Trainer divides it by the gradient accumulation steps
+    (``loss_is_scaled_for_ga = False``). ``evaluate`` scores the validation texts exactly
+    as the evaluate stage scores the test split and reports ``eval_accuracy`` and
+    ``eval_macro_f1``, which the Trainer's ``metric_for_best_model`` reads.
     """
 
     loss_is_scaled_for_ga = False
 
+    def __init__(self, *args, encoder: Encoder, validation: tuple[list[str], list[int]],
+                 labels: list[str], eval_batch_size: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.encoder, self.validation = encoder, validation
+        self.class_names, self.eval_batch_size = labels, eval_batch_size
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        loss = label_token_loss(model, inputs)
+        loss = self.encoder.loss(model, inputs)
         return (loss, None) if return_outputs else loss
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
+        texts, y = self.validation
+        self.model.eval()
+        scores = score_texts(self.model, self.encoder, texts, self.eval_batch_size,
+                             desc="validation")
+        self.model.train()
+        found = classification_metrics(y, scores.argmax(1), self.class_names)
+        metrics = {f"{metric_key_prefix}_accuracy": found["accuracy"],
+                   f"{metric_key_prefix}_macro_f1": found["macro_f1"]}
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control,
+                                                         metrics)
+        return metrics
+
+
+class HeadNotSavedError(LorasentError):
+    """A seq_cls model has new weights that the adapter would not save."""
+
+
+def check_head_saved(model: torch.nn.Module, newly_initialized: list[str]) -> None:
+    """Refuse a peft model whose newly initialised weights would not be saved.
+
+    ``AutoModelForSequenceClassification`` initialises the head at random. peft trains
+    and saves the modules whose names end with an entry of ``modules_to_save`` (it adds
+    ``classifier`` and ``score``); any other new weight (a BERT pooler the checkpoint
+    lacks, a head with another name such as BART's ``classification_head``) would be
+    random again in the next process, so the adapter could not reproduce the trained
+    model.
+
+    Raises:
+        HeadNotSavedError: naming the weights and the param that fixes it.
+    """
+    from peft.utils import ModulesToSaveWrapper
+
+    inner = model.get_base_model()
+    lost = []
+    for name in newly_initialized:
+        parts = name.split(".")[:-1]
+        prefixes = (".".join(parts[:i]) for i in range(1, len(parts) + 1))
+        if not any(isinstance(inner.get_submodule(p), ModulesToSaveWrapper) for p in prefixes):
+            lost.append(name)
+    if lost:
+        modules = sorted({name.rsplit(".", 1)[0] for name in lost})
+        raise HeadNotSavedError(
+            f"train.lora.modules_to_save: the weights {lost} are new (initialised at random "
+            "when the head was added) but would be neither trained nor saved with the "
+            "adapter, so a fresh process would load other values. Add "
+            f"{modules} to train.lora.modules_to_save")
 
 
 def _step_aligned_dvclive(live):
@@ -99,6 +169,11 @@ def _sort_target_modules(config_path: Path) -> None:
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True), encoding="utf-8")
 
 
+def _checkpoint_step(path: str | None) -> int | None:
+    """The step of Trainer's ``.../checkpoint-<step>`` folder, or None."""
+    return int(path.rsplit("-", 1)[1]) if path else None
+
+
 def class_weights(scheme: str, label_ids: list[int], num_labels: int) -> np.ndarray:
     """Per-class loss weights, float64 (K,).
 
@@ -122,8 +197,13 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
               provenance_dir: Path = PROVENANCE_DIR) -> TrainResult:
     """Train a LoRA adapter and write it with its record to ``adapter_dir``.
 
+    The validation split (``train.eval_strategy: epoch``) is scored
+    ``train.per_device_train_batch_size`` texts at a time.
+
     Raises:
-        LorasentError: an empty training split, a prompt with no room for text.
+        LorasentError: an empty training split or validation split that
+            ``train.eval_strategy`` needs, a prompt with no room for text.
+        HeadNotSavedError: seq_cls weights that the adapter would not save.
     """
     import datasets
     from dvclive import Live
@@ -136,8 +216,17 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
     if not rows:
         raise LorasentError(f"{train_path}: no training rows; check split.train_size")
 
+    validation = []
+    if train.eval_strategy != "no":
+        validation = read_jsonl(split_dir / "validation.jsonl")
+        if not validation:
+            raise LorasentError(f"{split_dir / 'validation.jsonl'}: no rows, but "
+                                "train.eval_strategy needs them; check split.validation_size")
+
     set_seed(base.seed)
-    model, encoder, device = load_model_and_prompt(model_dir, base=base, prompt=prompt)
+    model, encoder, device = load_model_and_prompt(model_dir, base=base, prompt=prompt,
+                                                   mode=train.mode)
+    newly_initialized = getattr(model, "newly_initialized", [])
     weights = class_weights(train.class_weighting, [r["label_id"] for r in rows], len(labels))
     examples = []
     for r in rows:
@@ -146,8 +235,11 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
                          "length": len(example["input_ids"])})
 
     model = get_peft_model(model.train(), LoraConfig(
-        task_type="CAUSAL_LM", r=train.lora.r, lora_alpha=train.lora.lora_alpha,
-        lora_dropout=train.lora.lora_dropout, target_modules=list(train.lora.target_modules)))
+        task_type="SEQ_CLS" if train.mode == "seq_cls" else "CAUSAL_LM", r=train.lora.r,
+        lora_alpha=train.lora.lora_alpha, lora_dropout=train.lora.lora_dropout,
+        target_modules=list(train.lora.target_modules),
+        modules_to_save=list(train.lora.modules_to_save) or None))
+    check_head_saved(model, newly_initialized)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
 
@@ -156,15 +248,20 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
         "mode": train.mode,
         "labels": labels,
         "label2id": {label: i for i, label in enumerate(labels)},
-        "label_words": [prompt.label_words[label] for label in labels],
-        "label_token_ids": [list(ids) for ids in encoder.label_ids],
-        "template": prompt.template,
         "max_length": prompt.max_length,
         "base_model": {"source": base.model, "sha256": base_manifest["sha256"]},
         "params": params_record,
     }
-    # Trainer wants an output_dir; nothing is saved there (save_strategy="no"). A fixed
-    # name keeps the arguments that dvclive records (metrics/train/params.yaml) stable.
+    if isinstance(encoder, PromptEncoder):
+        record.update({
+            "label_words": [prompt.label_words[label] for label in labels],
+            "label_token_ids": [list(ids) for ids in encoder.label_ids],
+            "template": prompt.template})
+    else:
+        record["head"] = sorted(model.modules_to_save or ())
+    # Trainer wants an output_dir; only the epochs' checkpoints that load_best_model_at_end
+    # compares go there, and it is removed after. A fixed name keeps the arguments that
+    # dvclive records (metrics/train/params.yaml) stable.
     # The loss history goes to a temporary folder that replaces metrics/train only when
     # the adapter is saved: a failed run leaves the last good history and adapter.
     work = adapter_dir.parent / ".trainer"
@@ -179,15 +276,25 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
                 warmup_steps=train.warmup_ratio, lr_scheduler_type=train.lr_scheduler_type,
                 weight_decay=train.weight_decay, max_grad_norm=train.max_grad_norm,
                 logging_steps=train.logging_steps, logging_first_step=True,
-                save_strategy="no", report_to="none", remove_unused_columns=False,
+                eval_strategy=train.eval_strategy,
+                save_strategy="epoch" if train.load_best_model_at_end else "no",
+                load_best_model_at_end=train.load_best_model_at_end,
+                metric_for_best_model="accuracy", greater_is_better=True,
+                report_to="none", remove_unused_columns=False,
                 dataloader_num_workers=0, train_sampling_strategy="group_by_length",
                 length_column_name="length", use_cpu=device.type == "cpu",
                 bf16=model.dtype == torch.bfloat16, fp16=model.dtype == torch.float16)
             live = Live(dir=str(live_tmp), dvcyaml=False, save_dvc_exp=False, report=None)
-            trainer = LabelWordTrainer(
+            trainer = LorasentTrainer(
                 model=model, args=args, train_dataset=datasets.Dataset.from_list(examples),
-                data_collator=partial(collate_training, pad_id=encoder.tokenizer.pad_token_id),
-                callbacks=[_step_aligned_dvclive(live)])
+                # Trainer insists on an eval_dataset when it evaluates; evaluate() above
+                # scores the validation texts itself.
+                eval_dataset=datasets.Dataset.from_list(examples[:1]) if validation else None,
+                data_collator=encoder.collate, callbacks=[_step_aligned_dvclive(live)],
+                encoder=encoder, labels=labels,
+                eval_batch_size=train.per_device_train_batch_size,
+                validation=([r["text"] for r in validation],
+                            [r["label_id"] for r in validation]))
             trainer.train()
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -206,5 +313,7 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
                "steps": trainer.state.global_step, "train_rows": len(rows),
                "effective_batch_size": train.per_device_train_batch_size
                * train.gradient_accumulation_steps * trainer.args.world_size,
-               "final_loss": final_loss}))
-    return TrainResult(trainer.state.global_step, final_loss, trainable)
+               "final_loss": final_loss,
+               "best_validation_accuracy": trainer.state.best_metric,
+               "best_checkpoint_step": _checkpoint_step(trainer.state.best_model_checkpoint)}))
+    return TrainResult(trainer.state.global_step, final_loss, trainable, model.eval())
