@@ -61,6 +61,15 @@ def test_quoted_commas_newlines_and_crlf(tmp_path):
     assert [r["text"] for r in rows] == ["one, two", "line\r\nbreak"]
 
 
+def test_header_repeated_inside_the_data_is_dropped(tmp_path, caplog):
+    path = tmp_path / "joined.csv"  # two files joined with `cat`
+    path.write_text("text,label\ngood,positive\ntext,label\nbad,negative\n", encoding="utf-8")
+    rows = _read(path)
+    assert [(r["row"], r["text"], r["label"]) for r in rows] == [(1, "good", "positive"),
+                                                                  (3, "bad", "negative")]
+    assert "dropped 1 rows that repeat the header (data rows [2])" in caplog.text
+
+
 def test_undecodable_bytes_name_file_and_line(tmp_path):
     path = tmp_path / "latin.csv"
     path.write_bytes("text,label\nfine,positive\ncaf\u00e9,neutral\n".encode("latin-1"))

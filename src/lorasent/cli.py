@@ -11,12 +11,14 @@ import functools
 import logging
 import os
 import sys
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import click
 
+from lorasent.artifacts import record_failure
 from lorasent.errors import LorasentError
 from lorasent.params import Params, load_params
 
@@ -46,8 +48,15 @@ def _user_errors(func: Callable) -> Callable:
     return wrapper
 
 
+PROVENANCE_STAGES = ("baseline", "train", "evaluate")
+
+
 def _stage(func: Callable[[Params], str]) -> click.Command:
-    """A click command that loads the params, runs the stage, prints its summary."""
+    """A click command that loads the params, runs the stage, prints its summary.
+
+    When baseline, train or evaluate fails after starting, its provenance record is
+    replaced by one with ``status: failed`` and the error; the metrics stay as they were.
+    """
 
     @click.option("--params", "params_path", default="params.yaml", show_default=True,
                   type=click.Path(dir_okay=False, path_type=Path),
@@ -55,7 +64,15 @@ def _stage(func: Callable[[Params], str]) -> click.Command:
     @functools.wraps(func)
     def command(params_path: Path) -> None:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-        click.echo(func(load_params(params_path)))
+        params = load_params(params_path)  # bad params fail here, before any work
+        started = time.perf_counter()
+        try:
+            click.echo(func(params))
+        except BaseException as err:  # Ctrl-C too: the record says it was interrupted
+            if func.__name__ in PROVENANCE_STAGES:
+                record_failure(func.__name__, _record(params), err,
+                               time.perf_counter() - started)
+            raise
 
     return click.command(name=func.__name__)(_user_errors(command))
 

@@ -54,7 +54,8 @@ PACKAGED_DATASETS = ("tweets-en", "reviews-zh")
 PACKAGED_MODELS = ("gemma-3-270m", "minilm-l6")
 TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".ndjson", ".parquet")
 # Files of a model folder worth copying; pickled weights (*.bin, *.pt) never are.
-MODEL_FILE_PATTERNS = ("*.json", "*.safetensors", "*.model", "*.txt", "*.jinja")
+# The model's own Python files are copied too, but run only with base.trust_remote_code.
+MODEL_FILE_PATTERNS = ("*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.py")
 
 
 class SourceError(LorasentError, ValueError):
@@ -238,8 +239,14 @@ def read_table(path: Path, *, text_column: str, label_column: str,
         raise SourceError(
             f"{path}: no column {missing or [text_column, label_column]} "
             f"(data.text_column / data.label_column); columns found: {columns}")
-    return [{"row": i, "text": _as_text(r[text_column]), "label": _as_text(r[label_column])}
+    rows = [{"row": i, "text": _as_text(r[text_column]), "label": _as_text(r[label_column])}
             for i, r in enumerate(records, start=1)]
+    # Files joined with `cat` repeat their header inside the data; those rows are not data.
+    headers = [r["row"] for r in rows if (r["text"], r["label"]) == (text_column, label_column)]
+    if headers:
+        log.warning("%s: dropped %d rows that repeat the header (data rows %s)", path,
+                    len(headers), headers[:10])
+    return [r for r in rows if r["row"] not in set(headers)]
 
 
 def _as_text(value: Any) -> str:

@@ -26,28 +26,31 @@ from lorasent.scoring import Encoder, PromptEncoder, TextEncoder
 log = logging.getLogger(__name__)
 
 
-def load_tokenizer(model_dir: str | Path) -> PreTrainedTokenizerBase:
+def load_tokenizer(model_dir: str | Path,
+                   trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
     """The base model's tokenizer, with a pad token (Gemma has one; others use EOS)."""
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 
 
 def load_causal_lm(model_dir: str | Path, *, dtype: torch.dtype, attn_implementation: str,
-                   device: torch.device, pad_token_id: int) -> torch.nn.Module:
-    """The base causal LM from a local HF folder (safetensors only, no remote code), in
-    eval mode. Run :func:`lorasent.environment.require_environment` first."""
+                   device: torch.device, pad_token_id: int,
+                   trust_remote_code: bool = False) -> torch.nn.Module:
+    """The base causal LM from a local HF folder (safetensors only; the model's own
+    Python code only with ``trust_remote_code``), in eval mode. Run
+    :func:`lorasent.environment.require_environment` first."""
     model = AutoModelForCausalLM.from_pretrained(
         model_dir, dtype=dtype, attn_implementation=attn_implementation,
-        use_safetensors=True, trust_remote_code=False)
+        use_safetensors=True, trust_remote_code=trust_remote_code)
     model.config.pad_token_id = pad_token_id
     return model.to(device).eval()
 
 
 def load_seq_cls(model_dir: str | Path, *, labels: list[str], dtype: torch.dtype,
                  attn_implementation: str, device: torch.device, pad_token_id: int,
-                 quiet: bool = False) -> torch.nn.Module:
+                 quiet: bool = False, trust_remote_code: bool = False) -> torch.nn.Module:
     """The base model with a fresh classification head of ``len(labels)`` outputs, in eval
     mode (safetensors only, no remote code).
 
@@ -68,7 +71,7 @@ def load_seq_cls(model_dir: str | Path, *, labels: list[str], dtype: torch.dtype
             model_dir, num_labels=len(labels), id2label=dict(enumerate(labels)),
             label2id={label: i for i, label in enumerate(labels)}, dtype=dtype,
             attn_implementation=attn_implementation, use_safetensors=True,
-            trust_remote_code=False, output_loading_info=True)
+            trust_remote_code=trust_remote_code, output_loading_info=True)
     finally:
         hf_logging.set_verbosity(verbosity)
     model.config.pad_token_id = pad_token_id
@@ -77,15 +80,25 @@ def load_seq_cls(model_dir: str | Path, *, labels: list[str], dtype: torch.dtype
 
 
 def load_adapter(base: torch.nn.Module, adapter_dir: str | Path) -> torch.nn.Module:
-    """Base model with the LoRA adapter from ``adapter_dir`` (safetensors), in eval mode."""
+    """Base model with the LoRA adapter from ``adapter_dir`` (safetensors), in eval mode.
+
+    Raises:
+        LorasentError: the folder has no ``adapter_model.safetensors`` (a pickled
+            ``adapter_model.bin`` can run code when loaded, so it is never read).
+    """
     from peft import PeftModel
+
+    if not (Path(adapter_dir) / "adapter_model.safetensors").is_file():
+        raise LorasentError(f"{adapter_dir}: no adapter_model.safetensors; only safetensors "
+                            "adapters are loaded (pickled .bin files can run code)")
 
     return PeftModel.from_pretrained(base, str(adapter_dir)).eval()
 
 
 def load_base_model(model_dir: str | Path, *, device: str, precision: str,
                     attn_implementation: str, model: str = "", mode: str = "generative",
-                    labels: list[str] | None = None, for_adapter: bool = False):
+                    labels: list[str] | None = None, for_adapter: bool = False,
+                    trust_remote_code: bool = False):
     """Tokenizer and base model on the resolved device and dtype: the causal LM, or in
     ``seq_cls`` mode the model with a fresh head for ``labels`` (``for_adapter``: an
     adapter will replace the head, so its random initialisation is not reported).
@@ -101,9 +114,9 @@ def load_base_model(model_dir: str | Path, *, device: str, precision: str,
     torch_device, dtype = require_environment(
         device=device, precision=precision, attn_implementation=attn_implementation,
         model=model, model_dir=Path(model_dir))
-    tokenizer = load_tokenizer(model_dir)
+    tokenizer = load_tokenizer(model_dir, trust_remote_code)
     kwargs = dict(dtype=dtype, attn_implementation=attn_implementation, device=torch_device,
-                  pad_token_id=tokenizer.pad_token_id)
+                  pad_token_id=tokenizer.pad_token_id, trust_remote_code=trust_remote_code)
     if mode == "seq_cls":
         model = load_seq_cls(model_dir, labels=list(labels or ()), quiet=for_adapter, **kwargs)
     else:
@@ -137,7 +150,7 @@ def load_model_and_prompt(model_dir: str | Path, *, base: BaseParams, prompt: Pr
     model, tokenizer, device = load_base_model(
         model_dir, device=base.device, precision=base.precision,
         attn_implementation=base.attn_implementation, model=base.model, mode=mode,
-        labels=labels)
+        labels=labels, trust_remote_code=base.trust_remote_code)
     encoder = make_encoder(tokenizer, mode=mode, num_labels=len(labels),
                            max_length=prompt.max_length, template=prompt.template,
                            label_words=[prompt.label_words.get(label, "") for label in labels])
@@ -226,7 +239,8 @@ def load_trained_model(adapter_dir: str | Path, model_dir: str | Path, *,
         model_dir, device=device or trained["device"],
         precision=precision or trained["precision"],
         attn_implementation=trained["attn_implementation"], model=record["base_model"]["source"],
-        mode=record["mode"], labels=record["labels"], for_adapter=True)
+        mode=record["mode"], labels=record["labels"], for_adapter=True,
+        trust_remote_code=trained.get("trust_remote_code", False))
     encoder = make_encoder(tokenizer, mode=record["mode"], num_labels=len(record["labels"]),
                            max_length=record["max_length"], template=record.get("template", ""),
                            label_words=record.get("label_words"))

@@ -53,6 +53,7 @@ class BaseParams(_Section):
     device: Literal["auto", "cpu", "cuda", "rocm", "mps"]
     precision: Literal["auto", "bf16", "fp16", "fp32"]
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2"]
+    trust_remote_code: bool
 
     @model_validator(mode="after")
     def _labels_consistent(self) -> BaseParams:
@@ -138,6 +139,7 @@ class TrainParams(_Section):
     logging_steps: PositiveInt
     eval_strategy: Literal["no", "epoch"]
     load_best_model_at_end: bool
+    auto_find_batch_size: bool
 
     @field_validator("eval_strategy", mode="before")
     @classmethod

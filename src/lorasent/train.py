@@ -91,6 +91,15 @@ class LorasentTrainer(Trainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss = self.encoder.loss(model, inputs)
+        if not torch.isfinite(loss):
+            raise NonFiniteLossError(
+                f"train: the loss is {loss.item()} at optimiser step "
+                f"{self.state.global_step + 1} (learning rate {self._get_learning_rate():g}, "
+                f"weights in {next(model.parameters()).dtype}); training stopped and the "
+                "last good adapter and metrics are kept. Likely causes: fp16 with a Gemma "
+                "model (its activations overflow fp16: set base.precision to bf16 or fp32), "
+                "a learning rate too high (lower train.learning_rate), or no gradient "
+                "clipping (train.max_grad_norm)")
         return (loss, None) if return_outputs else loss
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
@@ -106,6 +115,10 @@ class LorasentTrainer(Trainer):
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control,
                                                          metrics)
         return metrics
+
+
+class NonFiniteLossError(LorasentError, FloatingPointError):
+    """The training loss became NaN or infinite."""
 
 
 class HeadNotSavedError(LorasentError):
@@ -167,6 +180,17 @@ def _sort_target_modules(config_path: Path) -> None:
     if isinstance(config.get("target_modules"), list):
         config["target_modules"] = sorted(config["target_modules"])
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True), encoding="utf-8")
+
+
+def _out_of_memory(train: TrainParams, device: torch.device, err: Exception) -> str:
+    """What to do when a training batch does not fit on the device."""
+    batch, accumulation = train.per_device_train_batch_size, train.gradient_accumulation_steps
+    half = max(batch // 2, 1)
+    return (f"train: out of {device.type} memory with train.per_device_train_batch_size "
+            f"{batch}. Set per_device_train_batch_size: {half} and gradient_accumulation_steps: "
+            f"{accumulation * batch // half} to keep the effective batch of "
+            f"{batch * accumulation} examples, or train.auto_find_batch_size: true to let "
+            f"the Trainer halve the batch until it fits ({str(err).splitlines()[0]})")
 
 
 def _checkpoint_step(path: str | None) -> int | None:
@@ -265,6 +289,7 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
     # The loss history goes to a temporary folder that replaces metrics/train only when
     # the adapter is saved: a failed run leaves the last good history and adapter.
     work = adapter_dir.parent / ".trainer"
+    shutil.rmtree(work, ignore_errors=True)  # a killed run's checkpoints are not resumed
     with atomic_dir(live_dir) as live_tmp:
         try:
             args = TrainingArguments(
@@ -281,6 +306,7 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
                 load_best_model_at_end=train.load_best_model_at_end,
                 metric_for_best_model="accuracy", greater_is_better=True,
                 report_to="none", remove_unused_columns=False,
+                auto_find_batch_size=train.auto_find_batch_size,
                 dataloader_num_workers=0, train_sampling_strategy="group_by_length",
                 length_column_name="length", use_cpu=device.type == "cpu",
                 bf16=model.dtype == torch.bfloat16, fp16=model.dtype == torch.float16)
@@ -295,7 +321,10 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
                 eval_batch_size=train.per_device_train_batch_size,
                 validation=([r["text"] for r in validation],
                             [r["label_id"] for r in validation]))
-            trainer.train()
+            try:
+                trainer.train()
+            except torch.OutOfMemoryError as err:
+                raise LorasentError(_out_of_memory(train, device, err)) from err
         finally:
             shutil.rmtree(work, ignore_errors=True)
         with atomic_dir(adapter_dir) as tmp:

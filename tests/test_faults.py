@@ -1,0 +1,130 @@
+"""Faults: a NaN loss, out of memory, a failed stage's record, killed runs' leftovers,
+remote code. Each keeps the last good outputs and says what to do."""
+
+import json
+import shutil
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from conftest import REPO, minilm_folder, train_in
+from lorasent import modeling
+from lorasent.artifacts import atomic_dir, write_json
+from lorasent.cli import main
+from lorasent.errors import LorasentError
+from lorasent.scoring import TextEncoder
+from lorasent.train import NonFiniteLossError
+
+
+def test_nan_loss_stops_training_at_its_step(tmp_path, monkeypatch, minilm_params, minilm_dir,
+                                             split_dir):
+    real, calls = TextEncoder.loss, []
+
+    def nan_from_the_second_batch(model, batch):
+        calls.append(1)
+        loss = real(model, batch)
+        return loss * float("nan") if len(calls) > 1 else loss
+
+    monkeypatch.setattr(TextEncoder, "loss", staticmethod(nan_from_the_second_batch))
+    with pytest.raises(NonFiniteLossError, match=r"the loss is nan at optimiser step 2 "
+                                                 r"\(learning rate .*, weights in torch.float32\)"
+                                                 r".*fp16 with a Gemma model"):
+        train_in(tmp_path, minilm_params(), minilm_dir, split_dir)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no adapter, no history
+
+
+def test_out_of_memory_names_the_batch_size_and_the_way_out(tmp_path, monkeypatch,
+                                                            minilm_params, minilm_dir,
+                                                            split_dir):
+    from transformers import Trainer
+
+    def oom(self, *args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(Trainer, "train", oom)
+    with pytest.raises(LorasentError) as err:
+        train_in(tmp_path, minilm_params(per_device_train_batch_size=4), minilm_dir, split_dir)
+    assert str(err.value) == (
+        "train: out of cpu memory with train.per_device_train_batch_size 4. Set "
+        "per_device_train_batch_size: 2 and gradient_accumulation_steps: 2 to keep the "
+        "effective batch of 4 examples, or train.auto_find_batch_size: true to let the "
+        "Trainer halve the batch until it fits (CUDA out of memory. Tried to allocate "
+        "2.00 GiB)")
+    assert not (tmp_path / "adapter").exists()
+
+
+def test_failed_stage_records_its_failure_and_keeps_the_metrics(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    write_json(tmp_path / "metrics" / "eval.json", {"accuracy": 0.7})
+    result = CliRunner().invoke(main, ["train"])
+    assert result.exit_code == 1
+    assert "data/split/train.jsonl: not found; run the earlier stages first" in result.output
+    record = json.loads((tmp_path / "metrics/provenance/train.json").read_text())
+    assert record["status"] == "failed" and record["stage"] == "train"
+    assert record["error"] == ("FileNotFoundError: [Errno 2] No such file or directory: "
+                               "'data/split/train.jsonl'")
+    assert record["params"]["train"]["lora"]["r"] == 8 and record["wall_time_s"] >= 0
+    assert json.loads((tmp_path / "metrics/eval.json").read_text()) == {"accuracy": 0.7}
+
+
+def test_bad_params_fail_before_any_record_is_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    text = (REPO / "params.yaml").read_text(encoding="utf-8")
+    (tmp_path / "params.yaml").write_text(text.replace("    r: 8", "    rank: 8"))
+    result = CliRunner().invoke(main, ["train"])
+    assert result.exit_code == 1 and "train.lora.rank: unknown key" in result.output
+    assert not (tmp_path / "metrics").exists()
+
+
+def test_temporaries_of_a_killed_run_are_removed_by_the_next(tmp_path):
+    (tmp_path / ".eval.json.k1ll3d.tmp").write_text("half written")
+    (tmp_path / ".adapter.k1ll3d.tmp").mkdir()
+    (tmp_path / ".other.json.k1ll3d.tmp").write_text("another file's")
+    write_json(tmp_path / "eval.json", {"accuracy": 0.5})
+    with atomic_dir(tmp_path / "adapter") as folder:
+        (folder / "weights").write_text("w")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.json.k1ll3d.tmp", "adapter",
+                                                          "eval.json"]
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("trust", [False, True])
+def test_model_code_runs_only_when_the_param_says_so(monkeypatch, params_raw, trust):
+    from transformers import AutoTokenizer
+
+    from lorasent.params import parse_params
+
+    seen = {}
+
+    class Tokenizer:
+        @staticmethod
+        def from_pretrained(path, **kwargs):
+            seen["tokenizer"] = kwargs["trust_remote_code"]
+            return AutoTokenizer.from_pretrained(minilm_folder())
+
+    class Model:
+        @staticmethod
+        def from_pretrained(path, **kwargs):
+            seen["model"] = (kwargs["trust_remote_code"], kwargs["use_safetensors"])
+            raise _Stop
+
+    monkeypatch.setattr(modeling, "AutoTokenizer", Tokenizer)
+    monkeypatch.setattr(modeling, "AutoModelForCausalLM", Model)
+    params_raw["base"]["trust_remote_code"] = trust
+    params = parse_params(params_raw)
+    with pytest.raises(_Stop):
+        modeling.load_model_and_prompt(minilm_folder(), base=params.base, prompt=params.prompt)
+    assert seen == {"tokenizer": trust, "model": (trust, True)}
+    assert parse_params(params_raw).base.trust_remote_code is trust
+
+
+def test_pickled_adapter_is_never_loaded(tmp_path):
+    (tmp_path / "adapter_model.bin").write_bytes(b"pickle")
+    (tmp_path / "adapter_config.json").write_text("{}")
+    with pytest.raises(LorasentError, match="no adapter_model.safetensors; only safetensors"):
+        modeling.load_adapter(torch.nn.Linear(1, 1), tmp_path)
