@@ -22,7 +22,7 @@ PYTEST_ARGS ?=
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test lint lock lock-check doctor clean docker-build docker-run \
+.PHONY: help setup run test bench lint lock lock-check doctor clean docker-build docker-run \
 	docker-build-cpu docker-run-cpu
 
 help:  ## Show the targets
@@ -48,6 +48,10 @@ run: $(STAMP)  ## Set up if needed, then run the pipeline (dvc repro); CONFIG=co
 
 test: $(STAMP)  ## Set up if needed, then run all tests (the slow ones take a few minutes)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+BENCH_ARGS ?=
+bench: $(STAMP)  ## Measure train and eval speed against the seeds' ways; writes bench/results.{json,md}
+	$(BIN)/python -m lorasent.bench $(BENCH_ARGS)
 
 lint: $(STAMP)  ## Lint the code (ruff) and both Dockerfiles (hadolint)
 	$(BIN)/ruff check src tests

@@ -1,0 +1,476 @@
+"""``make bench``: the project's train step and label scoring against the seeds' ways.
+
+Usage: ``python -m lorasent.bench [--device cpu|cuda] [--out bench]``
+
+Everything is measured in one run, on one model, the same examples and the same
+machine, and each figure is reported as a ratio against its reference measured in the
+same run, so the ratios hold on a noisy machine:
+
+1. Training step (forward, loss, backward, AdamW step; median of ``--steps`` timed
+   rounds after ``--warmup`` rounds, a round being one step of each way in turn), LoRA
+   r 8 on all seven projections, batch 8:
+
+   - ``project``: dynamic left padding, loss on the label word's tokens with logits only
+     there (:func:`lorasent.scoring.label_token_loss`);
+   - ``seed002``: every example padded to 256 tokens, the causal-LM loss over the full
+     vocabulary at every position (seed 002's ``padding="max_length"`` + ``labels``);
+   - ``plain_trainer``: dynamic padding with the same full-vocabulary loss (what
+     ``Trainer`` + ``DataCollatorForLanguageModeling`` do);
+   - ``floor``: the bare forward and backward of the decoder with LoRA on the same real
+     tokens, no LM head and no loss: what no training step can beat.
+
+2. Evaluation: the project's label scoring (:func:`lorasent.scoring.score_texts`) against
+   seed 000's way, one ``generate(max_new_tokens=1)`` per text and string matching with
+   its fallback to the middle class; both accuracies are reported.
+3. Peak memory: RSS of the train and evaluate parts (each in its own process), or peak
+   device memory on a GPU.
+4. Pipeline overhead: wall time of a no-op ``dvc repro`` and of the rerun after changing
+   ``evaluate.reference``, on a copy of the repo with tiny sizes.
+
+Writes ``<out>/results.json`` and ``<out>/results.md`` (the table the README quotes).
+
+On the CPU the model is the packaged Gemma 3 270M with its real weights. With
+``--device cuda`` (ROCm or CUDA) the models are Gemma 3 270M and Gemma 2B built from
+their configs with random weights, in bf16: a lent GPU reaches no hub, and random
+weights cost exactly what trained ones cost. There tokens/s and the model FLOP
+utilisation (6 x parameters x tokens per step, Kaplan et al. 2020, against
+``--peak-tflops``) are reported too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# Targets of issue 8 (measured there on 2 CPU cores, Gemma 270M, batch 8, ~50 tokens).
+TARGETS = {"train_vs_seed002": 10.0, "train_vs_plain_trainer": 3.0,
+           "train_vs_floor_max": 1.25, "eval_vs_seed000_cpu": 2.0, "eval_vs_seed000_gpu": 20.0,
+           "noop_repro_s_max": 5.0}
+LABELS = ["negative", "neutral", "positive"]
+# google/gemma-2b's config.json (GemmaForCausalLM), for random-weight GPU runs.
+GEMMA_2B_CONFIG = {
+    "model_type": "gemma", "architectures": ["GemmaForCausalLM"], "vocab_size": 256000,
+    "hidden_size": 2048, "intermediate_size": 16384, "num_hidden_layers": 18,
+    "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "bos_token_id": 2, "eos_token_id": 1,
+    "pad_token_id": 0, "tie_word_embeddings": True}
+
+
+# --------------------------------------------------------------------------- helpers
+
+def _examples(n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """``n`` packaged tweets of the three classes, a fixed sample."""
+    import random
+
+    from lorasent.fetch import read_source
+
+    rows, _ = read_source("packaged:tweets-en", text_column="text", label_column="label",
+                          encoding="utf-8", hf_split="train")
+    rows = [r for r in rows if r["text"].strip() and r["label"] in LABELS]
+    picked = random.Random(seed).sample(rows, n)
+    return [{"text": r["text"], "label_id": LABELS.index(r["label"])} for r in picked]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(fn, device: torch.device) -> float:
+    """Seconds ``fn()`` takes, the device synchronised before and after."""
+    _sync(device)
+    start = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - start
+
+
+def _peak_memory(device: torch.device) -> dict[str, int]:
+    import resource
+
+    out = {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    if device.type == "cuda":
+        out["peak_device_bytes"] = torch.cuda.max_memory_allocated(device)
+    return out
+
+
+def _load(model_name: str, device: torch.device):
+    """``(model, tokenizer, encoder)``: real packaged Gemma on the CPU; random weights
+    from the config on a GPU (see the module docstring)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from lorasent.fetch import _packaged_gemma
+    from lorasent.modeling import load_tokenizer
+    from lorasent.params import load_params
+    from lorasent.scoring import PromptEncoder
+
+    folder = _packaged_gemma()
+    tokenizer = load_tokenizer(folder)
+    if device.type == "cpu" and model_name == "gemma-3-270m":
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
+                                                     attn_implementation="sdpa")
+    else:
+        config = (AutoConfig.from_pretrained(folder) if model_name != "gemma-2b"
+                  else AutoConfig.for_model(**GEMMA_2B_CONFIG))
+        if model_name == "tiny":  # for the tests: Gemma 3's layout, a few thousand weights
+            config.update({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+                           "num_attention_heads": 2, "num_key_value_heads": 1,
+                           "head_dim": 16, "vocab_size": 1024,
+                           "layer_types": ["full_attention"] * 2})
+        config._attn_implementation = "sdpa"
+        torch.manual_seed(0)
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    prompt = load_params(Path(__file__).resolve().parents[2] / "params.yaml").prompt
+    encoder = PromptEncoder.create(tokenizer, prompt.template,
+                                   [prompt.label_words[label] for label in LABELS],
+                                   prompt.max_length)
+    vocab = model.config.vocab_size
+    if vocab < len(tokenizer):  # Gemma 2B (or the tests' tiny model) with Gemma 3's tokenizer
+        model.get_input_embeddings().register_forward_pre_hook(
+            lambda module, args: (args[0] % vocab, *args[1:]))
+        encoder = dataclasses.replace(encoder, label_ids=tuple(
+            tuple(i % vocab for i in ids) for ids in encoder.label_ids))
+    return model.to(device), tokenizer, encoder
+
+
+def _vocab_safe(ids: torch.Tensor, model) -> torch.Tensor:
+    """Token ids of the Gemma 3 tokenizer folded into the model's vocabulary: the same
+    cost, whatever the ids (see :func:`_load`)."""
+    return ids % model.config.vocab_size
+
+
+# ------------------------------------------------------------------------------ parts
+
+def bench_train(model_name: str, device: torch.device, batch_size: int, warmup: int,
+                steps: int) -> dict[str, Any]:
+    """Median seconds per training step of each way; tokens and examples per second."""
+    from peft import LoraConfig, get_peft_model
+
+    from lorasent.scoring import label_token_loss
+
+    model, tokenizer, encoder = _load(model_name, device)
+    examples = _examples(batch_size)
+    model = get_peft_model(model, LoraConfig(
+        task_type="CAUSAL_LM", r=8, lora_alpha=16, lora_dropout=0.1,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                        "down_proj"]))
+    model.train()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+
+    project = encoder.collate([{**encoder.training_example(e["text"], e["label_id"]),
+                                "weight": 1.0} for e in examples])
+    project = {k: v.to(device) for k, v in project.items()}
+    real_tokens = int(project["attention_mask"].sum()) + batch_size  # + the label token
+    full_texts = [tokenizer.decode(encoder.encode(e["text"]), skip_special_tokens=True)
+                  + encoder.tokenizer.decode(encoder.label_ids[e["label_id"]])
+                  for e in examples]
+
+    def lm_batch(**padding):
+        enc = tokenizer(full_texts, return_tensors="pt", truncation=True, **padding)
+        labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
+        return {"input_ids": enc["input_ids"].to(device),
+                "attention_mask": enc["attention_mask"].to(device),
+                "labels": torch.where(labels >= 0, _vocab_safe(labels, model), labels).to(device)}
+
+    seed002 = lm_batch(padding="max_length", max_length=256)
+    plain = lm_batch(padding=True)
+    floor = {"input_ids": project["input_ids"], "attention_mask": project["attention_mask"],
+             "position_ids": project["position_ids"]}
+    decoder = model.get_base_model().model
+
+    def step(loss_fn):
+        def run():
+            loss = loss_fn()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        return run
+
+    ways = {
+        "project": lambda: label_token_loss(model, project),
+        "seed002": lambda: model(**seed002, use_cache=False).loss,
+        "plain_trainer": lambda: model(**plain, use_cache=False).loss,
+        "floor": lambda: decoder(**floor, use_cache=False).last_hidden_state.float().mean(),
+    }
+    tokens = {"project": real_tokens, "floor": real_tokens,
+              "seed002": int(seed002["attention_mask"].sum()),
+              "plain_trainer": int(plain["attention_mask"].sum())}
+    padded = {"project": project["input_ids"].numel(), "floor": project["input_ids"].numel(),
+              "seed002": seed002["input_ids"].numel(), "plain_trainer": plain["input_ids"].numel()}
+    # Rounds of one step of each way, so that drift and warm-up effects of a noisy machine
+    # fall on every way alike; the project goes first, so the peak memory after its
+    # warm-up step is its own.
+    times: dict[str, list[float]] = {name: [] for name in ways}
+    memory = {}
+    for round_ in range(warmup + steps):
+        for name, fn in ways.items():
+            seconds = _timed(step(fn), device)
+            memory.setdefault(name, _peak_memory(device))
+            if round_ >= warmup:
+                times[name].append(seconds)
+    results = {}
+    for name, spent in times.items():
+        seconds = statistics.median(spent)
+        results[name] = {"seconds_per_step": seconds, "examples_per_s": batch_size / seconds,
+                         "useful_tokens_per_s": tokens[name] / seconds,
+                         "tokens_in_batch": padded[name], **memory[name]}
+    if device.type == "cuda":
+        params = sum(p.numel() for p in model.parameters())
+        for name, r in results.items():
+            r["model_flops_per_s"] = 6 * params * padded[name] / r["seconds_per_step"]
+    return {"model": model_name, "batch_size": batch_size, "steps": steps, "warmup": warmup,
+            "ways": results}
+
+
+def bench_eval(model_name: str, device: torch.device, n: int,
+               batch_size: int) -> dict[str, Any]:
+    """Examples/s and accuracy of label scoring and of seed 000's generate-and-match."""
+    from lorasent.scoring import score_texts
+
+    model, tokenizer, encoder = _load(model_name, device)
+    model.eval()
+    examples = _examples(n, seed=1)
+    texts, gold = [e["text"] for e in examples], [e["label_id"] for e in examples]
+    words = [tokenizer.decode(ids).strip().lower() for ids in encoder.label_ids]
+
+    def project():
+        return score_texts(model, encoder, texts, batch_size, desc="bench").argmax(1).tolist()
+
+    @torch.inference_mode()
+    def seed000():
+        preds = []
+        for text in texts:
+            ids = torch.tensor([encoder.encode(text)], device=device)
+            out = model.generate(input_ids=ids, max_new_tokens=1,
+                                 do_sample=False, pad_token_id=tokenizer.pad_token_id)
+            answer = tokenizer.decode(out[0, -1:], skip_special_tokens=True).strip().lower()
+            # seed 000: exact label, then "contains", else the middle class
+            match = [k for k, w in enumerate(words) if answer == w or (answer and w in answer)]
+            preds.append(match[0] if match else LABELS.index("neutral"))
+        return preds
+
+    out = {}
+    for name, fn in (("project", project), ("seed000", seed000)):
+        fn() if name == "project" else None  # warm-up of the batched path
+        _sync(device)
+        start = time.perf_counter()
+        preds = fn()
+        _sync(device)
+        seconds = time.perf_counter() - start
+        out[name] = {"seconds": seconds, "examples_per_s": n / seconds,
+                     "accuracy": sum(p == g for p, g in zip(preds, gold, strict=True)) / n}
+    return {"model": model_name, "examples": n, "batch_size": batch_size, "ways": out,
+            **_peak_memory(device)}
+
+
+def bench_pipeline(repo: Path) -> dict[str, Any]:
+    """Seconds of a no-op ``dvc repro`` and of the rerun after an evaluate-only change, on
+    a copy of the repo with tiny sizes (the real pipeline, 24 rows, 3 steps)."""
+    import yaml
+
+    from lorasent.params import merge
+
+    tiny = {"split": {"train_size": 24, "validation_size": 0, "test_size": 24},
+            "train": {"max_steps": 3, "per_device_train_batch_size": 4},
+            "evaluate": {"batch_size": 8}}
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    with tempfile.TemporaryDirectory(prefix="lorasent-bench-") as tmp:
+        root = Path(tmp)
+        listed = subprocess.run(["git", "ls-files", "-z"], cwd=repo, capture_output=True,
+                                text=True, check=True).stdout
+        for name in filter(None, listed.split("\0")):
+            if (repo / name).is_file() and not name.startswith(("metrics/", "dvc.lock")):
+                (root / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(repo / name, root / name)
+        params = root / "params.yaml"
+
+        def set_params(changes):
+            params.write_text(yaml.safe_dump(merge(yaml.safe_load(params.read_text("utf-8")),
+                                                   changes), allow_unicode=True), "utf-8")
+
+        def run(*argv):
+            start = time.perf_counter()
+            subprocess.run(argv, cwd=root, env=env, check=True, capture_output=True)
+            return time.perf_counter() - start
+
+        set_params(tiny)
+        git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com"]
+        run("git", "init", "-q")
+        run("git", "add", "-A")
+        run(*git, "commit", "-q", "-m", "bench")
+        first = run("dvc", "repro")
+        noop = run("dvc", "repro")
+        set_params({"evaluate": {"reference": "majority"}})
+        evaluate_only = run("dvc", "repro")
+    return {"first_tiny_run_s": first, "noop_repro_s": noop,
+            "evaluate_param_rerun_s": evaluate_only}
+
+
+# ------------------------------------------------------------------------------- main
+
+def _part(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Run one part in a fresh process, so that its peak memory is its own."""
+    cmd = [sys.executable, "-m", "lorasent.bench", "--part", name, "--device", args.device,
+           "--model", args.model, "--steps", str(args.steps), "--warmup", str(args.warmup),
+           "--eval-examples", str(args.eval_examples)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"bench part {name} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _machine(device: torch.device) -> dict[str, Any]:
+    from lorasent.environment import cpu_model
+
+    out = {"cpu": cpu_model(), "cores": os.cpu_count(), "torch": torch.__version__,
+           "torch_threads": torch.get_num_threads(), "device": str(device),
+           "hip": torch.version.hip, "cuda": torch.version.cuda}
+    if device.type == "cuda":
+        out["gpu"] = torch.cuda.get_device_name(device)
+    return out
+
+
+def summarise(results: dict[str, Any], device: torch.device,
+              peak_tflops: float | None) -> dict[str, Any]:
+    """Ratios against the references measured in the same run, and the targets' verdicts."""
+    ratios, checks = {}, {}
+    for model, part in results["train"].items():
+        w = {k: v["seconds_per_step"] for k, v in part["ways"].items()}
+        ratios[model] = {"train_speedup_vs_seed002": w["seed002"] / w["project"],
+                         "train_speedup_vs_plain_trainer": w["plain_trainer"] / w["project"],
+                         "train_time_vs_floor": w["project"] / w["floor"]}
+        e = results["eval"][model]["ways"]
+        ratios[model]["eval_speedup_vs_seed000"] = (e["project"]["examples_per_s"]
+                                                    / e["seed000"]["examples_per_s"])
+        ratios[model]["eval_accuracy_project_minus_seed000"] = (e["project"]["accuracy"]
+                                                                - e["seed000"]["accuracy"])
+        eval_target = TARGETS["eval_vs_seed000_gpu" if device.type == "cuda"
+                              else "eval_vs_seed000_cpu"]
+        r = ratios[model]
+        checks[model] = {
+            f"train >= {TARGETS['train_vs_seed002']:g}x seed 002":
+                r["train_speedup_vs_seed002"] >= TARGETS["train_vs_seed002"],
+            f"train >= {TARGETS['train_vs_plain_trainer']:g}x plain Trainer":
+                r["train_speedup_vs_plain_trainer"] >= TARGETS["train_vs_plain_trainer"],
+            f"train within {TARGETS['train_vs_floor_max']:g}x of the floor":
+                r["train_time_vs_floor"] <= TARGETS["train_vs_floor_max"],
+            f"eval >= {eval_target:g}x seed 000": r["eval_speedup_vs_seed000"] >= eval_target,
+            "eval loses no accuracy": r["eval_accuracy_project_minus_seed000"] >= 0,
+        }
+        if peak_tflops and device.type == "cuda":
+            flops = part["ways"]["project"]["model_flops_per_s"]
+            ratios[model]["train_mfu"] = flops / (peak_tflops * 1e12)
+    if "pipeline" in results:
+        checks["pipeline"] = {f"no-op dvc repro < {TARGETS['noop_repro_s_max']:g} s":
+                              results["pipeline"]["noop_repro_s"] < TARGETS["noop_repro_s_max"]}
+    return {"ratios": ratios, "targets": TARGETS, "checks": checks,
+            "all_targets_met": all(v for c in checks.values() for v in c.values())}
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The table the README quotes."""
+    m = report["machine"]
+    lines = [f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, device "
+             f"{m['device']}{' (' + m['gpu'] + ')' if m.get('gpu') else ''}.", ""]
+    for model, part in report["results"]["train"].items():
+        lines += [f"**Train step, {model}, batch {part['batch_size']}** (median of "
+                  f"{part['steps']} steps, interleaved, after {part['warmup']} warm-up rounds; "
+                  "peak RSS of the "
+                  "project's way: "
+                  f"{part['ways']['project']['peak_rss_bytes'] / 2**30:.1f} GiB)", "",
+                  "| way | s / step | examples / s | useful tokens / s | tokens in batch "
+                  "| project is |",
+                  "|---|---|---|---|---|---|"]
+        project = part["ways"]["project"]["seconds_per_step"]
+        for name, w in part["ways"].items():
+            rel = ("—" if name == "project" else
+                   f"{w['seconds_per_step'] / project:.2f}x faster" if name != "floor"
+                   else f"{project / w['seconds_per_step']:.2f}x the floor's time")
+            lines.append(f"| {name} | {w['seconds_per_step']:.2f} | {w['examples_per_s']:.2f} | "
+                         f"{w['useful_tokens_per_s']:.0f} | {w['tokens_in_batch']} | {rel} |")
+        e = report["results"]["eval"][model]
+        lines += ["", f"**Evaluation, {model}, {e['examples']} tweets** (peak RSS "
+                  f"{e['peak_rss_bytes'] / 2**30:.1f} GiB)", "",
+                  "| way | examples / s | accuracy (zero-shot) |", "|---|---|---|"]
+        for name, w in e["ways"].items():
+            lines.append(f"| {name} | {w['examples_per_s']:.2f} | {w['accuracy']:.3f} |")
+        lines.append("")
+    if "pipeline" in report["results"]:
+        p = report["results"]["pipeline"]
+        lines += ["**Pipeline overhead** (tiny run on a copy of the repo)", "",
+                  f"- no-op `dvc repro`: {p['noop_repro_s']:.1f} s",
+                  f"- rerun after changing `evaluate.reference`: "
+                  f"{p['evaluate_param_rerun_s']:.1f} s", ""]
+    lines += ["**Targets**", ""]
+    for group, checks in report["summary"]["checks"].items():
+        for name, ok in checks.items():
+            lines.append(f"- {group}: {name}: {'met' if ok else 'NOT met'}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m lorasent.bench", description=__doc__.split(
+        "\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                        help="cuda also means a ROCm GPU")
+    parser.add_argument("--model", default=None,
+                        help="gemma-3-270m or gemma-2b (default: 270M on the CPU, both on a GPU)")
+    parser.add_argument("--steps", type=int, default=5, help="timed training steps per way")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
+    parser.add_argument("--eval-examples", type=int, default=96)
+    parser.add_argument("--no-pipeline", action="store_true", help="skip the dvc part")
+    parser.add_argument("--peak-tflops", type=float, default=None,
+                        help="the GPU's peak bf16 TFLOP/s, for model FLOP utilisation")
+    parser.add_argument("--out", type=Path, default=Path("bench"))
+    parser.add_argument("--part", choices=["train", "eval"], help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+
+    if args.part:  # a child process: one part, JSON on the last line of stdout
+        model = args.model or "gemma-3-270m"
+        result = (bench_train(model, device, 8, args.warmup, args.steps) if args.part == "train"
+                  else bench_eval(model, device, args.eval_examples, 16))
+        print(json.dumps(result))
+        return
+
+    models = [args.model] if args.model else (
+        ["gemma-3-270m", "gemma-2b"] if device.type == "cuda" else ["gemma-3-270m"])
+    started = time.perf_counter()
+    results: dict[str, Any] = {"train": {}, "eval": {}}
+    for model in models:
+        args.model = model
+        print(f"bench: training step, {model} ...", flush=True)
+        results["train"][model] = _part("train", args)
+        print(f"bench: evaluation, {model} ...", flush=True)
+        results["eval"][model] = _part("eval", args)
+    if not args.no_pipeline:
+        print("bench: pipeline overhead ...", flush=True)
+        results["pipeline"] = bench_pipeline(Path(__file__).resolve().parents[2])
+    report = {"machine": _machine(device), "results": results,
+              "summary": summarise(results, device, args.peak_tflops),
+              "wall_time_s": time.perf_counter() - started}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(report, indent=2) + "\n", "utf-8")
+    table = markdown(report)
+    (args.out / "results.md").write_text(table, "utf-8")
+    print(table)
+    print(f"bench: {report['wall_time_s']:.0f} s; wrote {args.out}/results.json and results.md")
+
+
+if __name__ == "__main__":
+    main()
