@@ -22,8 +22,8 @@ PYTEST_ARGS ?=
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test bench lint lock lock-check doctor clean docker-build docker-run \
-	docker-build-cpu docker-run-cpu
+.PHONY: help setup run test bench exp-show compare browser lint lock lock-check doctor clean \
+	docker-build docker-run docker-build-cpu docker-run-cpu
 
 help:  ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
@@ -46,12 +46,37 @@ run: $(STAMP)  ## Set up if needed, then run the pipeline (dvc repro); CONFIG=co
 	$(if $(CONFIG),$(BIN)/lorasent preset $(CONFIG))
 	$(BIN)/dvc repro
 
-test: $(STAMP)  ## Set up if needed, then run all tests (the slow ones take a few minutes)
+test: $(STAMP) browser  ## Set up if needed, then run all tests (the slow ones take a few minutes)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The report test opens report.html in headless Chromium. Debian's package; as root or
+# through sudo. CHROMIUM=/path/to/chrome uses another build instead.
+CHROMIUM ?= $(firstword $(shell command -v chromium chromium-browser google-chrome 2>/dev/null))
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+browser:  ## Install Chromium from Debian's apt if no Chromium or Chrome is on PATH
+	@$(if $(CHROMIUM),echo "browser: $(CHROMIUM)",$(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends chromium)
 
 BENCH_ARGS ?=
 bench: $(STAMP)  ## Measure train and eval speed against the seeds' ways; writes bench/results.{json,md}
 	$(BIN)/python -m lorasent.bench $(BENCH_ARGS)
+
+# `dvc exp show` narrowed to what a sweep is read by: accuracy, macro-F1, relative error
+# reduction, each class's F1, the mean training loss, and the params that differ.
+# DVC matches these regexes at the start of each column name.
+EXP_SHOW_ARGS ?=
+exp-show: $(STAMP)  ## dvc exp show: accuracy, macro-F1, relative error reduction, per-class F1, swept params
+	$(BIN)/dvc exp show --only-changed \
+		--drop '.*(confusion_matrix|zero_shot|\.precision|\.recall|\.support)|(src|data|models|metrics)/|grad_norm|learning_rate|total_flos|epoch|step|loss|train\.(runtime|.*_per_second)|Created' \
+		--keep '(accuracy|macro_f1|relative_error_reduction|per_class\..+\.f1|train\.loss)$$' \
+		$(EXP_SHOW_ARGS)
+
+# A and B: commits, branches, tags or experiment names; B may be `workspace`.
+A ?= HEAD
+B ?= workspace
+OUT ?=
+compare: $(STAMP)  ## Report B against A (metrics, per-class, plots): A=<rev> B=<rev> [OUT=dir]
+	$(BIN)/lorasent compare $(A) $(B) $(if $(OUT),--out $(OUT))
 
 lint: $(STAMP)  ## Lint the code (ruff) and both Dockerfiles (hadolint)
 	$(BIN)/ruff check src tests
@@ -81,24 +106,28 @@ CPU_IMAGE ?= lorasent:cpu
 HF_CACHE ?= $(HOME)/.cache/huggingface
 # As the calling user, so that outputs in the repo stay yours; the host's Hugging Face
 # cache read-only when it exists; HSA_OVERRIDE_GFX_VERSION only when you set it.
+# DOCKER_ARGS adds docker options (several machines: --network host --ipc host);
+# DOCKER_CMD replaces the command run in the container.
+DOCKER_ARGS ?=
+DOCKER_CMD ?= make run
 DOCKER_RUN = docker run --rm --user "$$(id -u):$$(id -g)" -e HOME=/tmp \
 	--shm-size=16g -v "$(CURDIR)":/work -w /work \
-	$(if $(wildcard $(HF_CACHE)),-v "$(HF_CACHE)":/tmp/.cache/huggingface:ro)
+	$(if $(wildcard $(HF_CACHE)),-v "$(HF_CACHE)":/tmp/.cache/huggingface:ro) $(DOCKER_ARGS)
 
 docker-build:  ## Build the ROCm image (docker/rocm/Dockerfile)
 	docker build -f docker/rocm/Dockerfile -t $(IMAGE) .
 
-docker-run:  ## Run `make run` in the ROCm image on this machine's AMD GPU
+docker-run:  ## Run `make run` (or DOCKER_CMD) in the ROCm image on this machine's AMD GPUs
 	$(DOCKER_RUN) --device=/dev/kfd --device=/dev/dri --group-add video \
 		--security-opt seccomp=unconfined \
 		$(if $(HSA_OVERRIDE_GFX_VERSION),-e HSA_OVERRIDE_GFX_VERSION=$(HSA_OVERRIDE_GFX_VERSION)) \
-		$(IMAGE) make run
+		$(IMAGE) $(DOCKER_CMD)
 
 docker-build-cpu:  ## Build the CPU image (docker/cpu/Dockerfile)
 	docker build -f docker/cpu/Dockerfile -t $(CPU_IMAGE) .
 
 docker-run-cpu:  ## Run `make run` in the CPU image
-	$(DOCKER_RUN) $(CPU_IMAGE) make run
+	$(DOCKER_RUN) $(CPU_IMAGE) $(DOCKER_CMD)
 
 clean:  ## Remove the environment and DVC's outputs (data/, models/); keeps the DVC cache
 	rm -rf $(VENV) data/raw data/split models/base models/adapter

@@ -2,73 +2,21 @@
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-import yaml
 
-from conftest import REPO
+from tiny_repo import GIT, LABELS, PLANTED_TOKEN, env, exp_named, make_tiny_repo, run, set_params
 
 pytestmark = pytest.mark.slow
-
-TINY = {"split": {"train_size": 24, "validation_size": 0, "test_size": 24},
-        "train": {"max_steps": 3, "per_device_train_batch_size": 4, "logging_steps": 1},
-        "evaluate": {"batch_size": 8}}
-LABELS = ["negative", "neutral", "positive"]
-
-
-# A hub token in the environment of every run; no output may ever contain it.
-PLANTED_TOKEN = "hf_lorasentPlantedTokenNeverWritten0123456789"
-
-
-def _env() -> dict:
-    return {**os.environ, "HF_TOKEN": PLANTED_TOKEN, "HUGGING_FACE_HUB_TOKEN": PLANTED_TOKEN,
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-
-
-def run(cwd: Path, *argv: str) -> str:
-    done = subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True, text=True)
-    assert done.returncode == 0, f"{argv} failed:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
-
-
-def set_params(root: Path, changes: dict) -> None:
-    from lorasent.params import merge
-
-    path = root / "params.yaml"
-    params = merge(yaml.safe_load(path.read_text(encoding="utf-8")), changes)
-    path.write_text(yaml.safe_dump(params, allow_unicode=True, sort_keys=False),
-                    encoding="utf-8")
-
-
-def copy_repo(dest: Path) -> Path:
-    """What git tracks (and would track) of the working tree: no data, models or venv."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            cwd=REPO, capture_output=True, text=True, check=True).stdout
-    for name in filter(None, listed.split("\0")):
-        if (REPO / name).is_file() and not name.startswith(("data/", "models/", "metrics/")):
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, dest / name)
-    for stale in ("dvc.lock",):
-        (dest / stale).unlink(missing_ok=True)
-    return dest
 
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory, packaged_model_dir):
-    root = copy_repo(tmp_path_factory.mktemp("lorasent-repo"))
-    set_params(root, TINY)
-    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
-    run(root, "git", "init", "-q")
-    run(root, "git", "add", "-A")
-    run(root, *git, "commit", "-q", "-m", "tiny")
-    run(root, "dvc", "repro")
-    return root
+    return make_tiny_repo(tmp_path_factory.mktemp("lorasent-repo"))
 
 
 def read(root: Path, name: str):
@@ -145,7 +93,7 @@ def test_failed_stage_keeps_the_last_good_metrics(repo):
     original = (repo / "params.yaml").read_text(encoding="utf-8")
     (repo / "params.yaml").write_text(original.replace("    r: 8", "    rank: 8"),
                                       encoding="utf-8")
-    failed = subprocess.run(["dvc", "repro"], cwd=repo, env=_env(), capture_output=True,
+    failed = subprocess.run(["dvc", "repro"], cwd=repo, env=env(), capture_output=True,
                             text=True)
     assert failed.returncode != 0
     assert "train.lora.rank: unknown key" in failed.stdout + failed.stderr
@@ -162,7 +110,7 @@ def test_killed_training_reruns_to_the_same_outputs(repo):
     kept = {name: (repo / name).read_bytes() for name in
             ("metrics/eval.json", "metrics/train/plots/metrics/loss.tsv")}
     proc = subprocess.Popen(["dvc", "repro", "--force", "--single-item", "train"], cwd=repo,
-                            env=_env(), start_new_session=True, stdout=subprocess.DEVNULL,
+                            env=env(), start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
     while not list((repo / "metrics").glob(".train.*.tmp")):  # the Trainer is starting
@@ -195,11 +143,13 @@ def test_hub_token_is_never_written(repo):
 
 def test_plots_render(repo):
     plots = json.loads(run(repo, "dvc", "plots", "show", "--json"))["data"]
-    assert sorted(plots) == ["Confusion matrix (test split)", "Training loss"]
-    confusion = plots["Confusion matrix (test split)"][0]["content"]["data"]["values"]
-    assert sorted({v["filename"] for v in confusion}) == ["baseline_predictions.csv",
-                                                          "predictions.csv"]
-    assert len(confusion) == 2 * 24
+    assert sorted(plots) == ["Confusion matrix, adapter (test split)",
+                             "Confusion matrix, baseline (test split)", "Training loss"]
+    for who, file in [("adapter", "predictions.csv"), ("baseline", "baseline_predictions.csv")]:
+        confusion = plots[f"Confusion matrix, {who} (test split)"][0]["content"]["data"]["values"]
+        rows = (repo / "metrics" / file).read_text(encoding="utf-8").splitlines()[1:]
+        assert [(v["actual"], v["predicted"]) for v in confusion] == [
+            tuple(row.split(",")[1:3]) for row in rows]
     assert len(plots["Training loss"][0]["content"]["data"]["values"]) == 3
 
 
@@ -222,27 +172,14 @@ def test_lora_rank_reruns_train_and_evaluate_only(repo):
     assert read(repo, "models/adapter/lorasent.json")["params"]["train"]["lora"]["r"] == 16
 
 
-def _named(node, name):
-    """The entries of `dvc exp show --json` output named ``name`` that hold its data."""
-    if isinstance(node, dict):
-        if node.get("name") == name and "data" in node:
-            yield node
-        for value in node.values():
-            yield from _named(value, name)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _named(value, name)
-
-
 def test_seq_cls_experiment_is_compared_key_by_key(repo):
-    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
     run(repo, "git", "add", "-A")
-    run(repo, *git, "commit", "-q", "-m", "generative run")
+    run(repo, *GIT, "commit", "-q", "-m", "generative run")
     run(repo, "lorasent", "preset", "configs/cpu-gemma270m-seqcls-tweets.yaml")
     run(repo, "dvc", "exp", "run", "-n", "seqcls")
 
     shown = json.loads(run(repo, "dvc", "exp", "show", "--json"))
-    exp = next(_named(shown, "seqcls"))
+    exp = next(exp_named(shown, "seqcls"))
     assert exp["data"]["params"]["params.yaml"]["data"]["train"]["mode"] == "seq_cls"
     assert "accuracy" in exp["data"]["metrics"]["metrics/eval.json"]["data"]
 

@@ -172,11 +172,16 @@ def provenance(*, stage: str, params: dict[str, Any], device: Any, wall_time_s: 
         inputs: ``{name: sha256}`` of the data and model the stage read.
         extra: stage-specific facts (e.g. trainable parameters).
         status: ``ok`` or ``failed``.
+
+    ``processes`` is how many processes ran the stage (``lorasent.launch``); ``device``
+    describes the main one's.
     """
     from lorasent.environment import environment_report
+    from lorasent.launch import rank_and_world
 
     return {
         "stage": stage, "status": status, "wall_time_s": round(wall_time_s, 3),
+        "processes": rank_and_world()[1],
         "git": git_state(), "inputs": inputs, "device": environment_report(device),
         "python": platform.python_version(), "platform": platform.platform(),
         "packages": package_versions(), "params": params, **(extra or {}),

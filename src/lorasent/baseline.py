@@ -33,6 +33,7 @@ from lorasent.artifacts import (
     sha256_file,
     write_json,
 )
+from lorasent.launch import is_main
 from lorasent.metrics import classification_metrics, majority_baseline, predictions_csv
 from lorasent.modeling import load_model_and_prompt
 from lorasent.params import BaseParams, PromptParams
@@ -91,12 +92,13 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
                              desc="zero-shot")
         report["zero_shot"] = classification_metrics(y_test, scores.argmax(1), labels)
 
-    write_json(metrics_path, report)
-    atomic_write_text(predictions_path, predictions_csv(y_test, scores, labels))
-    write_json(provenance_dir / "baseline.json", provenance(
-        stage="baseline", params=params_record, device=device,
-        wall_time_s=time.perf_counter() - started,
-        inputs={"model": read_json(model_dir / MANIFEST)["sha256"],
-                "test.jsonl": sha256_file(split_dir / "test.jsonl")},
-        extra={"test_rows": len(test)}))
+    if is_main():  # the other processes of a launched run only scored
+        write_json(metrics_path, report)
+        atomic_write_text(predictions_path, predictions_csv(y_test, scores, labels))
+        write_json(provenance_dir / "baseline.json", provenance(
+            stage="baseline", params=params_record, device=device,
+            wall_time_s=time.perf_counter() - started,
+            inputs={"model": read_json(model_dir / MANIFEST)["sha256"],
+                    "test.jsonl": sha256_file(split_dir / "test.jsonl")},
+            extra={"test_rows": len(test)}))
     return BaselineResult(majority_acc, (report["zero_shot"] or {}).get("accuracy"))

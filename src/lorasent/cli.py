@@ -54,9 +54,16 @@ PROVENANCE_STAGES = ("baseline", "train", "evaluate")
 def _stage(func: Callable[[Params], str]) -> click.Command:
     """A click command that loads the params, runs the stage, prints its summary.
 
-    When baseline, train or evaluate fails after starting, its provenance record is
-    replaced by one with ``status: failed`` and the error; the metrics stay as they were.
+    baseline, train and evaluate run under ``accelerate launch`` when the params ask for
+    several processes, and train also when they name an accelerate config (see
+    ``lorasent.launch``); then only
+    the main process prints and writes. When one of them fails after starting, its
+    provenance record is replaced by one with ``status: failed`` and the error; the
+    metrics stay as they were.
     """
+    from lorasent.launch import init_processes, is_main, launch, needs_launch
+
+    model_stage = func.__name__ in PROVENANCE_STAGES
 
     @click.option("--params", "params_path", default="params.yaml", show_default=True,
                   type=click.Path(dir_okay=False, path_type=Path),
@@ -65,11 +72,18 @@ def _stage(func: Callable[[Params], str]) -> click.Command:
     def command(params_path: Path) -> None:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
         params = load_params(params_path)  # bad params fail here, before any work
+        config = params.train.accelerate_config if func.__name__ == "train" else None
+        if model_stage and needs_launch(params.base.num_processes, config):
+            sys.exit(launch(func.__name__, params_path, params.base.num_processes, config))
+        if model_stage:
+            init_processes(params.base.device)
         started = time.perf_counter()
         try:
-            click.echo(func(params))
+            summary = func(params)
+            if not model_stage or is_main():
+                click.echo(summary)
         except BaseException as err:  # Ctrl-C too: the record says it was interrupted
-            if func.__name__ in PROVENANCE_STAGES:
+            if model_stage and is_main():
                 record_failure(func.__name__, _record(params), err,
                                time.perf_counter() - started)
             raise
@@ -280,6 +294,26 @@ def preset(preset_path: Path, params_path: Path) -> None:
                f"base.model {params.base.model}, data.source {params.data.source})")
 
 
+@click.command()
+@click.argument("rev_a", metavar="A", default="HEAD")
+@click.argument("rev_b", metavar="B", default="workspace")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Report folder  [default: reports/<A>-vs-<B>]")
+@_user_errors
+def compare(rev_a: str, rev_b: str, out_dir: Path | None) -> None:
+    """Report how revision B's metrics and plots differ from A's.
+
+    A and B are commits, branches, tags or experiment names (dvc exp show); B may be
+    `workspace`. Reads the metrics each revision committed; retrains nothing. Writes
+    report.md, report.html (self-contained) and one PNG per plot.
+    """
+    from lorasent.compare import REPORT_HTML, REPORT_MD
+    from lorasent.compare import compare as write_report
+
+    out = write_report(rev_a, rev_b, out_dir)
+    click.echo(f"wrote {out / REPORT_MD} and {out / REPORT_HTML}")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="lorasent")
 def main() -> None:
@@ -289,7 +323,8 @@ def main() -> None:
     """
 
 
-for _command in (fetch, split, baseline, train, evaluate, doctor, predict, export, preset):
+for _command in (fetch, split, baseline, train, evaluate, doctor, predict, export, preset,
+                 compare):
     main.add_command(_command)
 
 

@@ -52,11 +52,19 @@ def resolve_device(name: str) -> torch.device:
     """The torch device for ``base.device``.
 
     ``auto``: a ROCm or CUDA GPU (ROCm builds expose AMD GPUs as ``cuda``), else MPS,
-    else the CPU. ``rocm`` and ``cuda`` insist on that GPU stack.
+    else the CPU. ``rocm`` and ``cuda`` insist on that GPU stack. In a process that
+    ``accelerate launch`` started, a GPU is this process's own (``LOCAL_RANK``).
 
     Raises:
         EnvironmentProblem: the asked-for device is not there, saying why.
     """
+    device = _resolve_device(name)
+    if device.type == "cuda" and "LOCAL_RANK" in os.environ:
+        return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    return device
+
+
+def _resolve_device(name: str) -> torch.device:
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")

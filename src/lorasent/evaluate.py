@@ -29,6 +29,7 @@ from lorasent.artifacts import (
     sha256_file,
     write_json,
 )
+from lorasent.launch import is_main
 from lorasent.metrics import classification_metrics, predictions_csv, relative_error_reduction
 from lorasent.modeling import load_trained_model
 from lorasent.params import BaseParams, EvaluateParams, PromptParams
@@ -94,13 +95,14 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
         "relative_error_reduction": rer,
         "relative_error_reduction_note": note,
     })
-    write_json(metrics_path, metrics)
-    atomic_write_text(predictions_path, predictions_csv(y_test, scores, labels))
-    write_json(provenance_dir / "evaluate.json", provenance(
-        stage="evaluate", params=params_record, device=device,
-        wall_time_s=time.perf_counter() - started,
-        inputs={"model": record["base_model"]["sha256"],
-                "adapter": sha256_file(adapter_dir / "adapter_model.safetensors"),
-                "test.jsonl": sha256_file(test_path)},
-        extra={"test_rows": len(test)}))
+    if is_main():  # the other processes of a launched run only scored
+        write_json(metrics_path, metrics)
+        atomic_write_text(predictions_path, predictions_csv(y_test, scores, labels))
+        write_json(provenance_dir / "evaluate.json", provenance(
+            stage="evaluate", params=params_record, device=device,
+            wall_time_s=time.perf_counter() - started,
+            inputs={"model": record["base_model"]["sha256"],
+                    "adapter": sha256_file(adapter_dir / "adapter_model.safetensors"),
+                    "test.jsonl": sha256_file(test_path)},
+            extra={"test_rows": len(test)}))
     return EvaluateResult(metrics["accuracy"], rer)

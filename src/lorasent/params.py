@@ -54,6 +54,7 @@ class BaseParams(_Section):
     precision: Literal["auto", "bf16", "fp16", "fp32"]
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2"]
     trust_remote_code: bool
+    num_processes: PositiveInt
 
     @model_validator(mode="after")
     def _labels_consistent(self) -> BaseParams:
@@ -140,6 +141,7 @@ class TrainParams(_Section):
     eval_strategy: Literal["no", "epoch"]
     load_best_model_at_end: bool
     auto_find_batch_size: bool
+    accelerate_config: str | None
 
     @field_validator("eval_strategy", mode="before")
     @classmethod

@@ -284,17 +284,28 @@ def score_texts(model: torch.nn.Module, encoder: Encoder, texts: Sequence[str],
                 batch_size: int, desc: str = "scoring") -> np.ndarray:
     """Class scores for many texts, batched by similar length, in input order.
 
+    In a run of several processes (``lorasent.launch``) every process forms the same
+    length-sorted batches, scores every P-th of them (P processes) and the scores are
+    gathered, so each text is scored in the batch a single process would put it in.
+
     Returns:
-        float32 array of shape (N, K): summed label-word log-probabilities (generative)
-        or head logits (seq_cls); in both, argmax is the prediction and softmax gives
-        the probabilities.
+        float32 array of shape (N, K), on every process: summed label-word
+        log-probabilities (generative) or head logits (seq_cls); in both, argmax is the
+        prediction and softmax gives the probabilities.
     """
+    from lorasent.launch import gather, rank_and_world
+
+    rank, world = rank_and_world()
     inputs = [encoder.encode(t) for t in texts]
     order = sorted(range(len(inputs)), key=lambda i: -len(inputs[i]))
+    batches = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+    mine = []
+    for idx in tqdm(batches[rank::world], desc=desc, unit="batch", disable=rank != 0):
+        mine.append((idx, encoder.score(model, [inputs[i] for i in idx]).cpu().numpy()))
     scores = np.zeros((len(inputs), encoder.num_labels), dtype=np.float32)
-    for start in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch"):
-        idx = order[start:start + batch_size]
-        scores[idx] = encoder.score(model, [inputs[i] for i in idx]).cpu().numpy()
+    for part in gather(mine):
+        for idx, batch_scores in part:
+            scores[idx] = batch_scores
     return scores
 
 

@@ -17,6 +17,13 @@ loop (progress bar, schedule, accumulation, length-grouped batches, and with
 best epoch when ``train.load_best_model_at_end``); dvclive's callback logs the history
 to ``metrics/train/``.
 
+With ``base.num_processes`` > 1 or ``train.accelerate_config`` the stage runs in several
+processes (``lorasent.launch``): data parallel (or FSDP), each process taking
+``per_device_train_batch_size`` examples a step, so the effective batch is that times
+the processes times ``gradient_accumulation_steps`` (recorded in the provenance), and
+Trainer's schedule counts the optimiser steps of that batch. Only the main process
+writes.
+
 Writes ``models/adapter/``: ``adapter_model.safetensors``, ``adapter_config.json`` and
 ``lorasent.json`` (mode, labels and their ids, label words and token ids or the head,
 prompt, max_length, base model source and hash, resolved params); and a provenance
@@ -25,7 +32,9 @@ record.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -45,6 +54,7 @@ from lorasent.artifacts import (
     write_json,
 )
 from lorasent.errors import LorasentError
+from lorasent.launch import is_main
 from lorasent.metrics import classification_metrics
 from lorasent.modeling import load_model_and_prompt
 from lorasent.params import BaseParams, PromptParams, TrainParams
@@ -156,6 +166,27 @@ def check_head_saved(model: torch.nn.Module, newly_initialized: list[str]) -> No
             f"{modules} to train.lora.modules_to_save")
 
 
+def _live(folder: Path):
+    """dvclive's ``Live`` writing the history to ``folder``.
+
+    Under ``dvc exp run`` dvclive would ``git add`` its folder when training ends. Here
+    that folder is a temporary one, renamed into place on success, so the add would
+    leave its deleted files staged in the user's index (``git status``: ``AD``), where a
+    later ``git commit`` would record them. The train stage's output already holds the
+    history and DVC commits it with the experiment, so dvclive is not told that an
+    experiment is running (it reads that from ``DVC_EXP_BASELINE_REV``, only when the
+    ``Live`` is made).
+    """
+    from dvclive import Live
+
+    hidden = os.environ.pop("DVC_EXP_BASELINE_REV", None)
+    try:
+        return Live(dir=str(folder), dvcyaml=False, save_dvc_exp=False, report=None)
+    finally:
+        if hidden is not None:
+            os.environ["DVC_EXP_BASELINE_REV"] = hidden
+
+
 def _step_aligned_dvclive(live):
     """transformers' dvclive callback, logging at the optimiser step.
 
@@ -230,7 +261,6 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
         HeadNotSavedError: seq_cls weights that the adapter would not save.
     """
     import datasets
-    from dvclive import Live
     from peft import LoraConfig, get_peft_model
 
     started = time.perf_counter()
@@ -288,9 +318,12 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
     # dvclive records (metrics/train/params.yaml) stable.
     # The loss history goes to a temporary folder that replaces metrics/train only when
     # the adapter is saved: a failed run leaves the last good history and adapter.
+    # In a launched run (lorasent.launch) every process trains; only the main one writes.
+    main = is_main()
     work = adapter_dir.parent / ".trainer"
-    shutil.rmtree(work, ignore_errors=True)  # a killed run's checkpoints are not resumed
-    with atomic_dir(live_dir) as live_tmp:
+    if main:
+        shutil.rmtree(work, ignore_errors=True)  # a killed run's checkpoints are not resumed
+    with atomic_dir(live_dir) if main else contextlib.nullcontext() as live_tmp:
         try:
             args = TrainingArguments(
                 output_dir=str(work), seed=base.seed, data_seed=base.seed,
@@ -310,13 +343,13 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
                 dataloader_num_workers=0, train_sampling_strategy="group_by_length",
                 length_column_name="length", use_cpu=device.type == "cpu",
                 bf16=model.dtype == torch.bfloat16, fp16=model.dtype == torch.float16)
-            live = Live(dir=str(live_tmp), dvcyaml=False, save_dvc_exp=False, report=None)
             trainer = LorasentTrainer(
                 model=model, args=args, train_dataset=datasets.Dataset.from_list(examples),
                 # Trainer insists on an eval_dataset when it evaluates; evaluate() above
                 # scores the validation texts itself.
                 eval_dataset=datasets.Dataset.from_list(examples[:1]) if validation else None,
-                data_collator=encoder.collate, callbacks=[_step_aligned_dvclive(live)],
+                data_collator=encoder.collate,
+                callbacks=[_step_aligned_dvclive(_live(live_tmp))] if main else [],
                 encoder=encoder, labels=labels,
                 eval_batch_size=train.per_device_train_batch_size,
                 validation=([r["text"] for r in validation],
@@ -326,23 +359,29 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
             except torch.OutOfMemoryError as err:
                 raise LorasentError(_out_of_memory(train, device, err)) from err
         finally:
-            shutil.rmtree(work, ignore_errors=True)
-        with atomic_dir(adapter_dir) as tmp:
-            model.save_pretrained(tmp, safe_serialization=True)
-            _sort_target_modules(tmp / "adapter_config.json")
-            write_json(tmp / ADAPTER_RECORD, record)
+            if main:
+                shutil.rmtree(work, ignore_errors=True)
+        # every process takes part (FSDP gathers the shards); the main one saves
+        state_dict = trainer.accelerator.get_state_dict(trainer.model)
+        if main:
+            with atomic_dir(adapter_dir) as tmp:
+                model.save_pretrained(tmp, state_dict=state_dict, safe_serialization=True)
+                _sort_target_modules(tmp / "adapter_config.json")
+                write_json(tmp / ADAPTER_RECORD, record)
 
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     final_loss = losses[-1] if losses else None
-    write_json(provenance_dir / "train.json", provenance(
-        stage="train", params=params_record, device=device,
-        wall_time_s=time.perf_counter() - started,
-        inputs={"model": base_manifest["sha256"], "train.jsonl": sha256_file(train_path)},
-        extra={"trainable_parameters": trainable, "total_parameters": total,
-               "steps": trainer.state.global_step, "train_rows": len(rows),
-               "effective_batch_size": train.per_device_train_batch_size
-               * train.gradient_accumulation_steps * trainer.args.world_size,
-               "final_loss": final_loss,
-               "best_validation_accuracy": trainer.state.best_metric,
-               "best_checkpoint_step": _checkpoint_step(trainer.state.best_model_checkpoint)}))
+    if main:
+        write_json(provenance_dir / "train.json", provenance(
+            stage="train", params=params_record, device=device,
+            wall_time_s=time.perf_counter() - started,
+            inputs={"model": base_manifest["sha256"], "train.jsonl": sha256_file(train_path)},
+            extra={"trainable_parameters": trainable, "total_parameters": total,
+                   "steps": trainer.state.global_step, "train_rows": len(rows),
+                   "effective_batch_size": train.per_device_train_batch_size
+                   * train.gradient_accumulation_steps * trainer.args.world_size,
+                   "final_loss": final_loss,
+                   "best_validation_accuracy": trainer.state.best_metric,
+                   "best_checkpoint_step": _checkpoint_step(
+                       trainer.state.best_model_checkpoint)}))
     return TrainResult(trainer.state.global_step, final_loss, trainable, model.eval())

@@ -1,0 +1,99 @@
+"""Several processes through `accelerate launch`: the command line, and the tiny
+pipeline in 2 CPU processes (gloo) against the same adapter evaluated in one."""
+
+import csv
+import io
+import json
+import sys
+
+import pytest
+
+from lorasent.errors import LorasentError
+from lorasent.launch import launch_command, needs_launch
+from lorasent.params import parse_params
+from tiny_repo import make_tiny_repo, run, set_params
+
+
+def test_one_process_runs_in_place(params):
+    assert not needs_launch(params.base.num_processes, params.train.accelerate_config)
+
+
+def test_launch_command_for_two_processes(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setenv("LORASENT_ACCELERATE_ARGS", "--machine_rank 1")
+    assert needs_launch(2)
+    cmd = launch_command("train", "params.yaml", 2)
+    assert cmd[:3] == [sys.executable, "-m", "accelerate.commands.launch"]
+    assert cmd[3:5] == ["--multi_gpu", "--num_machines"]
+    assert cmd[cmd.index("--num_processes") + 1] == "2"
+    assert int(cmd[cmd.index("--main_process_port") + 1]) > 0
+    assert cmd[-7:] == ["--machine_rank", "1", "-m", "lorasent.cli", "train", "--params",
+                        "params.yaml"]
+    monkeypatch.setenv("WORLD_SIZE", "2")  # inside the launched processes: no relaunch
+    assert not needs_launch(2)
+
+
+def test_launch_command_with_a_config_file(params_raw, tmp_path, monkeypatch):
+    monkeypatch.delenv("LORASENT_ACCELERATE_ARGS", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    config = tmp_path / "fsdp.yaml"
+    params_raw["train"]["accelerate_config"] = str(config)
+    params = parse_params(params_raw)
+    assert needs_launch(params.base.num_processes, params.train.accelerate_config)
+    with pytest.raises(LorasentError, match=f"train.accelerate_config: {config} is not a file"):
+        launch_command("train", "params.yaml", 1, str(config))
+    config.write_text("distributed_type: FSDP\n", encoding="utf-8")
+    cmd = launch_command("train", "params.yaml", 1, str(config))
+    assert cmd[3:5] == ["--config_file", str(config)] and "--num_processes" not in cmd
+
+
+def _read(root, name):
+    return json.loads((root / name).read_text(encoding="utf-8"))
+
+
+def _predictions(root, name):
+    return list(csv.DictReader(io.StringIO((root / name).read_text(encoding="utf-8"))))
+
+
+@pytest.mark.slow
+def test_two_gloo_processes_train_and_score_as_one(tmp_path, packaged_model_dir):
+    root = make_tiny_repo(tmp_path / "repo", {"base": {"num_processes": 2}})
+    for stage in ("baseline", "train", "evaluate"):
+        record = _read(root, f"metrics/provenance/{stage}.json")
+        assert (record["status"], record["processes"]) == ("ok", 2), stage
+    train = _read(root, "metrics/provenance/train.json")
+    assert train["steps"] == 3 and train["effective_batch_size"] == 4 * 1 * 2
+    loss = (root / "metrics/train/plots/metrics/loss.tsv").read_text().splitlines()
+    assert [line.split("\t")[0] for line in loss] == ["step", "1", "2", "3"]
+    assert sorted(p.name for p in (root / "models/adapter").iterdir()) == [
+        "README.md", "adapter_config.json", "adapter_model.safetensors", "lorasent.json"]
+
+    # the same adapter, scored again in one process
+    two = {name: _read(root, name) for name in ("metrics/eval.json", "metrics/baseline.json")}
+    two_predictions = {name: _predictions(root, name) for name in
+                       ("metrics/predictions.csv", "metrics/baseline_predictions.csv")}
+    set_params(root, {"base": {"num_processes": 1}})
+    for stage in ("baseline", "evaluate"):
+        run(root, "lorasent", stage)
+        assert _read(root, f"metrics/provenance/{stage}.json")["processes"] == 1
+    assert {name: _read(root, name) for name in two} == two
+    for name, rows in two_predictions.items():
+        one = _predictions(root, name)
+        assert [r["predicted"] for r in one] == [r["predicted"] for r in rows]
+        for a, b in zip(one, rows, strict=True):
+            for key in a:
+                if key.startswith("p_"):
+                    assert float(a[key]) == pytest.approx(float(b[key]), abs=2e-6)
+
+
+@pytest.mark.parametrize("name, kind, machines", [("multi-gpu", "MULTI_GPU", 1),
+                                                  ("fsdp", "FSDP", 1),
+                                                  ("two-nodes", "MULTI_GPU", 2)])
+def test_accelerate_configs_load(name, kind, machines):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    from conftest import REPO
+
+    config = load_config_from_file(str(REPO / "configs" / "accelerate" / f"{name}.yaml"))
+    assert (config.distributed_type.name, config.num_machines) == (kind, machines)
+    assert config.mixed_precision == "no"  # precision is base.precision's

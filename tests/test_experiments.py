@@ -1,0 +1,224 @@
+"""Experiments and review, end to end on the tiny repo: `dvc exp run` in the workspace and
+two queued at once, `dvc exp show`, `dvc metrics diff`, `make exp-show`, `make compare`,
+the report in headless Chromium, and the pull-request workflow's commands."""
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from PIL import Image
+
+from conftest import REPO
+from tiny_repo import GIT, LABELS, env, exp_named, make_tiny_repo, run
+
+pytestmark = pytest.mark.slow
+
+# name: (train.lora.r, train.learning_rate); the tiny params have r 8, learning rate 2e-4
+EXPERIMENTS = {"r4": (4, 2e-4), "r16": (16, 2e-4), "r16-lr": (16, 1e-3)}
+CONFUSION_PNGS = ["confusion-matrix-adapter-test-split.png",
+                  "confusion-matrix-baseline-test-split.png"]
+
+
+def _wait_for_queue(root: Path, timeout_s: float = 1200) -> str:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = run(root, "dvc", "queue", "status")
+        if not any(word in status for word in ("Queued", "Running")):
+            return status
+        assert time.monotonic() < deadline, status
+        time.sleep(5)
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory, packaged_model_dir):
+    """The tiny repo with its run committed, then two experiments queued and run at once
+    (in DVC's temporary copies, which hold only what git tracks) and one in the workspace."""
+    root = make_tiny_repo(tmp_path_factory.mktemp("lorasent-sweep"))
+    run(root, "git", "add", "-A")
+    run(root, *GIT, "commit", "-q", "-m", "tiny run")
+    assert run(root, "git", "status", "--porcelain") == ""
+    for name in ("r16", "r16-lr"):
+        r, lr = EXPERIMENTS[name]
+        run(root, "dvc", "exp", "run", "--queue", "-n", name,
+            "-S", f"train.lora.r={r}", "-S", f"train.learning_rate={lr}")
+    run(root, "dvc", "queue", "start", "-j", "2")
+    try:
+        status = _wait_for_queue(root)
+    finally:
+        subprocess.run(["dvc", "queue", "stop"], cwd=root, env=env(), capture_output=True)
+    assert status.count("Success") == 2, status + run(root, "dvc", "queue", "logs", "r16")
+    run(root, "dvc", "exp", "run", "-n", "r4", "-S", "train.lora.r=4")
+    # dvclive's temporary history folder is not left staged in the index
+    assert [line for line in run(root, "git", "status", "--porcelain").splitlines()
+            if ".tmp" in line] == []
+    return root
+
+
+def _exp(root: Path, name: str) -> dict:
+    shown = json.loads(run(root, "dvc", "exp", "show", "--json"))
+    return next(exp_named(shown, name))
+
+
+def test_every_experiment_is_recorded_with_its_params_and_metrics(sweep):
+    for name, (r, lr) in EXPERIMENTS.items():
+        exp = _exp(sweep, name)
+        params = exp["data"]["params"]["params.yaml"]["data"]["train"]
+        assert (params["lora"]["r"], params["learning_rate"]) == (r, lr), name
+        metrics = exp["data"]["metrics"]
+        assert set(metrics) >= {"metrics/eval.json", "metrics/train/metrics.json",
+                                "metrics/baseline.json", "metrics/data.json"}
+        assert metrics["metrics/train/metrics.json"]["data"]["step"] == 3
+        # each run's outputs are its own: the provenance it committed names its params
+        record = json.loads(run(sweep, "git", "show",
+                                f"{exp['rev']}:metrics/provenance/train.json"))
+        assert (record["params"]["train"]["lora"]["r"],
+                record["params"]["train"]["learning_rate"]) == (r, lr), name
+        assert record["status"] == "ok"
+
+
+def test_metrics_differ_only_where_the_params_reach(sweep):
+    for a, b in (("r4", "r16"), ("r16", "r16-lr")):
+        diff = json.loads(run(sweep, "dvc", "metrics", "diff", a, b, "--json"))
+        # the data split and the baselines do not depend on training; the training does
+        assert "metrics/data.json" not in diff and "metrics/baseline.json" not in diff
+        assert diff["metrics/train/metrics.json"]["train.loss"]["diff"] != 0
+        assert diff["metrics/train/metrics.json"]["loss"]["diff"] != 0
+    params = json.loads(run(sweep, "dvc", "params", "diff", "r4", "r16", "--json"))
+    assert params == {"params.yaml": {"train.lora.r": {"old": 4, "new": 16, "diff": 12}}}
+
+
+def _make(root: Path, *args: str) -> str:
+    return run(root, "make", "-s", "LORASENT_SYSTEM_PYTHON=1", f"PYTHON={sys.executable}",
+               *args)
+
+
+def test_make_exp_show_lists_the_headline_metrics_and_the_swept_params(sweep):
+    lines = _make(sweep, "exp-show", "EXP_SHOW_ARGS=--csv").splitlines()
+    header = lines[0].split(",")
+    assert header[header.index("accuracy"):] == [
+        "accuracy", "macro_f1", *(f"per_class.{label}.f1" for label in LABELS),
+        "relative_error_reduction", "train.loss", "train.lora.r", "train.learning_rate"]
+    rows = {line.split(",")[0]: dict(zip(header, line.split(","), strict=True))
+            for line in lines[1:]}
+    for name, (r, lr) in EXPERIMENTS.items():
+        assert (int(rows[name]["train.lora.r"]), float(rows[name]["train.learning_rate"])) == (
+            r, lr)
+        accuracy = _exp(sweep, name)["data"]["metrics"]["metrics/eval.json"]["data"]["accuracy"]
+        assert float(rows[name]["accuracy"]) == accuracy
+
+
+@pytest.fixture(scope="module")
+def report(sweep):
+    out = sweep / "review"
+    _make(sweep, "compare", "A=r4", "B=r16", f"OUT={out}")
+    return out
+
+
+def test_report_names_every_metric_class_and_changed_param(sweep, report):
+    from lorasent.compare import _fmt
+
+    assert sorted(p.name for p in report.iterdir()) == sorted(
+        [*CONFUSION_PNGS, "training-loss.png", "report.html", "report.md"])
+    text = (report / "report.md").read_text(encoding="utf-8")
+    assert "| `train.lora.r` | 4 | 16 |" in text
+    diff = json.loads(run(sweep, "dvc", "metrics", "diff", "r4", "r16", "--all", "--json"))
+    evals = diff["metrics/eval.json"]
+    for key, name in [("accuracy", "accuracy"), ("macro_f1", "macro-F1"),
+                      ("relative_error_reduction", "relative error reduction")]:
+        row = [name, _fmt(evals[key]["old"]), _fmt(evals[key]["new"]),
+               _fmt(evals[key]["diff"], signed=True)]
+        assert "| " + " | ".join(row) + " |" in text
+    for label in LABELS:
+        f1 = evals[f"per_class.{label}.f1"]
+        assert f"| {label} | {_fmt(f1['old'])} | {_fmt(f1['new'])} |" in text
+    # every key of every metrics file, through DVC's own Markdown table
+    for file, keys in diff.items():
+        for key in keys:
+            assert f"| {file} " in text and f" {key} " in text, (file, key)
+    for png in [*CONFUSION_PNGS, "training-loss.png"]:
+        assert f"]({png})" in text
+
+
+def test_report_html_is_self_contained(report):
+    page = (report / "report.html").read_text(encoding="utf-8")
+    assert page.count('src="data:image/png;base64,') == 3
+    assert "http://" not in page and "https://" not in page  # nothing to fetch
+
+
+def _chromium() -> str:
+    found = [shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")]
+    path = next((p for p in found if p), None)
+    assert path, "no Chromium on PATH: run `make browser` (Debian's chromium package)"
+    return path
+
+
+def _find(screen: np.ndarray, image: np.ndarray) -> tuple[int, int] | None:
+    """Where ``image`` (H x W x 3 uint8) appears pixel for pixel in ``screen``."""
+    h, w = image.shape[:2]
+    middle = image[h // 2].tobytes()  # a row across the matrices, searched for as bytes
+    for y in range(h // 2, screen.shape[0] - (h - h // 2) + 1):
+        line = screen[y].tobytes()
+        x = line.find(middle)
+        while x != -1:
+            top, left = y - h // 2, x // 3
+            if x % 3 == 0 and np.array_equal(screen[top:top + h, left:left + w], image):
+                return top, left
+            x = line.find(middle, x + 1)
+    return None
+
+
+def _rgb_on_white(path: Path) -> np.ndarray:
+    image = Image.open(path).convert("RGBA")
+    white = Image.new("RGBA", image.size, "white")
+    return np.asarray(Image.alpha_composite(white, image).convert("RGB"))
+
+
+def test_report_opens_in_headless_chromium_and_shows_the_confusion_matrices(report, tmp_path):
+    shot = tmp_path / "report.png"
+    done = subprocess.run(
+        [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+         "--disable-background-networking", "--hide-scrollbars", "--force-device-scale-factor=1",
+         "--window-size=1400,4000", f"--screenshot={shot}", (report / "report.html").as_uri()],
+        capture_output=True, text=True, timeout=120)
+    assert shot.is_file(), done.stderr
+    screen = np.asarray(Image.open(shot).convert("RGB"))
+    for png in CONFUSION_PNGS:
+        image = _rgb_on_white(report / png)
+        assert image.shape[0] > 200 and len(np.unique(image.reshape(-1, 3), axis=0)) > 10
+        assert _find(screen, image) is not None, f"{png} is not on the rendered page"
+
+
+def test_compare_refuses_an_unknown_revision_and_writes_nothing(sweep, tmp_path):
+    out = tmp_path / "report"
+    done = subprocess.run(["lorasent", "compare", "r4", "no-such-rev", "--out", str(out)],
+                          cwd=sweep, env=env(), capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "no-such-rev" in done.stderr and "Traceback" not in done.stderr
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+WORKFLOW = REPO / ".github" / "workflows" / "metrics-diff.yml"
+
+
+def test_pull_request_workflow_reads_committed_metrics_and_never_retrains(sweep):
+    flow = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
+    assert set(flow[True]) == {"pull_request"}  # YAML 1.1 reads the key `on` as True
+    steps = flow["jobs"]["compare"]["steps"]
+    scripts = "\n".join(step.get("run", "") for step in steps)
+    for retrain in ("dvc repro", "dvc exp run", "make run", "lorasent train",
+                    "lorasent evaluate", "lorasent baseline", "dvc pull"):
+        assert retrain not in scripts
+    assert "dvc metrics diff" in scripts and "--md" in scripts
+    # the step that builds the report runs here as it would on GitHub, base r4, head HEAD
+    report_step = next(step for step in steps if step.get("id") == "report")
+    subprocess.run(["bash", "-euo", "pipefail", "-c", report_step["run"]], cwd=sweep,
+                   env={**env(), "BASE": "r4"}, check=True, capture_output=True)
+    comment = (sweep / "pr-report" / "metrics-diff.md").read_text(encoding="utf-8")
+    assert comment.startswith("| Path") and "metrics/train/metrics.json" in comment
+    assert (sweep / "pr-report" / "report.html").is_file()

@@ -1,0 +1,84 @@
+"""A copy of this repo with tiny sizes, for the end-to-end tests (`dvc repro`, `dvc exp`).
+
+The real packaged corpus and Gemma, 24 training rows, 3 optimiser steps, 24 test rows.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from conftest import REPO
+
+TINY = {"split": {"train_size": 24, "validation_size": 0, "test_size": 24},
+        "train": {"max_steps": 3, "per_device_train_batch_size": 4, "logging_steps": 1},
+        "evaluate": {"batch_size": 8}}
+LABELS = ["negative", "neutral", "positive"]
+
+
+# A hub token in the environment of every run; no output may ever contain it.
+PLANTED_TOKEN = "hf_lorasentPlantedTokenNeverWritten0123456789"
+
+
+def env() -> dict:
+    return {**os.environ, "HF_TOKEN": PLANTED_TOKEN, "HUGGING_FACE_HUB_TOKEN": PLANTED_TOKEN,
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+
+def run(cwd: Path, *argv: str) -> str:
+    done = subprocess.run(argv, cwd=cwd, env=env(), capture_output=True, text=True)
+    assert done.returncode == 0, f"{argv} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def set_params(root: Path, changes: dict) -> None:
+    from lorasent.params import merge
+
+    path = root / "params.yaml"
+    params = merge(yaml.safe_load(path.read_text(encoding="utf-8")), changes)
+    path.write_text(yaml.safe_dump(params, allow_unicode=True, sort_keys=False),
+                    encoding="utf-8")
+
+
+def copy_repo(dest: Path) -> Path:
+    """What git tracks (and would track) of the working tree: no data, models or venv."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=REPO, capture_output=True, text=True, check=True).stdout
+    for name in filter(None, listed.split("\0")):
+        if (REPO / name).is_file() and not name.startswith(("data/", "models/", "metrics/")):
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, dest / name)
+    for stale in ("dvc.lock",):
+        (dest / stale).unlink(missing_ok=True)
+    return dest
+
+GIT = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
+
+
+def make_tiny_repo(dest: Path, changes: dict | None = None) -> Path:
+    """``dest`` as a git repo holding this repo at tiny sizes (and ``changes`` to its
+    params), after one ``dvc repro`` (its outputs uncommitted)."""
+    root = copy_repo(dest)
+    set_params(root, TINY)
+    if changes:
+        set_params(root, changes)
+    run(root, "git", "init", "-q")
+    run(root, "git", "add", "-A")
+    run(root, *GIT, "commit", "-q", "-m", "tiny")
+    run(root, "dvc", "repro")
+    return root
+
+
+def exp_named(node, name):
+    """The entries of `dvc exp show --json` output named ``name`` that hold its data."""
+    if isinstance(node, dict):
+        if node.get("name") == name and "data" in node:
+            yield node
+        for value in node.values():
+            yield from exp_named(value, name)
+    elif isinstance(node, list):
+        for value in node:
+            yield from exp_named(value, name)
