@@ -52,6 +52,7 @@ test: $(STAMP) browser  ## Set up if needed, then run all tests (the slow ones t
 # The report test opens report.html in headless Chromium. Debian's package; as root or
 # through sudo. CHROMIUM=/path/to/chrome uses another build instead.
 CHROMIUM ?= $(firstword $(shell command -v chromium chromium-browser google-chrome 2>/dev/null))
+export CHROMIUM
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 browser:  ## Install Chromium from Debian's apt if no Chromium or Chrome is on PATH
 	@$(if $(CHROMIUM),echo "browser: $(CHROMIUM)",$(SUDO) apt-get update -q && \

@@ -3,6 +3,7 @@ two queued at once, `dvc exp show`, `dvc metrics diff`, `make exp-show`, `make c
 the report in headless Chromium, and the pull-request workflow's commands."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -152,9 +153,11 @@ def test_report_html_is_self_contained(report):
 
 
 def _chromium() -> str:
-    found = [shutil.which(name) for name in ("chromium", "chromium-browser", "google-chrome")]
+    """``$CHROMIUM`` (the Makefile sets it), else the first Chromium or Chrome on PATH."""
+    found = [os.environ.get("CHROMIUM"), *(shutil.which(name) for name in
+                                           ("chromium", "chromium-browser", "google-chrome"))]
     path = next((p for p in found if p), None)
-    assert path, "no Chromium on PATH: run `make browser` (Debian's chromium package)"
+    assert path, "no Chromium: run `make browser` (Debian's chromium), or set CHROMIUM"
     return path
 
 
