@@ -133,7 +133,7 @@ def _render_png(specs: list[dict], folder: Path) -> list[str]:
 
     names = []
     for i, spec in enumerate(s for s in specs if s.get("type") == "vega"):
-        content = _unsorted_facets(spec["content"])
+        content = _static(spec["content"])
         title = content.get("title")
         title = title.get("text") if isinstance(title, dict) else title
         name = f"{_slug(title or 'plot')}{f'-{i}' if i else ''}.png"
@@ -143,19 +143,24 @@ def _render_png(specs: list[dict], folder: Path) -> list[str]:
     return names
 
 
-def _unsorted_facets(spec: dict) -> dict:
-    """``spec`` without DVC's empty facet ``sort`` lists.
+def _static(spec: dict) -> dict:
+    """DVC's interactive spec made right for a still image.
 
-    With both a ``row`` and a ``column`` facet (a confusion matrix over two prediction
-    files in two revisions, as this project's ``dvc.yaml`` had before its
-    confusion plot was split in two), an empty sort list
-    makes Vega-Lite draw each cell under another cell's header: seen with every
-    Vega-Lite 5 and 6 that vl-convert bundles. Without it, the facets sort by name.
+    - A confusion matrix shows its counts: the ``showValues`` checkbox, which does
+      nothing in a PNG, is set.
+    - A confusion plot faceted both by revision and by file (two prediction files in
+      two revisions, as this project's ``dvc.yaml`` had before its confusion plot was
+      split in two) loses DVC's empty facet ``sort`` lists: with them Vega-Lite draws
+      each cell under another cell's header (seen with every Vega-Lite 5 and 6 that
+      vl-convert bundles; an explicit order does the same). Such a plot then orders
+      revisions by name. A plot faceted by revision alone keeps A before B.
     """
+    spec = {**spec, "params": [{**p, "value": True} if p.get("name") == "showValues" else p
+                               for p in spec.get("params", [])]}
     facet = spec.get("facet")
-    if isinstance(facet, dict):
-        spec = {**spec, "facet": {k: {f: v for f, v in d.items() if not (f == "sort" and v == [])}
-                                  for k, d in facet.items()}}
+    if isinstance(facet, dict) and {"row", "column"} <= set(facet):
+        spec["facet"] = {k: {f: v for f, v in d.items() if not (f == "sort" and v == [])}
+                         for k, d in facet.items()}
     return spec
 
 
