@@ -56,10 +56,9 @@ def _stage(func: Callable[[Params], str]) -> click.Command:
 
     baseline, train and evaluate run under ``accelerate launch`` when the params ask for
     several processes, and train also when they name an accelerate config (see
-    ``lorasent.launch``); then only
-    the main process prints and writes. When one of them fails after starting, its
-    provenance record is replaced by one with ``status: failed`` and the error; the
-    metrics stay as they were.
+    ``lorasent.launch``); then only the main process prints and writes. When one of
+    them fails after starting, its provenance record is replaced by one with
+    ``status: failed`` and the error; the metrics stay as they were.
     """
     from lorasent.launch import init_processes, is_main, launch, needs_launch
 
