@@ -144,3 +144,28 @@ def test_label_token_loss_is_weighted_cross_entropy_of_label_tokens(gemma, zh):
                 num += -logp[len(f["input_ids"]) - n + j, t].item() * f["weight"]
                 den += f["weight"]
     assert loss.item() == pytest.approx(num / den, abs=1e-4)
+
+
+def test_training_loss_puts_only_label_tokens_through_the_lm_head(gemma, zh):
+    """With autograd on (training), the LM head gets one contiguous (N, hidden) matrix of
+    the N supervised positions, not a strided (B, L, hidden) view (which autograd
+    multiplies by the vocabulary once per example), and the loss is the inference one."""
+    model, tokenizer = gemma
+    features = [zh.training_example(t, k) for t, k in zip(TEXTS[:3], [0, 2, 1], strict=True)]
+    batch = collate_training(features, tokenizer.pad_token_id)
+    seen = []
+    hook = model.get_output_embeddings().register_forward_hook(
+        lambda module, args, out: seen.append((tuple(args[0].shape), args[0].is_contiguous())))
+    try:
+        loss = label_token_loss(model, batch)
+        loss.backward()
+        with torch.inference_mode():
+            expected = label_token_loss(model, batch)
+    finally:
+        hook.remove()
+        model.zero_grad(set_to_none=True)
+    n_label_tokens = sum(len(f["labels"]) for f in features)
+    assert [len(ids) for ids in zh.label_ids] == [2, 2, 1]
+    assert n_label_tokens == 5
+    assert seen == [((5, model.config.hidden_size), True)] * 2
+    assert loss.item() == pytest.approx(expected.item(), abs=1e-5)

@@ -328,20 +328,27 @@ def collate_training(features: Sequence[dict[str, Any]], pad_id: int) -> dict[st
 def label_token_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """Weighted cross-entropy of the label-word tokens only.
 
-    Logits are computed only at the last L positions (L = longest label word in the
-    batch), never over the full vocabulary at every position. Each token's loss is
-    weighted by its example's ``weight`` (class weighting); the result is
-    ``sum(w * nll) / sum(w)`` over the batch's label tokens.
+    Logits are computed only at the N supervised positions of the last L (L = longest
+    label word in the batch), never over the full vocabulary at every position. The
+    positions go to the model as a boolean ``logits_to_keep`` mask (transformers'
+    ``slice_logits_to_keep``), which gathers the hidden states into one contiguous
+    (N, hidden) matrix, so the LM head is one matrix product. An integer
+    ``logits_to_keep=L`` leaves a strided view that autograd multiplies against the whole
+    vocabulary once per example (a batched product): 13% of a step on 2 CPU cores.
+
+    Each token's loss is weighted by its example's ``weight`` (class weighting); the
+    result is ``sum(w * nll) / sum(w)`` over the batch's label tokens.
 
     Returns:
         scalar float32 tensor.
     """
     labels, weight = batch["labels"], batch["weight"]
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                position_ids=batch["position_ids"], logits_to_keep=labels.shape[1],
-                use_cache=False)
-    logp = out.logits.float().log_softmax(-1)
     supervised = labels != IGNORE_INDEX
-    nll = -logp.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-    w = weight.to(logp.dtype).unsqueeze(-1) * supervised
+    keep = torch.zeros_like(batch["attention_mask"], dtype=torch.bool)
+    keep[:, -labels.shape[1]:] = supervised
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                position_ids=batch["position_ids"], logits_to_keep=keep, use_cache=False)
+    logp = out.logits.float().log_softmax(-1)  # (N, vocab), supervised tokens in row order
+    nll = -logp.gather(-1, labels[supervised].unsqueeze(-1)).squeeze(-1)
+    w = weight.to(logp.dtype).unsqueeze(-1).expand_as(labels)[supervised]
     return (nll * w).sum() / w.sum()
