@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from lorasent.bench import bench_eval, bench_train, markdown, summarise
+from lorasent.bench import bench_eval, bench_train, main, markdown, summarise
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
@@ -21,15 +21,15 @@ def test_train_ways_on_a_tiny_gemma():
 
 
 def test_eval_ways_on_a_tiny_gemma():
-    result = bench_eval("tiny", torch.device("cpu"), n=8, batch_size=4)
-    assert set(result["ways"]) == {"project", "seed000"}
+    result = bench_eval("tiny", torch.device("cpu"), n=8, batch_size=4, rounds=2)
+    assert set(result["ways"]) == {"project", "seed000"} and result["rounds"] == 2
     for way in result["ways"].values():
         assert way["accuracy"] in {k / 8 for k in range(9)}
 
 
 def _fake(project, seed002, plain, floor, eval_project, eval_seed000, noop):
     ways = {name: {"seconds_per_step": s, "examples_per_s": 8 / s, "useful_tokens_per_s": 400 / s,
-                   "tokens_in_batch": 480, "peak_rss_bytes": 2**32}
+                   "tokens_in_batch": 480, "peak_rss_bytes": 2**30 * (12 if s > 20 else 3)}
             for name, s in (("project", project), ("seed002", seed002),
                             ("plain_trainer", plain), ("floor", floor))}
     return {"train": {"m": {"batch_size": 8, "steps": 3, "warmup": 1, "ways": ways}},
@@ -58,3 +58,18 @@ def test_summary_ratios_and_verdicts():
     assert "| seed002 | 32.00 | 0.25 | 12 | 480 | 12.80x faster |" in table
     assert "| floor | 2.20 |" in table and "1.14x the floor's time" in table
     assert "- pipeline: no-op dvc repro < 5 s: met" in table
+    assert "peak RSS of the project's way: 3.0 GiB; of the whole part, with seed 002's way: " \
+        "12.0 GiB" in table
+    assert "busy" not in table
+    busy = markdown({"machine": {"cpu": "x", "cores": 2, "torch": "t", "device": "cpu",
+                                 "load_average_1min_before": 1.0},
+                     "results": results, "summary": summary})
+    assert "**Warning: the machine was busy** (1-minute load average 1.0 on 2 cores" in busy
+
+
+def test_gpu_asked_of_a_torch_without_one(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as exit_:
+        main(["--device", "cuda", "--out", "never-written"])
+    assert exit_.value.code == 2
+    assert f"--device cuda: torch {torch.__version__} sees no GPU" in capsys.readouterr().err

@@ -13,6 +13,7 @@ from lorasent.scoring import (
     label_token_loss,
     score_batch,
     score_texts,
+    shared_prefix,
 )
 
 ZH_TEMPLATE = "判断下面这段话的情绪类别，只能回答“消极/中性/积极”之一。\n文本：{text}\n情绪："
@@ -76,6 +77,58 @@ def test_batched_scores_equal_one_by_one(gemma, zh, padding_side):
         single = torch.cat([score_batch(model, [p], zh.label_ids, tokenizer.pad_token_id)
                             for p in prompts])
     torch.testing.assert_close(batched, single, atol=1e-4, rtol=0)
+
+
+def test_shared_prefix_leaves_each_prompt_its_last_token():
+    assert shared_prefix([[2, 7, 8, 9], [2, 7, 8, 5, 6], [2, 7, 3]]) == 2
+    assert shared_prefix([[2, 7, 8], [2, 7, 8, 9]]) == 2
+    assert shared_prefix([[2, 7, 8], [2, 7, 8]]) == 2
+    assert shared_prefix([[2], [2, 7]]) == 0
+    assert shared_prefix([[5, 7], [2, 7]]) == 0
+
+
+def _counting_calls(model):
+    calls = []
+    hook = model.register_forward_pre_hook(
+        lambda module, args, kwargs: calls.append(tuple(kwargs["input_ids"].shape)),
+        with_kwargs=True)
+    return calls, hook
+
+
+def test_shared_prompt_start_runs_once_and_scores_as_without(gemma, zh, monkeypatch):
+    """Prefix caching: the template's start goes through the model once (batch 1), and the
+    scores, multi-token label words included, are those of full prompts in one batch."""
+    model, tokenizer = gemma
+    prompts = [zh.encode(t) for t in TEXTS]
+    n = shared_prefix(prompts)
+    # BOS and the template before {text}
+    assert n == len(tokenizer(ZH_TEMPLATE.split("{text}")[0])["input_ids"]) == 25
+    calls, hook = _counting_calls(model)
+    try:
+        with torch.inference_mode():
+            shared = score_batch(model, prompts, zh.label_ids, tokenizer.pad_token_id)
+            monkeypatch.setattr("lorasent.scoring.shared_prefix", lambda prompts: 0)
+            whole = score_batch(model, prompts, zh.label_ids, tokenizer.pad_token_id)
+    finally:
+        hook.remove()
+    width = max(map(len, prompts))
+    assert calls == [(1, n), (4, width - n), (4 * 2, 1), (4, width), (4 * 2, 1)]
+    torch.testing.assert_close(shared, whole, atol=1e-4, rtol=0)
+    assert shared.argmax(1).tolist() == whole.argmax(1).tolist()
+
+
+def test_no_shared_start_when_prompts_could_outgrow_the_sliding_window(gemma, zh,
+                                                                         monkeypatch):
+    model, tokenizer = gemma
+    prompts = [zh.encode(t) for t in TEXTS]
+    monkeypatch.setattr(model.config, "sliding_window", max(map(len, prompts)) + 1)
+    calls, hook = _counting_calls(model)
+    try:
+        with torch.inference_mode():
+            score_batch(model, prompts, zh.label_ids, tokenizer.pad_token_id)
+    finally:
+        hook.remove()
+    assert calls == [(4, max(map(len, prompts))), (4 * 2, 1)]
 
 
 def test_score_texts_keeps_input_order(gemma, zh):

