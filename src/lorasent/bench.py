@@ -61,8 +61,9 @@ TARGETS = {"train_vs_seed002": 10.0, "train_vs_plain_trainer": 3.0,
            "noop_repro_s_max": 5.0}
 LABELS = ["negative", "neutral", "positive"]
 # A 1-minute load average of this many per core before the run marks the machine busy:
-# under contention the ways slow unequally (measured: the project's step 3.2x, the plain
-# Trainer way 6x, seed 000's generation 22x), so the ratios no longer compare.
+# under contention the ways slow unequally and not always alike (measured in two busy
+# runs: the project's step 3.2x and 11x, the plain Trainer way 6x and 10x, seed 000's
+# generation 22x and 26x), so the ratios no longer compare.
 BUSY_LOAD = 0.5
 # google/gemma-2b's config.json (GemmaForCausalLM), for random-weight GPU runs.
 GEMMA_2B_CONFIG = {
@@ -404,13 +405,13 @@ def markdown(report: dict[str, Any]) -> str:
     load = m.get("load_average_1min_before")
     if load is not None and load >= BUSY_LOAD * m["cores"]:
         lines += [f"**Warning: the machine was busy** (1-minute load average {load:.1f} on "
-                  f"{m['cores']} cores before the run). Shared cores slow the "
-                  "memory-bound ways (full-vocabulary loss, one-text-at-a-time "
-                  "generation) far more than the project's, so the ratios below are not "
+                  f"{m['cores']} cores before the run). Shared cores slow the ways by "
+                  "different factors, in either direction, so the ratios below are not "
                   "comparable with an idle machine's; rerun on an idle one.", ""]
     for model, part in report["results"]["train"].items():
         lines += [f"**Train step, {model}, batch {part['batch_size']}** (median of "
-                  f"{part['steps']} steps, interleaved, after {part['warmup']} warm-up rounds; "
+                  f"{part['steps']} steps, interleaved, after {part['warmup']} warm-up "
+                  f"round{'' if part['warmup'] == 1 else 's'}; "
                   "peak RSS of the project's way: "
                   f"{part['ways']['project']['peak_rss_bytes'] / 2**30:.1f} GiB; of the whole "
                   "part, with seed 002's way: "
