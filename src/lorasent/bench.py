@@ -95,13 +95,26 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _timed(fn, device: torch.device) -> float:
-    """Seconds ``fn()`` takes, the device synchronised before and after."""
-    _sync(device)
-    start = time.perf_counter()
-    fn()
-    _sync(device)
-    return time.perf_counter() - start
+def _interleaved(ways: dict[str, Any], rounds: int, device: torch.device,
+                 warmup: int = 0) -> tuple[dict[str, list[float]], dict[str, Any]]:
+    """Run ``warmup + rounds`` rounds, each calling every way once in turn, so that drift
+    and warm-up effects of a noisy machine fall on every way alike.
+
+    Returns:
+        per way, the seconds of each round after the warm-up ones (the device
+        synchronised before and after each call), and per way its last return value.
+    """
+    times: dict[str, list[float]] = {name: [] for name in ways}
+    last: dict[str, Any] = {}
+    for round_ in range(warmup + rounds):
+        for name, fn in ways.items():
+            _sync(device)
+            start = time.perf_counter()
+            last[name] = fn()
+            _sync(device)
+            if round_ >= warmup:
+                times[name].append(time.perf_counter() - start)
+    return times, last
 
 
 def _peak_memory(device: torch.device) -> dict[str, int]:
@@ -199,15 +212,18 @@ def bench_train(model_name: str, device: torch.device, batch_size: int, warmup: 
              "position_ids": project["position_ids"]}
     decoder = model.get_base_model().model
 
-    def step(loss_fn):
+    memory: dict[str, dict[str, int]] = {}
+
+    def step(name, loss_fn):
         def run():
             loss = loss_fn()
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            memory.setdefault(name, _peak_memory(device))
         return run
 
-    ways = {
+    losses = {
         "project": lambda: label_token_loss(model, project),
         "seed002": lambda: model(**seed002, use_cache=False).loss,
         "plain_trainer": lambda: model(**plain, use_cache=False).loss,
@@ -218,17 +234,9 @@ def bench_train(model_name: str, device: torch.device, batch_size: int, warmup: 
               "plain_trainer": int(plain["attention_mask"].sum())}
     padded = {"project": project["input_ids"].numel(), "floor": project["input_ids"].numel(),
               "seed002": seed002["input_ids"].numel(), "plain_trainer": plain["input_ids"].numel()}
-    # Rounds of one step of each way, so that drift and warm-up effects of a noisy machine
-    # fall on every way alike; the project goes first, so the peak memory after its
-    # warm-up step is its own.
-    times: dict[str, list[float]] = {name: [] for name in ways}
-    memory = {}
-    for round_ in range(warmup + steps):
-        for name, fn in ways.items():
-            seconds = _timed(step(fn), device)
-            memory.setdefault(name, _peak_memory(device))
-            if round_ >= warmup:
-                times[name].append(seconds)
+    # The project goes first, so the peak memory after its first step is its own.
+    times, _ = _interleaved({name: step(name, fn) for name, fn in losses.items()}, steps,
+                            device, warmup)
     results = {}
     for name, spent in times.items():
         seconds = statistics.median(spent)
@@ -271,17 +279,8 @@ def bench_eval(model_name: str, device: torch.device, n: int, batch_size: int,
             preds.append(match[0] if match else LABELS.index("neutral"))
         return preds
 
-    ways = {"project": project, "seed000": seed000}
     project()  # warm-up of the batched path
-    times: dict[str, list[float]] = {name: [] for name in ways}
-    preds = {}
-    for _ in range(rounds):
-        for name, fn in ways.items():
-            _sync(device)
-            start = time.perf_counter()
-            preds[name] = fn()
-            _sync(device)
-            times[name].append(time.perf_counter() - start)
+    times, preds = _interleaved({"project": project, "seed000": seed000}, rounds, device)
     out = {}
     for name, spent in times.items():
         seconds = statistics.median(spent)
