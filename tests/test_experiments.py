@@ -5,6 +5,7 @@ the report in headless Chromium, and the pull-request workflow's commands."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -36,6 +37,58 @@ def _wait_for_queue(root: Path, timeout_s: float = 1200) -> str:
         time.sleep(5)
 
 
+def _start_workers(root: Path, jobs: int) -> str:
+    """`dvc queue start -j jobs`; its output. The output goes through a file, not a pipe:
+    dvc-task launches each worker from a forked process that keeps the caller's stdout
+    and stderr open until its worker exits, so a pipe would be read until then."""
+    with (root.parent / "queue-start.log").open("w+", encoding="utf-8") as log:
+        subprocess.run(["dvc", "queue", "start", "-j", str(jobs)], cwd=root, env=env(),
+                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                       check=True, timeout=120)
+        log.seek(0)
+        return log.read()
+
+
+def _stop_workers(root: Path, timeout_s: float = 60) -> list[str]:
+    """`dvc queue stop`, then SIGTERM (Celery's warm shutdown) to each worker still running
+    ``timeout_s`` seconds later; the names of those.
+
+    A worker can miss every control message. The broker is kombu's filesystem transport,
+    which binds a worker's control queue into `.dvc/tmp/exps/celery/broker/control/
+    celery.pidbox.exchange`; two workers starting at once can both find that file missing
+    and create it, and the second write drops the first binding. That worker runs its
+    experiment, then waits forever: its idle monitor's shutdown and `dvc queue stop`
+    never reach it (seen on 2 cores, kombu 5.7.0, dvc-task 0.40.2)."""
+    from dvc_task.proc.process import ProcessInfo
+
+    subprocess.run(["dvc", "queue", "stop"], cwd=root, env=env(), capture_output=True,
+                   timeout=120)
+    infos = (root / ".dvc/tmp/exps/celery").glob("dvc-exp-worker-*.json")
+    workers = {info.stem: ProcessInfo.load(str(info)).pid for info in infos}
+
+    def running() -> list[str]:
+        alive = []
+        for name, pid in workers.items():
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                continue
+            alive.append(name)
+        return alive
+
+    deadline = time.monotonic() + timeout_s
+    while running() and time.monotonic() < deadline:
+        time.sleep(1)
+    stuck = running()
+    for name in stuck:
+        os.kill(workers[name], signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while running() and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not running(), f"queue workers {running()} outlived SIGTERM"
+    return stuck
+
+
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory, packaged_model_dir):
     """The tiny repo with its run committed, then two experiments queued and run at once
@@ -48,17 +101,38 @@ def sweep(tmp_path_factory, packaged_model_dir):
         r, lr = EXPERIMENTS[name]
         run(root, "dvc", "exp", "run", "--queue", "-n", name,
             "-S", f"train.lora.r={r}", "-S", f"train.learning_rate={lr}")
-    run(root, "dvc", "queue", "start", "-j", "2")
+    assert "Started '2' new experiments task queue workers" in _start_workers(root, 2)
     try:
         status = _wait_for_queue(root)
     finally:
-        subprocess.run(["dvc", "queue", "stop"], cwd=root, env=env(), capture_output=True)
+        if stuck := _stop_workers(root):
+            print(f"queue workers {stuck} missed `dvc queue stop` (see _stop_workers)")
     assert status.count("Success") == 2, status + run(root, "dvc", "queue", "logs", "r16")
     run(root, "dvc", "exp", "run", "-n", "r4", "-S", "train.lora.r=4")
     # dvclive's temporary history folder is not left staged in the index
     assert [line for line in run(root, "git", "status", "--porcelain").splitlines()
             if ".tmp" in line] == []
     return root
+
+
+def test_a_worker_deaf_to_control_messages_neither_blocks_nor_outlives_the_sweep(tmp_path):
+    """The race in `_stop_workers`, made certain: the worker's control binding is dropped
+    after it starts, so only a signal stops it."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    run(root, "git", "init", "-q")
+    run(root, "dvc", "init", "-q")
+    run(root, *GIT, "commit", "-q", "-m", "dvc init")
+    assert "Started '1' new experiments task queue worker" in _start_workers(root, 1)
+    exchange = root / ".dvc/tmp/exps/celery/broker/control/celery.pidbox.exchange"
+    deadline = time.monotonic() + 120
+    while not (exchange.exists() and "dvc-exp-" in exchange.read_text(encoding="utf-8")):
+        assert time.monotonic() < deadline, "the queue worker never bound its control queue"
+        time.sleep(0.5)
+    exchange.write_text("[]", encoding="utf-8")
+    # a worker that hears control messages is gone well within 30 s: its idle monitor
+    # stops it after 10 s, and `dvc queue stop` at once
+    assert _stop_workers(root, timeout_s=30) == ["dvc-exp-worker-1"]
 
 
 def _exp(root: Path, name: str) -> dict:

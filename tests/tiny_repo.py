@@ -28,8 +28,15 @@ def env() -> dict:
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
 
 
-def run(cwd: Path, *argv: str) -> str:
-    done = subprocess.run(argv, cwd=cwd, env=env(), capture_output=True, text=True)
+def run(cwd: Path, *argv: str, timeout_s: float = 1800) -> str:
+    """``argv``'s stdout; fails on a non-zero exit, and on a command still running after
+    ``timeout_s`` seconds, so that a hang costs one test, not the CI run's time limit."""
+    try:
+        done = subprocess.run(argv, cwd=cwd, env=env(), capture_output=True, text=True,
+                              timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"{argv} still running after {timeout_s:.0f} s:\n"
+                             f"{exc.stdout}\n{exc.stderr}") from None
     assert done.returncode == 0, f"{argv} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
