@@ -1,7 +1,10 @@
-"""Class weighting (seed 000 pitfall 3) and the Trainer's loss hook."""
+"""Class weighting (seed 000 pitfall 3), the Trainer's loss hook, and the logged loss."""
+
+import json
 
 import numpy as np
 
+from conftest import train_in
 from lorasent.train import LorasentTrainer, class_weights
 
 
@@ -23,3 +26,14 @@ def test_balanced_weights_equalise_class_totals():
 
 def test_trainer_divides_its_per_batch_loss_by_accumulation():
     assert LorasentTrainer.loss_is_scaled_for_ga is False
+
+
+def test_the_last_step_is_logged_when_logging_steps_do_not_divide_max_steps(
+        tmp_path, minilm_params, minilm_dir, split_dir):
+    result = train_in(tmp_path, minilm_params(max_steps=3, logging_steps=2), minilm_dir,
+                      split_dir)
+    rows = [line.split("\t") for line in
+            (tmp_path / "live/plots/metrics/loss.tsv").read_text().splitlines()[1:]]
+    assert [int(step) for step, _ in rows] == [1, 2, 3]  # first step, every 2nd, the last
+    provenance = json.loads((tmp_path / "provenance/train.json").read_text())
+    assert result.final_loss == provenance["final_loss"] == float(rows[-1][1])

@@ -43,7 +43,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import Trainer, TrainingArguments, set_seed
+from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
+from transformers.trainer_utils import IntervalStrategy
 
 from lorasent.artifacts import (
     atomic_dir,
@@ -185,6 +186,23 @@ def _live(folder: Path):
     finally:
         if hidden is not None:
             os.environ["DVC_EXP_BASELINE_REV"] = hidden
+
+
+class LogLastStep(TrainerCallback):
+    """Logs the loss at the last optimiser step too.
+
+    Trainer's ``DefaultFlowCallback`` logs at step 1 (``logging_first_step``) and every
+    ``logging_steps``. When ``max_steps`` is not a multiple of ``logging_steps``, the last
+    steps' loss was never logged, and the run's final loss was an earlier one: with 3 steps
+    and ``logging_steps`` 10, step 1's, the same for every LoRA rank ``r``, because LoRA's
+    B starts at zero. Every process takes it, since logging averages the loss across them.
+    """
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if (args.logging_strategy == IntervalStrategy.STEPS
+                and state.global_step >= state.max_steps):
+            control.should_log = True
+        return control
 
 
 def _step_aligned_dvclive(live):
@@ -349,7 +367,8 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
                 # scores the validation texts itself.
                 eval_dataset=datasets.Dataset.from_list(examples[:1]) if validation else None,
                 data_collator=encoder.collate,
-                callbacks=[_step_aligned_dvclive(_live(live_tmp))] if main else [],
+                callbacks=[LogLastStep(), *([_step_aligned_dvclive(_live(live_tmp))]
+                                            if main else [])],
                 encoder=encoder, labels=labels,
                 eval_batch_size=train.per_device_train_batch_size,
                 validation=([r["text"] for r in validation],
