@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import yaml
 from PIL import Image
@@ -66,26 +67,18 @@ def _stop_workers(root: Path, timeout_s: float = 60) -> list[str]:
     infos = (root / ".dvc/tmp/exps/celery").glob("dvc-exp-worker-*.json")
     workers = {info.stem: ProcessInfo.load(str(info)).pid for info in infos}
 
-    def running() -> list[str]:
-        alive = []
-        for name, pid in workers.items():
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                continue
-            alive.append(name)
-        return alive
+    def still_running() -> list[str]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            alive = [name for name, pid in workers.items() if psutil.pid_exists(pid)]
+            if not alive or time.monotonic() > deadline:
+                return alive
+            time.sleep(1)
 
-    deadline = time.monotonic() + timeout_s
-    while running() and time.monotonic() < deadline:
-        time.sleep(1)
-    stuck = running()
+    stuck = still_running()
     for name in stuck:
         os.kill(workers[name], signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while running() and time.monotonic() < deadline:
-        time.sleep(1)
-    assert not running(), f"queue workers {running()} outlived SIGTERM"
+    assert not (left := still_running()), f"queue workers {left} outlived SIGTERM"
     return stuck
 
 
