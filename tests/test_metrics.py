@@ -5,11 +5,14 @@ import json
 import numpy as np
 import pytest
 
+from lorasent.errors import LorasentError
 from lorasent.metrics import (
     classification_metrics,
     majority_baseline,
     predictions_csv,
+    read_predictions,
     relative_error_reduction,
+    run_warnings,
 )
 
 LABELS = ["a", "b", "c"]
@@ -85,9 +88,53 @@ def test_majority_baseline_takes_class_from_train():
 
 def test_predictions_csv_rows_and_probabilities():
     scores = np.log(np.array([[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]]))
-    text = predictions_csv([0, 1], scores, LABELS)
+    text = predictions_csv(["9f2c", "07aa"], [0, 1], scores, LABELS)
     assert text.splitlines() == [
-        "index,actual,predicted,p_a,p_b,p_c",
-        "0,a,a,0.700000,0.200000,0.100000",
-        "1,b,c,0.100000,0.100000,0.800000",
+        "id,actual,predicted,p_a,p_b,p_c",
+        "9f2c,a,a,0.700000,0.200000,0.100000",
+        "07aa,b,c,0.100000,0.100000,0.800000",
     ]
+    back = read_predictions(text, "predictions.csv")
+    assert (back.ids, back.labels) == (["9f2c", "07aa"], LABELS)
+    assert back.actual.tolist() == [0, 1] and back.predicted.tolist() == [0, 2]
+    np.testing.assert_allclose(back.probabilities, np.exp(scores), atol=1e-6)
+
+
+def test_predictions_without_row_ids_cannot_be_paired():
+    with pytest.raises(LorasentError, match="old.csv: no `id` column.*rerun its stage"):
+        read_predictions("index,actual,predicted,p_a\n0,a,a,1.0\n", "old.csv")
+
+
+def _metrics(matrix, reference="zero_shot", reference_accuracy=0.5):
+    rows = sum(sum(r.values()) for r in matrix.values())
+    right = sum(matrix[label][label] for label in matrix)
+    return {"accuracy": right / rows, "confusion_matrix": matrix, "reference": reference,
+            "reference_accuracy": reference_accuracy,
+            "baseline": {"majority_class": "a", "majority_accuracy": 0.5}}
+
+
+def test_no_warning_for_a_healthy_run():
+    healthy = {"a": {"a": 5, "b": 1}, "b": {"a": 1, "b": 3}}
+    assert run_warnings(_metrics(healthy)) == []
+
+
+def test_warnings_for_a_one_class_adapter_below_the_majority_class():
+    # 10 rows, half of them `a` (the majority class): the adapter says `b` for 9 of them
+    found = run_warnings(_metrics({"a": {"a": 0, "b": 5, "c": 0}, "b": {"a": 1, "b": 3, "c": 0},
+                                   "c": {"a": 0, "b": 1, "c": 0}}))
+    assert found == [
+        "accuracy 0.300 is below the majority-class baseline 0.500 (always `a`): the adapter "
+        "does worse than predicting one class",
+        "never predicted: `c` (1 of 10 test rows are c)",
+        "`b` is predicted for 9 of 10 rows (90%), though 40% of them are b",
+    ]
+
+
+def test_warning_for_a_reference_below_the_majority_class():
+    found = run_warnings(_metrics({"a": {"a": 5, "b": 1}, "b": {"a": 1, "b": 3}},
+                                  reference_accuracy=0.4))
+    assert found == ["the relative error reduction is measured against the zero_shot baseline "
+                     "(0.400), which is itself below the majority-class baseline (0.500); "
+                     "against the majority class it is 0.600"]
+    assert run_warnings(_metrics({"a": {"a": 5, "b": 1}, "b": {"a": 1, "b": 3}},
+                                 reference="majority", reference_accuracy=0.4)) == []

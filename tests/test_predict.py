@@ -48,7 +48,9 @@ def trained(tmp_path_factory, packaged_model_dir, repo_params_raw):
               adapter_dir=root / "adapter", live_dir=root / "train", **paths)
     run_evaluate(base=params.base, prompt=params.prompt, evaluate=params.evaluate,
                  params_record=record, adapter_dir=root / "adapter",
-                 baseline_path=root / "baseline.json", metrics_path=root / "eval.json",
+                 baseline_path=root / "baseline.json",
+                 baseline_predictions_path=root / "baseline_predictions.csv",
+                 metrics_path=root / "eval.json",
                  predictions_path=root / "predictions.csv", **paths)
     return root
 

@@ -159,6 +159,22 @@ def git_state(cwd: str | Path = ".") -> dict[str, Any]:
     return {"commit": commit, "dirty": bool(dirty) if dirty is not None else None}
 
 
+BUSY_LOAD_PER_CORE = 1.25  # a stage's own threads keep the load at about the core count
+
+
+def machine_load() -> dict[str, Any]:
+    """The 1-minute load average (runnable processes, ``os.getloadavg``) and the cores.
+
+    ``busy`` is true when the load exceeds 1.25 per core: a stage keeps the load at about
+    the number of cores by itself (torch runs one thread per core), so more means other
+    work competed for the CPU and wall times taken then are not comparable.
+    """
+    cores = os.cpu_count() or 1
+    load = round(os.getloadavg()[0], 2)
+    return {"load_average_1min": load, "cpu_cores": cores,
+            "busy": load > BUSY_LOAD_PER_CORE * cores}
+
+
 def provenance(*, stage: str, params: dict[str, Any], device: Any, wall_time_s: float,
                inputs: dict[str, str], extra: dict[str, Any] | None = None,
                status: str = "ok") -> dict[str, Any]:
@@ -174,14 +190,14 @@ def provenance(*, stage: str, params: dict[str, Any], device: Any, wall_time_s: 
         status: ``ok`` or ``failed``.
 
     ``processes`` is how many processes ran the stage (``lorasent.launch``); ``device``
-    describes the main one's.
+    describes the main one's; ``machine_load`` is :func:`machine_load` at the end.
     """
     from lorasent.environment import environment_report
     from lorasent.launch import rank_and_world
 
     return {
         "stage": stage, "status": status, "wall_time_s": round(wall_time_s, 3),
-        "processes": rank_and_world()[1],
+        "processes": rank_and_world()[1], "machine_load": machine_load(),
         "git": git_state(), "inputs": inputs, "device": environment_report(device),
         "python": platform.python_version(), "platform": platform.platform(),
         "packages": package_versions(), "params": params, **(extra or {}),

@@ -7,7 +7,9 @@ Writes ``metrics/baseline.json``:
   of the *training* split (seed 000: 0.55 majority versus 0.594 zero-shot shows why
   this number must be known);
 - ``zero_shot``: accuracy, macro-F1, per-class scores and confusion matrix of the
-  untouched base model, with exactly the prompt and label scoring evaluate uses. In
+  untouched base model, with exactly the prompt and label scoring evaluate uses, and the
+  95% bootstrap intervals of accuracy and macro-F1 (``accuracy_ci95_low`` ...; the
+  method in ``intervals``, see ``lorasent.statistics``). In
   ``seq_cls`` mode there is none (a freshly initialised head answers at random), so it
   is ``null`` with ``zero_shot_note`` saying why, and evaluate measures the relative
   error reduction against the majority class.
@@ -46,6 +48,7 @@ from lorasent.paths import (
     SPLIT_DIR,
 )
 from lorasent.scoring import score_texts
+from lorasent.statistics import METHOD, intervals
 
 
 @dataclass(frozen=True)
@@ -90,11 +93,15 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
         model, encoder, device = load_model_and_prompt(model_dir, base=base, prompt=prompt)
         scores = score_texts(model, encoder, [r["text"] for r in test], batch_size,
                              desc="zero-shot")
-        report["zero_shot"] = classification_metrics(y_test, scores.argmax(1), labels)
+        predicted = scores.argmax(1)
+        report["zero_shot"] = {**classification_metrics(y_test, predicted, labels),
+                               **intervals(y_test, predicted, len(labels))}
+        report["intervals"] = METHOD
 
     if is_main():  # the other processes of a launched run only scored
         write_json(metrics_path, report)
-        atomic_write_text(predictions_path, predictions_csv(y_test, scores, labels))
+        atomic_write_text(predictions_path, predictions_csv(
+            [r["id"] for r in test], y_test, scores, labels))
         write_json(provenance_dir / "baseline.json", provenance(
             stage="baseline", params=params_record, device=device,
             wall_time_s=time.perf_counter() - started,

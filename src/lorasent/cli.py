@@ -141,8 +141,14 @@ def train(params: Params) -> str:
 
     result = run_train(base=params.base, prompt=params.prompt, train=params.train,
                        params_record=_record(params))
+    from lorasent.artifacts import machine_load
+
+    load = machine_load()
+    busy = (f"\nWARNING: the machine was busy (load {load['load_average_1min']} on "
+            f"{load['cpu_cores']} cores): this run's wall times are not comparable"
+            if load["busy"] else "")
     return (f"trained {result.steps} steps, {result.trainable_parameters:,} trainable "
-            f"parameters, final loss {result.final_loss}")
+            f"parameters, final loss {result.final_loss}{busy}")
 
 
 @_stage
@@ -152,9 +158,7 @@ def evaluate(params: Params) -> str:
 
     result = run_evaluate(base=params.base, prompt=params.prompt, evaluate=params.evaluate,
                           mode=params.train.mode, params_record=_record(params))
-    rer = ("n/a" if result.relative_error_reduction is None
-           else f"{result.relative_error_reduction:.4f}")
-    return f"accuracy {result.accuracy:.4f}, relative error reduction {rer}"
+    return result.summary()
 
 
 _ADAPTER = click.option("--adapter", "adapter_dir", default="models/adapter", show_default=True,

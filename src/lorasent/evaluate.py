@@ -10,16 +10,25 @@ stage did, and writes ``metrics/eval.json``: ``accuracy``, ``macro_f1``,
 chosen by ``evaluate.reference`` (``null`` with ``relative_error_reduction_note`` when
 ref = 1). In ``seq_cls`` mode there is no zero-shot baseline, so the reference is the
 majority class, and ``reference_note`` says so. The keys are the same in both modes, so
-``dvc metrics diff`` compares a generative and a seq_cls adapter key by key. Also
-``metrics/predictions.csv`` (DVC's confusion plot) and provenance.
+``dvc metrics diff`` compares a generative and a seq_cls adapter key by key.
+
+Each of accuracy, macro-F1 and the relative error reduction has a 95% bootstrap interval
+over the test rows (``accuracy_ci95_low`` / ``accuracy_ci95_high`` ...; the method in
+``intervals``, see ``lorasent.statistics``). The relative error reduction's interval is
+paired with the reference's own predictions on the same resampled rows: the zero-shot
+predictions of ``metrics/baseline_predictions.csv`` (matched by row id), or the majority
+class. ``warnings`` lists what a reviewer must not miss (``lorasent.metrics.run_warnings``).
+Also ``metrics/predictions.csv`` (DVC's confusion plot; row ids, no texts) and provenance.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from lorasent.artifacts import (
     atomic_write_text,
@@ -29,33 +38,62 @@ from lorasent.artifacts import (
     sha256_file,
     write_json,
 )
+from lorasent.errors import LorasentError
 from lorasent.launch import is_main
-from lorasent.metrics import classification_metrics, predictions_csv, relative_error_reduction
+from lorasent.metrics import (
+    classification_metrics,
+    predictions_csv,
+    read_predictions,
+    relative_error_reduction,
+    run_warnings,
+)
 from lorasent.modeling import load_trained_model
 from lorasent.params import BaseParams, EvaluateParams, PromptParams
 from lorasent.paths import (
     ADAPTER_DIR,
     BASE_MODEL_DIR,
     BASELINE_METRICS,
+    BASELINE_PREDICTIONS,
     EVAL_METRICS,
     EVAL_PREDICTIONS,
     PROVENANCE_DIR,
     SPLIT_DIR,
 )
 from lorasent.scoring import score_texts
+from lorasent.statistics import METHOD, intervals
 
 
 @dataclass(frozen=True)
 class EvaluateResult:
-    accuracy: float
-    relative_error_reduction: float | None
+    metrics: dict[str, Any]  # what metrics/eval.json holds
+    warnings: list[str] = field(default_factory=list)
+
+    def summary(self, metrics_path: Path = EVAL_METRICS) -> str:
+        """The stage's last line: headline with intervals, the reference, the file."""
+        m = self.metrics
+
+        def ci(key: str) -> str:
+            value, low, high = m[key], m.get(f"{key}_ci95_low"), m.get(f"{key}_ci95_high")
+            if value is None:
+                return "n/a"
+            return f"{value:.4f}" + (f" [{low:.4f}, {high:.4f}]" if low is not None else "")
+
+        base = m["baseline"]
+        line = (f"accuracy {ci('accuracy')}, macro-F1 {ci('macro_f1')} (95% intervals); "
+                f"relative error reduction {ci('relative_error_reduction')} against the "
+                f"{m['reference']} baseline {m['reference_accuracy']:.4f}; majority-class "
+                f"baseline {base['majority_accuracy']:.4f} (always `{base['majority_class']}`)"
+                f". Details: {metrics_path} (make metrics)")
+        return "\n".join([line, *(f"WARNING: {w}" for w in self.warnings)])
 
 
 def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluateParams,
                  params_record: dict[str, Any], mode: str = "generative",
                  model_dir: Path = BASE_MODEL_DIR,
                  adapter_dir: Path = ADAPTER_DIR, split_dir: Path = SPLIT_DIR,
-                 baseline_path: Path = BASELINE_METRICS, metrics_path: Path = EVAL_METRICS,
+                 baseline_path: Path = BASELINE_METRICS,
+                 baseline_predictions_path: Path = BASELINE_PREDICTIONS,
+                 metrics_path: Path = EVAL_METRICS,
                  predictions_path: Path = EVAL_PREDICTIONS,
                  provenance_dir: Path = PROVENANCE_DIR) -> EvaluateResult:
     """Score the test split with base + adapter and write the metrics."""
@@ -70,8 +108,8 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
         prompt=prompt, mode=mode)
     scores = score_texts(model, encoder, [r["text"] for r in test], evaluate.batch_size,
                          desc="evaluate")
-    metrics = classification_metrics(y_test, scores.argmax(1), labels)
-
+    y_pred = scores.argmax(1)
+    metrics = classification_metrics(y_test, y_pred, labels)
     baseline = read_json(baseline_path)
     zero_shot = baseline.get("zero_shot")
     reference_name, reference_note = evaluate.reference, None
@@ -81,6 +119,12 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
     reference = (zero_shot["accuracy"] if reference_name == "zero_shot"
                  else baseline["majority_accuracy"])
     rer, note = relative_error_reduction(metrics["accuracy"], reference)
+    if reference_name == "zero_shot":
+        reference_pred = _reference_predictions(
+            baseline_predictions_path, [r["id"] for r in test], labels)
+    else:
+        reference_pred = np.full(len(test), labels.index(baseline["majority_class"]))
+    bounds = intervals(y_test, y_pred, len(labels), reference_pred)
     metrics.update({
         "labels": labels,
         "test_rows": len(test),
@@ -94,10 +138,22 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
         "reference_accuracy": reference,
         "relative_error_reduction": rer,
         "relative_error_reduction_note": note,
+        "intervals": METHOD,
     })
+    # each headline value first, followed by its interval: the order in which
+    # `dvc metrics show` and `dvc exp show` print the columns
+    ordered: dict[str, Any] = {}
+    for name in ("accuracy", "macro_f1", "relative_error_reduction"):
+        ordered[name] = metrics.pop(name)
+        ordered.update({f"{name}_ci95_{end}": bounds[f"{name}_ci95_{end}"]
+                        for end in ("low", "high")})
+    metrics = {**ordered, **metrics}
+    warnings = run_warnings(metrics)
+    metrics["warnings"] = warnings
     if is_main():  # the other processes of a launched run only scored
         write_json(metrics_path, metrics)
-        atomic_write_text(predictions_path, predictions_csv(y_test, scores, labels))
+        atomic_write_text(predictions_path, predictions_csv(
+            [r["id"] for r in test], y_test, scores, labels))
         write_json(provenance_dir / "evaluate.json", provenance(
             stage="evaluate", params=params_record, device=device,
             wall_time_s=time.perf_counter() - started,
@@ -105,4 +161,21 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
                     "adapter": sha256_file(adapter_dir / "adapter_model.safetensors"),
                     "test.jsonl": sha256_file(test_path)},
             extra={"test_rows": len(test)}))
-    return EvaluateResult(metrics["accuracy"], rer)
+    return EvaluateResult(metrics, warnings)
+
+
+def _reference_predictions(path: Path, ids: list[str], labels: list[str]) -> np.ndarray:
+    """The zero-shot predicted class ids of ``path``, in the order of ``ids``.
+
+    Raises:
+        LorasentError: the file was scored on other rows (or other labels) than the
+            test split: the baseline stage must be rerun.
+    """
+    baseline = read_predictions(path.read_text(encoding="utf-8"), str(path))
+    by_id = dict(zip(baseline.ids, baseline.predicted.tolist(), strict=True))
+    missing = [i for i in ids if i not in by_id]
+    if missing or baseline.labels != labels:
+        raise LorasentError(f"{path} was scored on other test rows or labels than "
+                            f"data/split/test.jsonl ({len(missing)} of {len(ids)} rows "
+                            "missing); rerun the baseline stage (dvc repro)")
+    return np.asarray([by_id[i] for i in ids], dtype=np.int64)

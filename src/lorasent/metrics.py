@@ -8,7 +8,10 @@ confusion matrix is always K x K.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import csv
+import io
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -97,19 +100,107 @@ def probabilities(scores: np.ndarray) -> np.ndarray:
     return z / z.sum(axis=1, keepdims=True)
 
 
-def predictions_csv(y_true: Sequence[int], scores: np.ndarray, labels: Sequence[str]) -> str:
-    """One row per test example: ``index, actual, predicted`` and each class's probability.
+def predictions_csv(ids: Sequence[str], y_true: Sequence[int], scores: np.ndarray,
+                    labels: Sequence[str]) -> str:
+    """One row per test example: ``id, actual, predicted`` and each class's probability.
 
-    The ``actual``/``predicted`` columns feed DVC's ``confusion`` plot template.
+    ``id`` is the split's row id (:func:`lorasent.split.row_id`), never the text, so two
+    revisions' files pair row by row and a private text never reaches git. The
+    ``actual``/``predicted`` columns feed DVC's ``confusion`` plot template.
     """
-    import csv
-    import io
-
     probs = probabilities(scores)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["index", "actual", "predicted", *(f"p_{label}" for label in labels)])
-    for i, (gold, row) in enumerate(zip(y_true, probs, strict=True)):
-        writer.writerow([i, labels[gold], labels[int(np.argmax(row))],
+    writer.writerow(["id", "actual", "predicted", *(f"p_{label}" for label in labels)])
+    for row_id, gold, row in zip(ids, y_true, probs, strict=True):
+        writer.writerow([row_id, labels[gold], labels[int(np.argmax(row))],
                          *(f"{p:.6f}" for p in row)])
     return out.getvalue()
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """A predictions file read back: N rows, class ids in the order of ``labels``."""
+
+    ids: list[str]
+    actual: np.ndarray       # (N,) int64
+    predicted: np.ndarray    # (N,) int64
+    probabilities: np.ndarray  # (N, K) float64, columns in ``labels`` order
+    labels: list[str]
+
+
+def read_predictions(text: str, source: str) -> Predictions:
+    """Parse what :func:`predictions_csv` wrote; ``source`` names it in errors.
+
+    Raises:
+        LorasentError: no ``id`` column (written before rows had ids: rerun the
+            baseline or evaluate stage), or a label outside the ``p_<label>`` columns.
+    """
+    from lorasent.errors import LorasentError
+
+    rows = list(csv.reader(io.StringIO(text)))
+    header = rows[0] if rows else []
+    if not header or header[0] != "id":
+        raise LorasentError(f"{source}: no `id` column (written before test rows had ids); "
+                            "rerun its stage (dvc repro) to pair its rows")
+    labels = [name.removeprefix("p_") for name in header[3:]]
+    index = {label: i for i, label in enumerate(labels)}
+    try:
+        actual = [index[r[1]] for r in rows[1:]]
+        predicted = [index[r[2]] for r in rows[1:]]
+    except KeyError as err:
+        raise LorasentError(f"{source}: label {err} is not one of the columns {header[3:]}") \
+            from None
+    return Predictions([r[0] for r in rows[1:]], np.asarray(actual, dtype=np.int64),
+                       np.asarray(predicted, dtype=np.int64),
+                       np.asarray([[float(p) for p in r[3:]] for r in rows[1:]],
+                                  dtype=np.float64).reshape(-1, len(labels)), labels)
+
+
+COLLAPSE_SHARE = 0.9  # one class predicted for at least this share of the rows ...
+COLLAPSE_EXCESS = 0.1  # ... and for this much more than its share of the actual rows
+
+
+def run_warnings(metrics: Mapping[str, Any]) -> list[str]:
+    """What a reviewer must not miss in one run's ``metrics/eval.json``, as sentences.
+
+    - accuracy below the majority-class baseline;
+    - a class never predicted, or one class predicted for nearly all rows (at least
+      90% of them, and 10 points more than its share of the actual rows);
+    - a relative error reduction against a reference that is itself below the
+      majority-class baseline (it flatters the adapter).
+
+    Tolerates files of older revisions that lack some keys (then that check is skipped).
+    """
+    found = []
+    baseline = metrics.get("baseline") or {}
+    acc, majority = metrics.get("accuracy"), baseline.get("majority_accuracy")
+    if acc is not None and majority is not None and acc < majority:
+        found.append(f"accuracy {acc:.3f} is below the majority-class baseline {majority:.3f} "
+                     f"(always `{baseline.get('majority_class')}`): the adapter does worse "
+                     "than predicting one class")
+    matrix = metrics.get("confusion_matrix") or {}
+    labels = list(matrix)
+    rows = sum(sum(row.values()) for row in matrix.values())
+    if rows:
+        predicted = {label: sum(row.get(label, 0) for row in matrix.values()) for label in labels}
+        actual = {label: sum(matrix[label].values()) for label in labels}
+        never = [label for label in labels if predicted[label] == 0 and actual[label] > 0]
+        if never:
+            found.append("never predicted: " + ", ".join(
+                f"`{label}` ({actual[label]} of {rows} test rows are {label})" for label in never))
+        top = max(labels, key=lambda label: predicted[label])
+        share, true_share = predicted[top] / rows, actual[top] / rows
+        if share >= COLLAPSE_SHARE and share - true_share >= COLLAPSE_EXCESS:
+            found.append(f"`{top}` is predicted for {predicted[top]} of {rows} rows "
+                         f"({share:.0%}), though {true_share:.0%} of them are {top}")
+    reference, ref_acc = metrics.get("reference"), metrics.get("reference_accuracy")
+    if reference != "majority" and ref_acc is not None and majority is not None \
+            and ref_acc < majority:
+        against = relative_error_reduction(acc, majority)[0] if acc is not None else None
+        found.append(f"the relative error reduction is measured against the {reference} "
+                     f"baseline ({ref_acc:.3f}), which is itself below the majority-class "
+                     f"baseline ({majority:.3f})" + (
+                         f"; against the majority class it is {against:.3f}"
+                         if against is not None else ""))
+    return found

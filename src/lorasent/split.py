@@ -3,8 +3,9 @@
 Usage: ``lorasent split [--params params.yaml]``
 
 Reads ``data/raw/dataset.jsonl``; writes ``data/split/{train,validation,test}.jsonl``
-(``{"text", "label", "label_id"}`` per line, ``label_id`` the label's index in
-``base.labels``) and the data report ``metrics/data.json``.
+(``{"id", "text", "label", "label_id"}`` per line: ``id`` the row's stable id, see
+:func:`row_id`; ``label_id`` the label's index in ``base.labels``) and the data report
+``metrics/data.json``.
 
 The rules, in order:
 1. A row whose text is empty or only spaces is dropped (``empty_text``); a row whose
@@ -24,6 +25,7 @@ The rules, in order:
 
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
 from collections import Counter
@@ -52,6 +54,16 @@ class SplitResult:
 def normalise_text(text: str) -> str:
     """The key duplicates are found on: NFKC, case folded, whitespace collapsed."""
     return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip().casefold()
+
+
+def row_id(text: str) -> str:
+    """A test row's stable id: the first 16 hex digits of the SHA-256 of its normalised text.
+
+    The predictions files carry it instead of the text, so two revisions' predictions are
+    paired row by row while the texts stay out of git. Deduplication makes it unique
+    within a split (64 bits: a collision needs billions of rows).
+    """
+    return hashlib.sha256(normalise_text(text).encode("utf-8")).hexdigest()[:16]
 
 
 def _label_key(label: str) -> str:
@@ -219,7 +231,8 @@ def run_split(*, labels: Sequence[str], aliases: Mapping[str, str],
     with atomic_dir(out_dir) as tmp:
         for name, rows in splits.items():
             (tmp / f"{name}.jsonl").write_text(jsonl_text(
-                {"text": r["text"], "label": r["label"], "label_id": r["label_id"]} for r in rows),
+                {"id": row_id(r["text"]), "text": r["text"], "label": r["label"],
+                 "label_id": r["label_id"]} for r in rows),
                 encoding="utf-8")
         write_json(report_path, report)
     return SplitResult(splits, report)

@@ -1,0 +1,271 @@
+"""How far a metric can be trusted: bootstrap intervals, paired tests, spread over seeds.
+
+Everything is resampled or tested by ``scipy.stats`` (``bootstrap``, ``binomtest``,
+``ttest_ind``); the code here only says *what* is resampled:
+
+- **Intervals** (:func:`intervals`): a percentile bootstrap over the test rows, 95%,
+  10,000 resamples drawn from a fixed seed, so a rerun gives the same bytes. Accuracy,
+  macro-F1 and the relative error reduction are computed on the *same* resampled rows;
+  the relative error reduction's reference is recomputed on those rows too (paired with
+  the reference's predictions), so its interval carries the reference's noise as well.
+- **Paired comparison** (:func:`paired_comparison`): two classifiers scored on the same
+  rows. Δ accuracy and Δ macro-F1 get a paired-bootstrap interval; McNemar's exact test
+  (a two-sided binomial test on the rows where exactly one of the two is right,
+  McNemar 1947; Dietterich 1998 recommends it for comparing two classifiers on one test
+  set) gives the p-value.
+- **Seeds** (:func:`group_comparison`): two groups of runs that differ only in
+  ``base.seed``; Welch's t-test on their accuracies (Dror et al. 2018, "The Hitchhiker's
+  Guide to Testing Statistical Significance in NLP", for comparing over seeds).
+
+A difference is reported as real only when the interval of Δ accuracy excludes 0 *and*
+the test's p-value is below 0.05; otherwise the verdict is "no detectable difference".
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+CONFIDENCE = 0.95
+RESAMPLES = 10_000
+BOOTSTRAP_SEED = 0  # fixed: intervals must not move when base.seed does
+ALPHA = 0.05
+METHOD = {"method": "percentile bootstrap over test rows (scipy.stats.bootstrap)",
+          "confidence": CONFIDENCE, "resamples": RESAMPLES, "seed": BOOTSTRAP_SEED}
+
+
+def accuracy(y_true: np.ndarray, y_pred: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Share of equal ids along ``axis``; int arrays of shape ``(..., N)`` -> ``(...)``."""
+    return np.mean(y_true == y_pred, axis=axis)
+
+
+def macro_f1(y_true: np.ndarray, y_pred: np.ndarray, num_labels: int,
+             axis: int = -1) -> np.ndarray:
+    """Unweighted mean of the per-class F1 over ``num_labels`` classes, along ``axis``.
+
+    The same as scikit-learn's ``f1_score(average="macro", labels=range(K),
+    zero_division=0)`` (a class with no true and no predicted row counts 0), for arrays
+    of shape ``(..., N)``, so that all resamples are scored at once.
+    """
+    y_true, y_pred = np.moveaxis(y_true, axis, -1), np.moveaxis(y_pred, axis, -1)
+    f1 = []
+    for c in range(num_labels):
+        true_c, pred_c = y_true == c, y_pred == c
+        tp = np.sum(true_c & pred_c, axis=-1)
+        wrong = np.sum(true_c ^ pred_c, axis=-1)  # false positives + false negatives
+        denominator = 2 * tp + wrong
+        f1.append(np.divide(2 * tp, denominator, out=np.zeros(tp.shape),
+                            where=denominator > 0))
+    return np.mean(f1, axis=0)
+
+
+def _bootstrap(samples: Sequence[np.ndarray], statistic) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval of a vectorised multi-valued ``statistic`` over paired rows.
+
+    A statistic undefined on some resample (NaN) gives a NaN bound, which callers turn
+    into ``None``; scipy's warning about it is silenced.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+        result = stats.bootstrap(tuple(samples), statistic, paired=True, vectorized=True,
+                                 n_resamples=RESAMPLES, confidence_level=CONFIDENCE,
+                                 method="percentile", batch=500,
+                                 rng=np.random.default_rng(BOOTSTRAP_SEED))
+    return np.atleast_1d(result.confidence_interval.low), np.atleast_1d(
+        result.confidence_interval.high)
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if np.isfinite(value) else None
+
+
+def intervals(y_true: Sequence[int], y_pred: Sequence[int], num_labels: int,
+              reference_pred: Sequence[int] | None = None) -> dict[str, float | None]:
+    """95% bootstrap intervals of accuracy, macro-F1 and the relative error reduction.
+
+    Args:
+        y_true, y_pred: gold and predicted class ids, ints in ``[0, K)``, length N > 0.
+        num_labels: K.
+        reference_pred: the reference's predicted ids on the same N rows (zero-shot
+            predictions, or the majority class repeated). Without it there is no
+            relative error reduction interval.
+
+    Returns:
+        ``accuracy_ci95_low``, ``accuracy_ci95_high``, ``macro_f1_ci95_low``,
+        ``macro_f1_ci95_high`` and, with a reference, ``relative_error_reduction_ci95_low``
+        and ``_high`` (``None`` when some resample's reference makes no errors, so the
+        ratio is undefined). Bit-identical across runs (fixed seed).
+    """
+    y, pred = np.asarray(y_true, dtype=np.int64), np.asarray(y_pred, dtype=np.int64)
+    samples = [y, pred]
+    if reference_pred is not None:
+        samples.append(np.asarray(reference_pred, dtype=np.int64))
+
+    def statistic(y, pred, *ref, axis=-1):
+        acc = accuracy(y, pred, axis)
+        values = [acc, macro_f1(y, pred, num_labels, axis)]
+        if ref:
+            ref_acc = accuracy(y, ref[0], axis)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                values.append(np.where(ref_acc < 1, (acc - ref_acc) / (1 - ref_acc), np.nan))
+        return np.stack(values)
+
+    low, high = _bootstrap(samples, statistic)
+    names = ["accuracy", "macro_f1", "relative_error_reduction"][:len(low)]
+    out: dict[str, float | None] = {}
+    for name, lo, hi in zip(names, low, high, strict=True):
+        out[f"{name}_ci95_low"], out[f"{name}_ci95_high"] = _finite(lo), _finite(hi)
+    return out
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """McNemar's exact two-sided p-value: ``b`` rows only B got right, ``c`` only A.
+
+    A binomial test of ``b`` successes in ``b + c`` trials at p = 0.5
+    (``scipy.stats.binomtest``); 1.0 when no row differs. b = 10, c = 2 gives 0.03857.
+    """
+    return 1.0 if b + c == 0 else float(stats.binomtest(b, b + c, 0.5).pvalue)
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """B against A on the same N rows; deltas are B − A."""
+
+    rows: int
+    accuracy: tuple[float, float]            # (A, B)
+    macro_f1: tuple[float, float]
+    delta_accuracy: float
+    delta_accuracy_ci: tuple[float, float]   # paired bootstrap, 95%
+    delta_macro_f1: float
+    delta_macro_f1_ci: tuple[float, float]
+    only_b_right: int                        # McNemar's b
+    only_a_right: int                        # McNemar's c
+    p_value: float                           # McNemar's exact test
+    flips: dict[str, dict[str, int]]         # actual class -> {"fixed", "broken"}: rows
+
+    @property
+    def resolution(self) -> float:
+        """Half the width of Δ accuracy's interval: smaller differences are noise."""
+        return (self.delta_accuracy_ci[1] - self.delta_accuracy_ci[0]) / 2
+
+    @property
+    def significant(self) -> bool:
+        low, high = self.delta_accuracy_ci
+        return self.p_value < ALPHA and (low > 0 or high < 0)
+
+    def verdict(self) -> str:
+        """One sentence: which is better, or that the difference is within the noise."""
+        low, high = self.delta_accuracy_ci
+        measured = (f"accuracy {_signed(self.delta_accuracy)} [{_signed(low)}, "
+                    f"{_signed(high)}], McNemar p = {_p(self.p_value)}")
+        f1_low, f1_high = self.delta_macro_f1_ci
+        f1 = (f"; macro-F1 {_signed(self.delta_macro_f1)} [{_signed(f1_low)}, "
+              f"{_signed(f1_high)}]")
+        if self.significant:
+            word = "better" if self.delta_accuracy > 0 else "worse"
+            return f"B is {word} than A: {measured}{f1}."
+        return (f"No detectable difference: {measured}{f1}. With {self.rows} test rows, "
+                f"accuracy differences smaller than about {self.resolution:.2f} cannot be "
+                "told apart.")
+
+
+def paired_comparison(y_true: Sequence[int], pred_a: Sequence[int], pred_b: Sequence[int],
+                      labels: Sequence[str]) -> PairedComparison:
+    """Compare B's predictions with A's on the same rows (same order).
+
+    Args:
+        y_true, pred_a, pred_b: class ids in ``[0, K)``, each of length N > 0, row i
+            the same test row in all three.
+        labels: the K class names.
+
+    Raises:
+        ValueError: lengths differ or N is 0.
+    """
+    y, a, b = (np.asarray(v, dtype=np.int64) for v in (y_true, pred_a, pred_b))
+    if not (len(y) == len(a) == len(b) > 0):
+        raise ValueError(f"need N > 0 rows in all three; got {len(y)}, {len(a)}, {len(b)}")
+    k = len(labels)
+
+    def statistic(y, a, b, axis=-1):
+        return np.stack([accuracy(y, b, axis) - accuracy(y, a, axis),
+                         macro_f1(y, b, k, axis) - macro_f1(y, a, k, axis)])
+
+    low, high = _bootstrap([y, a, b], statistic)
+    a_right, b_right = a == y, b == y
+    only_b, only_a = int(np.sum(b_right & ~a_right)), int(np.sum(a_right & ~b_right))
+    acc = (float(accuracy(y, a)), float(accuracy(y, b)))
+    f1 = (float(macro_f1(y, a, k)), float(macro_f1(y, b, k)))
+    return PairedComparison(
+        rows=len(y), accuracy=acc, macro_f1=f1,
+        delta_accuracy=acc[1] - acc[0], delta_accuracy_ci=(float(low[0]), float(high[0])),
+        delta_macro_f1=f1[1] - f1[0], delta_macro_f1_ci=(float(low[1]), float(high[1])),
+        only_b_right=only_b, only_a_right=only_a, p_value=mcnemar_exact(only_b, only_a),
+        flips={label: {"fixed": int(np.sum((y == i) & b_right & ~a_right)),
+                       "broken": int(np.sum((y == i) & a_right & ~b_right))}
+               for i, label in enumerate(labels)})
+
+
+@dataclass(frozen=True)
+class GroupComparison:
+    """Two groups of runs (one per seed); each value is one run's metric."""
+
+    metric: str
+    a: tuple[float, ...]
+    b: tuple[float, ...]
+    p_value: float | None  # Welch's t-test; None when neither group varies
+
+    @staticmethod
+    def spread(values: Sequence[float]) -> str:
+        """``mean ± sd`` (sample standard deviation, ddof 1) and the number of runs."""
+        return f"{np.mean(values):.4f} ± {np.std(values, ddof=1):.4f} ({len(values)} seeds)"
+
+    @property
+    def delta(self) -> float:
+        return float(np.mean(self.b) - np.mean(self.a))
+
+    def verdict(self) -> str:
+        """One sentence over the seeds, as :meth:`PairedComparison.verdict` over rows."""
+        measured = (f"{self.metric} {self.spread(self.b)} (B) against {self.spread(self.a)} "
+                    f"(A), Δ {_signed(self.delta)}")
+        if self.p_value is None:
+            return (f"Cannot be tested: {measured}; neither group varies over its seeds, "
+                    "so Welch's t-test is undefined.")
+        measured += f", Welch's t-test p = {_p(self.p_value)}"
+        if self.p_value < ALPHA:
+            return f"B is {'better' if self.delta > 0 else 'worse'} than A over seeds: {measured}."
+        return f"No detectable difference over seeds: {measured}."
+
+
+def group_comparison(metric: str, a: Sequence[float], b: Sequence[float]) -> GroupComparison:
+    """Welch's t-test (``scipy.stats.ttest_ind(equal_var=False)``) of B's runs against A's.
+
+    Raises:
+        ValueError: a group has fewer than 2 runs (no spread to measure).
+    """
+    if min(len(a), len(b)) < 2:
+        raise ValueError(f"each group needs at least 2 runs to measure the spread over seeds; "
+                         f"got {len(a)} and {len(b)}")
+    if np.std(a) == 0 and np.std(b) == 0:
+        p = None if np.mean(a) != np.mean(b) else 1.0
+    else:
+        p = float(stats.ttest_ind(b, a, equal_var=False).pvalue)
+    return GroupComparison(metric, tuple(map(float, a)), tuple(map(float, b)), p)
+
+
+def _signed(value: float) -> str:
+    return f"{value:+.3f}".replace("-", "−")
+
+
+def _p(value: float) -> str:
+    return f"{value:.2g}" if value >= 0.001 else "< 0.001"
+
+
+def describe(values: Sequence[float]) -> dict[str, Any]:
+    """``{"mean", "sd", "n"}`` of one metric over runs (sd with ddof 1; None for one run)."""
+    return {"mean": float(np.mean(values)),
+            "sd": float(np.std(values, ddof=1)) if len(values) > 1 else None, "n": len(values)}
