@@ -22,7 +22,8 @@ PYTEST_ARGS ?=
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test bench exp-show compare browser lint lock lock-check doctor clean \
+.PHONY: help setup run test bench exp-show metrics seeds compare browser lint lock lock-check \
+	doctor clean \
 	docker-build docker-run docker-build-cpu docker-run-cpu
 
 help:  ## Show the targets
@@ -62,22 +63,36 @@ BENCH_ARGS ?=
 bench: $(STAMP)  ## Measure train and eval speed against the seeds' ways; writes bench/results.{json,md}
 	$(BIN)/python -m lorasent.bench $(BENCH_ARGS)
 
-# `dvc exp show` narrowed to what a sweep is read by: accuracy, macro-F1, relative error
-# reduction, each class's F1, the mean training loss, and the params that differ.
-# DVC matches these regexes at the start of each column name.
+# `dvc exp show` narrowed to what a sweep is read by: accuracy, macro-F1 and the relative
+# error reduction with their 95% intervals, each class's F1, the mean training loss, and
+# the params that differ; the split's row and class counts are dropped. DVC matches
+# these regexes at the start of each column name. The recipe is not echoed, so
+# `make exp-show EXP_SHOW_ARGS=--csv > runs.csv` writes a CSV and nothing else.
 EXP_SHOW_ARGS ?=
-exp-show: $(STAMP)  ## dvc exp show: accuracy, macro-F1, relative error reduction, per-class F1, swept params
-	$(BIN)/dvc exp show --only-changed \
-		--drop '.*(confusion_matrix|zero_shot|\.precision|\.recall|\.support)|(src|data|models|metrics)/|grad_norm|learning_rate|total_flos|epoch|step|loss|train\.(runtime|.*_per_second)|Created' \
-		--keep '(accuracy|macro_f1|relative_error_reduction|per_class\..+\.f1|train\.loss)$$' \
+exp-show: $(STAMP)  ## dvc exp show: headline metrics with intervals, per-class F1, swept params
+	@$(BIN)/dvc exp show --only-changed \
+		--drop '.*(confusion_matrix|zero_shot|\.precision|\.recall|\.support)|(src|data|models|metrics)/|rows_read|rows_kept|dropped\.|split_rows\.|class_counts\.|overlap\.|intervals\.|grad_norm|learning_rate|total_flos|epoch|step|loss|train\.(runtime|.*_per_second)|Created' \
+		--keep '(accuracy|macro_f1|relative_error_reduction)(_ci95_(low|high))?$$|per_class\..+\.f1$$|train\.loss$$' \
 		$(EXP_SHOW_ARGS)
+
+metrics: $(STAMP)  ## The headline of metrics/eval.json with 95% intervals, per-class F1, baselines, warnings
+	@$(BIN)/lorasent metrics
+
+# The current params (and SET's changes) over N seeds, queued as DVC experiments named
+# <NAME>-seed<S>; waits, then prints accuracy and macro-F1 as mean ± sd.
+N ?= 3
+NAME ?= seeds
+SET ?=
+JOBS ?= 1
+seeds: $(STAMP)  ## Run over N seeds (N=3 NAME=seeds SET="train.lora.r=16" JOBS=1): mean ± sd
+	$(BIN)/lorasent seeds -n $(N) --name $(NAME) -j $(JOBS) $(foreach s,$(SET),-S $(s))
 
 # A and B: commits, branches, tags or experiment names; B may be `workspace`.
 A ?= HEAD
 B ?= workspace
 OUT ?=
-compare: $(STAMP)  ## Report B against A (metrics, per-class, plots): A=<rev> B=<rev> [OUT=dir]
-	$(BIN)/lorasent compare $(A) $(B) $(if $(OUT),--out $(OUT))
+compare: $(STAMP)  ## Is B better than A? Verdict, intervals, per-class, plots: A=<rev> B=<rev> [OUT=dir]
+	$(BIN)/lorasent compare '$(A)' '$(B)' $(if $(OUT),--out $(OUT))
 
 lint: $(STAMP)  ## Lint the code (ruff) and both Dockerfiles (hadolint)
 	$(BIN)/ruff check src tests

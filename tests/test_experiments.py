@@ -24,8 +24,9 @@ pytestmark = pytest.mark.slow
 
 # name: (train.lora.r, train.learning_rate); the tiny params have r 8, learning rate 2e-4
 EXPERIMENTS = {"r4": (4, 2e-4), "r16": (16, 2e-4), "r16-lr": (16, 1e-3)}
+# the report's own K x K matrices (DVC's confusion template drops never-predicted rows)
 CONFUSION_PNGS = ["confusion-matrix-adapter-test-split.png",
-                  "confusion-matrix-baseline-test-split.png"]
+                  "confusion-matrix-zero-shot-baseline-test-split.png"]
 
 
 def _wait_for_queue(root: Path, timeout_s: float = 1200) -> str:
@@ -166,19 +167,28 @@ def _make(root: Path, *args: str) -> str:
                *args)
 
 
-def test_make_exp_show_lists_the_headline_metrics_and_the_swept_params(sweep):
-    lines = _make(sweep, "exp-show", "EXP_SHOW_ARGS=--csv").splitlines()
-    header = lines[0].split(",")
-    assert header[header.index("accuracy"):] == [
-        "accuracy", "macro_f1", *(f"per_class.{label}.f1" for label in LABELS),
-        "relative_error_reduction", "train.loss", "train.lora.r", "train.learning_rate"]
-    rows = {line.split(",")[0]: dict(zip(header, line.split(","), strict=True))
-            for line in lines[1:]}
+def test_make_exp_show_lists_the_headline_metrics_and_the_swept_params(sweep, tmp_path):
+    """Metrics with their intervals first, then the swept params; no split counts; and
+    `make exp-show EXP_SHOW_ARGS=--csv > file` (make not silenced) is a CSV pandas reads."""
+    import pandas as pd
+
+    out = tmp_path / "runs.csv"
+    with out.open("w", encoding="utf-8") as f:
+        subprocess.run(["make", "LORASENT_SYSTEM_PYTHON=1", f"PYTHON={sys.executable}",
+                        "exp-show", "EXP_SHOW_ARGS=--csv"], cwd=sweep, env=env(), stdout=f,
+                       check=True, timeout=300)
+    table = pd.read_csv(out)
+    headline = [f"{name}{end}" for name in ("accuracy", "macro_f1", "relative_error_reduction")
+                for end in ("", "_ci95_low", "_ci95_high")]
+    assert list(table.columns) == ["Experiment", "rev", "typ", *headline,
+                                   *(f"per_class.{label}.f1" for label in LABELS),
+                                   "train.loss", "train.lora.r", "train.learning_rate"]
+    rows = table.set_index("Experiment")
     for name, (r, lr) in EXPERIMENTS.items():
-        assert (int(rows[name]["train.lora.r"]), float(rows[name]["train.learning_rate"])) == (
-            r, lr)
-        accuracy = _exp(sweep, name)["data"]["metrics"]["metrics/eval.json"]["data"]["accuracy"]
-        assert float(rows[name]["accuracy"]) == accuracy
+        assert (rows.loc[name, "train.lora.r"], rows.loc[name, "train.learning_rate"]) == (r, lr)
+        metrics = _exp(sweep, name)["data"]["metrics"]["metrics/eval.json"]["data"]
+        for key in headline:
+            assert rows.loc[name, key] == metrics[key], (name, key)
 
 
 @pytest.fixture(scope="module")
@@ -192,8 +202,14 @@ def test_report_names_every_metric_class_and_changed_param(sweep, report):
     from lorasent.compare import _fmt
 
     assert sorted(p.name for p in report.iterdir()) == sorted(
-        [*CONFUSION_PNGS, "training-loss.png", "report.html", "report.md"])
+        [*CONFUSION_PNGS, "training-loss.png", "report.html", "report.md", "verdict.md"])
     text = (report / "report.md").read_text(encoding="utf-8")
+    verdict = (report / "verdict.md").read_text(encoding="utf-8")
+    assert text.startswith(f"# lorasent: r4 vs r16\n\n{verdict}")
+    assert verdict.startswith(("**No detectable difference: accuracy ", "**B is better than A",
+                               "**B is worse than A"))
+    assert "McNemar's exact test on the 24 rows" in text
+    assert "## Flipped texts" in text
     assert "| `train.lora.r` | 4 | 16 |" in text
     diff = json.loads(run(sweep, "dvc", "metrics", "diff", "r4", "r16", "--all", "--json"))
     evals = diff["metrics/eval.json"]
@@ -285,10 +301,163 @@ def test_pull_request_workflow_reads_committed_metrics_and_never_retrains(sweep)
                     "lorasent evaluate", "lorasent baseline", "dvc pull"):
         assert retrain not in scripts
     assert "dvc metrics diff" in scripts and "--md" in scripts
-    # the step that builds the report runs here as it would on GitHub, base r4, head HEAD
-    report_step = next(step for step in steps if step.get("id") == "report")
-    subprocess.run(["bash", "-euo", "pipefail", "-c", report_step["run"]], cwd=sweep,
-                   env={**env(), "BASE": "r4"}, check=True, capture_output=True)
-    comment = (sweep / "pr-report" / "metrics-diff.md").read_text(encoding="utf-8")
-    assert comment.startswith("| Path") and "metrics/train/metrics.json" in comment
-    assert (sweep / "pr-report" / "report.html").is_file()
+    # the steps that build the report and the comment run here as they would on GitHub,
+    # base r4, head HEAD; `gh` is a stand-in that keeps the comment
+    comment = _pull_request_comment(sweep, "r4")
+    verdict = (sweep / "pr-report" / "verdict.md").read_text(encoding="utf-8")
+    assert comment.startswith(verdict) and verdict.startswith("**")
+    diff = (sweep / "pr-report" / "metrics-diff.md").read_text(encoding="utf-8")
+    assert diff.startswith("| Path") and "metrics/train/metrics.json" in diff
+    assert diff in comment and (sweep / "pr-report" / "report.html").is_file()
+
+
+def _pull_request_comment(root: Path, base: str) -> str:
+    """Run the workflow's report and comment steps as written in ``root`` (its HEAD is the
+    pull request's head); the comment `gh pr comment` would post."""
+    steps = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))["jobs"]["compare"]["steps"]
+    fake = root.parent / "fake-gh"
+    fake.mkdir(exist_ok=True)
+    (fake / "gh").write_text('#!/bin/sh\n# gh pr comment PR --body-file FILE\n'
+                             'cp "$5" "$(dirname "$0")/posted.md"\n', encoding="utf-8")
+    (fake / "gh").chmod(0o755)
+    environ = {**env(), "BASE": base, "PR": "1", "REPORT_URL": "https://example.invalid/r"}
+    environ["PATH"] = f"{fake}{os.pathsep}{environ['PATH']}"
+    for step_id in ("report", None):
+        step = next(s for s in steps if s.get("id") == step_id and "run" in s
+                    and (step_id or "gh pr comment" in s["run"]))
+        subprocess.run(["bash", "-euo", "pipefail", "-c", step["run"]], cwd=root, env=environ,
+                       check=True, capture_output=True, timeout=300)
+    return (fake / "posted.md").read_text(encoding="utf-8")
+
+
+def _lorasent_compare(root: Path, a: str, b: str, out: Path) -> tuple[str, str]:
+    """`lorasent compare A B --out out`: its output, and report.md."""
+    printed = run(root, "lorasent", "compare", a, b, "--out", str(out))
+    return printed, (out / "report.md").read_text(encoding="utf-8")
+
+
+def test_a_revision_against_itself_is_no_detectable_difference(sweep, tmp_path):
+    printed, text = _lorasent_compare(sweep, "r4", "r4", tmp_path / "same")
+    assert printed.startswith("**No detectable difference: accuracy +0.000 [+0.000, +0.000], "
+                              "McNemar p = 1; macro-F1 +0.000 [+0.000, +0.000]. With 24 test "
+                              "rows, accuracy differences smaller than about 0.00 cannot be "
+                              "told apart.**")
+    assert "0 right only in B, 0 right only in A, p = 1." in text
+
+
+def _revision(root: Path, name: str, base: str, files: dict[str, str]) -> None:
+    """Tag ``name``: a commit of ``base``'s tree with ``files`` replaced, made with git's
+    plumbing so that the workspace, the index and the branch stay as they are."""
+    index = root.parent / f"index-{name}"
+    environ = {**env(), "GIT_INDEX_FILE": str(index)}
+
+    def git(*argv: str, stdin: str | None = None) -> str:
+        return subprocess.run([*GIT, *argv], cwd=root, env=environ, input=stdin, text=True,
+                              capture_output=True, check=True).stdout.strip()
+
+    commit = git("rev-parse", f"{_ref(root, base)}^{{commit}}")
+    git("read-tree", commit)
+    for path, text in files.items():
+        blob = git("hash-object", "-w", "--stdin", stdin=text)
+        git("update-index", "--add", "--cacheinfo", f"100644,{blob},{path}")
+    new = git("commit-tree", git("write-tree"), "-p", commit, "-m", name)
+    git("tag", "-f", name, new)
+
+
+def _ref(root: Path, rev: str) -> str:
+    """An experiment's commit (refs/exps/...), or ``rev`` itself."""
+    found = run(root, "git", "for-each-ref", "--format=%(objectname)", f"refs/exps/*/*/{rev}")
+    return found.split()[0] if found.strip() else rev
+
+
+def _show(root: Path, rev: str, path: str) -> str:
+    return run(root, "git", "show", f"{_ref(root, rev)}:{path}")
+
+
+def test_revisions_scored_on_other_rows_get_no_paired_test(sweep, tmp_path):
+    predictions = _show(sweep, "r4", "metrics/predictions.csv").splitlines()
+    other = [predictions[0], *(f"other{i:012d}" + line[line.index(","):]
+                               for i, line in enumerate(predictions[1:]))]
+    _revision(sweep, "other-rows", "r4", {"metrics/predictions.csv": "\n".join(other) + "\n"})
+    printed, text = _lorasent_compare(sweep, "r4", "other-rows", tmp_path / "other")
+    assert printed.startswith("**No paired test: A and B were scored on different test rows")
+    assert ("A and B were scored on different test rows (24 rows only in A, 24 only in B)"
+            in text)
+    assert "McNemar" not in text and "## Is the difference real?" not in text
+    assert "A 95% interval" in text  # each side's own interval instead
+
+
+def test_warnings_a_reviewer_cannot_miss_are_in_the_report_and_the_comment(sweep, tmp_path):
+    """B: an adapter that says the rarest class for every row (below the majority class,
+    two classes never predicted), measured against a reference below the majority class,
+    trained on a busy machine."""
+    from lorasent.metrics import classification_metrics, read_predictions, run_warnings
+
+    text = _show(sweep, "r4", "metrics/predictions.csv")
+    rows = read_predictions(text, "r4")
+    evals = json.loads(_show(sweep, "r4", "metrics/eval.json"))
+    rarest = int(np.argmin(np.bincount(rows.actual, minlength=3)))
+    lines = text.splitlines()
+    one_class = [lines[0]] + [",".join([line.split(",")[0], line.split(",")[1], LABELS[rarest],
+                                        *("1.000000" if k == rarest else "0.000000"
+                                          for k in range(3))]) for line in lines[1:]]
+    collapsed = {**evals, **classification_metrics(rows.actual, [rarest] * len(rows.ids),
+                                                   LABELS),
+                 "reference_accuracy": 0.1, "reference": "zero_shot"}
+    assert collapsed["accuracy"] < evals["baseline"]["majority_accuracy"]
+    train = json.loads(_show(sweep, "r4", "metrics/provenance/train.json"))
+    train["machine_load"] = {"load_average_1min": 5.2, "cpu_cores": 2, "busy": True}
+    _revision(sweep, "collapsed", "r4", {
+        "metrics/predictions.csv": "\n".join(one_class) + "\n",
+        "metrics/eval.json": json.dumps(collapsed),
+        "metrics/provenance/train.json": json.dumps(train)})
+    expected = [*run_warnings(collapsed), "training times are not comparable: B (collapsed) "
+                "trained on a busy machine (load 5.2 on 2 cores)"]
+    assert [w.split(" ")[0:2] for w in expected] == [
+        ["accuracy", f"{collapsed['accuracy']:.3f}"], ["never", "predicted:"],
+        [f"`{LABELS[rarest]}`", "is"], ["the", "relative"], ["training", "times"]]
+    _, report = _lorasent_compare(sweep, "r4", "collapsed", tmp_path / "collapsed")
+    # the pull request's head is the collapsed revision: a worktree of it shares the refs
+    head = tmp_path / "head"
+    run(sweep, "git", "worktree", "add", "-q", "--detach", str(head), "collapsed")
+    try:
+        comment = _pull_request_comment(head, "r4")
+    finally:
+        run(sweep, "git", "worktree", "remove", "--force", str(head))
+    for warning in expected:
+        line = f"- ⚠ B: {warning}" if not warning.startswith("training") else f"- ⚠ {warning}"
+        assert line in report and line in comment, warning
+    # the report's confusion matrix is K x K, the never-predicted classes' cells drawn as 0
+    table = report[report.index("B (collapsed), adapter:"):].split("\n\n")[1].splitlines()
+    assert table[0] == "| actual \\ predicted | negative | neutral | positive |"
+    cells = [[int(n) for n in row.strip("| ").split(" | ")[1:]] for row in table[2:]]
+    assert [row[rarest] for row in cells] == np.bincount(rows.actual, minlength=3).tolist()
+    assert sum(map(sum, cells)) == 24 and len(cells) == 3 and {len(r) for r in cells} == {3}
+
+
+def test_seed_groups_are_compared_over_seeds(sweep, tmp_path):
+    """`lorasent seeds` (2 seeds on each side, in DVC's queue), then `lorasent compare` of
+    the two groups: mean ± sd and Welch's t-test."""
+    try:
+        first = run(sweep, "lorasent", "seeds", "-n", "2", "--name", "a")
+        second = run(sweep, "lorasent", "seeds", "-n", "2", "--name", "b",
+                     "-S", "train.lora.r=4")
+    finally:
+        _stop_workers(sweep)
+    for printed, name in ((first, "a"), (second, "b")):
+        assert f"{name}-seed42" in printed and f"{name}-seed43" in printed
+        assert "accuracy over seeds: " in printed and " ± " in printed
+    shown = json.loads(run(sweep, "dvc", "exp", "show", "--json"))
+    for name, r in (("a-seed43", 8), ("b-seed43", 4)):
+        params = next(exp_named(shown, name))["data"]["params"]["params.yaml"]["data"]
+        assert (params["base"]["seed"], params["train"]["lora"]["r"]) == (43, r)
+    printed, text = _lorasent_compare(sweep, "a-seed*", "b-seed*", tmp_path / "seeds")
+    accuracies = {name: next(exp_named(shown, name))["data"]["metrics"]["metrics/eval.json"][
+        "data"]["accuracy"] for name in ("a-seed42", "a-seed43", "b-seed42", "b-seed43")}
+    from lorasent.statistics import group_comparison
+
+    expected = group_comparison("accuracy", [accuracies["a-seed42"], accuracies["a-seed43"]],
+                                [accuracies["b-seed42"], accuracies["b-seed43"]])
+    assert printed.startswith(f"**{expected.verdict()}**")
+    assert "A is **a-seed42, a-seed43**, B is **b-seed42, b-seed43**" in text
+    assert "| B | b-seed43 | 43 | 24 |" in text

@@ -68,6 +68,52 @@ def test_outputs_and_provenance(repo):
         "model", "adapter", "test.jsonl"}
 
 
+def test_intervals_row_ids_and_the_stage_line(repo):
+    from lorasent.split import row_id
+    from lorasent.statistics import METHOD
+
+    m, baseline = read(repo, "metrics/eval.json"), read(repo, "metrics/baseline.json")
+    assert list(m)[:9] == [f"{name}{end}" for name in
+                           ("accuracy", "macro_f1", "relative_error_reduction")
+                           for end in ("", "_ci95_low", "_ci95_high")]
+    for metrics, names in ((m, ("accuracy", "macro_f1", "relative_error_reduction")),
+                           (baseline["zero_shot"], ("accuracy", "macro_f1"))):
+        for name in names:
+            assert metrics[f"{name}_ci95_low"] <= metrics[name] <= metrics[f"{name}_ci95_high"]
+    assert m["intervals"] == baseline["intervals"] == METHOD
+    # predictions pair by row id; the texts stay out of every metrics file
+    texts = [json.loads(line)["text"] for line in
+             (repo / "data/split/test.jsonl").read_text(encoding="utf-8").splitlines()]
+    for name in ("predictions.csv", "baseline_predictions.csv"):
+        lines = (repo / "metrics" / name).read_text(encoding="utf-8").splitlines()
+        assert [line.split(",")[0] for line in lines] == ["id", *map(row_id, texts)]
+    metrics_text = "".join(p.read_text(encoding="utf-8") for p in (repo / "metrics").rglob("*")
+                           if p.is_file())
+    assert [t for t in texts if t in metrics_text] == []
+    # evaluate's last line: the intervals, the reference, the majority class, the file
+    last = run(repo, "lorasent", "evaluate").splitlines()
+    line = next(i for i, text in enumerate(last) if text.startswith("accuracy "))
+    assert last[line] == (
+        f"accuracy {m['accuracy']:.4f} [{m['accuracy_ci95_low']:.4f}, "
+        f"{m['accuracy_ci95_high']:.4f}], macro-F1 {m['macro_f1']:.4f} "
+        f"[{m['macro_f1_ci95_low']:.4f}, {m['macro_f1_ci95_high']:.4f}] (95% intervals); "
+        f"relative error reduction {m['relative_error_reduction']:.4f} "
+        f"[{m['relative_error_reduction_ci95_low']:.4f}, "
+        f"{m['relative_error_reduction_ci95_high']:.4f}] against the zero_shot baseline "
+        f"{m['reference_accuracy']:.4f}; majority-class baseline "
+        f"{m['baseline']['majority_accuracy']:.4f} (always `negative`). Details: "
+        "metrics/eval.json (make metrics)")
+    assert last[line + 1:] == [f"WARNING: {w}" for w in m["warnings"]]
+    assert json.loads(run(repo, "dvc", "status", "--json")) == {}  # the same bytes again
+    shown = run(repo, "lorasent", "metrics").splitlines()
+    assert shown[1] == (f"  {'accuracy':<26}{m['accuracy']:.4f} [{m['accuracy_ci95_low']:.4f}"
+                        f", {m['accuracy_ci95_high']:.4f}]")
+    assert [s.split()[:2] for s in shown[4:7]] == [["F1", label] for label in LABELS]
+    warnings = [f"WARNING: {w}" for w in m["warnings"]]
+    assert shown[len(shown) - len(warnings):] == warnings
+    assert max(len(text) for text in shown[:len(shown) - len(warnings)]) < 160  # not 2,616
+
+
 def test_repro_again_is_a_no_op(repo):
     assert json.loads(run(repo, "dvc", "status", "--json")) == {}
     out = run(repo, "dvc", "repro")

@@ -12,6 +12,7 @@ from lorasent.split import (
     clean_rows,
     deduplicate,
     normalise_text,
+    row_id,
     run_split,
     split_counts,
 )
@@ -134,6 +135,19 @@ def test_dedup_rule():
 
 def test_normalise_text():
     assert normalise_text("  Ｈello\tWORLD \n") == "hello world"
+
+
+def test_row_id_is_a_short_hash_of_the_normalised_text():
+    assert row_id("  Ｈello\tWORLD \n") == row_id("hello world") == "b94d27b9934d3e08"
+
+
+def test_every_split_row_carries_its_id(tmp_path):
+    raw = _raw(tmp_path, CASES / "label_variants.csv")
+    _split(tmp_path, raw, {"train": 0.5, "validation": 0, "test": 0.5})
+    for name in ("train", "test"):
+        rows = _jsonl(tmp_path / "split" / f"{name}.jsonl")
+        assert rows and [list(r) for r in rows] == [["id", "text", "label", "label_id"]] * len(rows)
+        assert [r["id"] for r in rows] == [row_id(r["text"]) for r in rows]
 
 
 def test_split_counts_from_fractions_and_counts():

@@ -297,6 +297,71 @@ def preset(preset_path: Path, params_path: Path) -> None:
                f"base.model {params.base.model}, data.source {params.data.source})")
 
 
+@click.command(name="metrics")
+@_user_errors
+def metrics_command() -> None:
+    """Print the headline of metrics/eval.json: accuracy, macro-F1 and the relative error
+    reduction with their 95% intervals, each class's F1, the baselines and the warnings.
+
+    The narrow view of `dvc metrics show`, which prints every key of every file.
+    """
+    import json
+
+    from lorasent.compare import _with_interval
+    from lorasent.paths import BASELINE_METRICS, EVAL_METRICS
+
+    m = json.loads(EVAL_METRICS.read_text(encoding="utf-8"))
+    base = m["baseline"]
+    zero_shot = (json.loads(BASELINE_METRICS.read_text(encoding="utf-8"))
+                 if BASELINE_METRICS.is_file() else {}).get("zero_shot") or {}
+    method = m.get("intervals") or {}
+    rows = [("accuracy", _with_interval(m, "accuracy")),
+            ("macro-F1", _with_interval(m, "macro_f1")),
+            ("relative error reduction", _with_interval(m, "relative_error_reduction")
+             + f"  against {m['reference']} ({m['reference_accuracy']:.4f})"),
+            *((f"F1 {label}", f"{scores['f1']:.4f}  (support {scores['support']})")
+              for label, scores in m["per_class"].items()),
+            ("majority-class baseline",
+             f"{base['majority_accuracy']:.4f}  (always `{base['majority_class']}`)"),
+            ("zero-shot baseline", "none (seq_cls)" if not zero_shot else
+             f"{_with_interval(zero_shot, 'accuracy')}  macro-F1 "
+             f"{_with_interval(zero_shot, 'macro_f1')}")]
+    click.echo(f"{EVAL_METRICS}: {m['test_rows']} test rows, {m['mode']} mode"
+               + (f"; [95% interval: {method['method']}, {method['resamples']:,} resamples]"
+                  if method else ""))
+    for name, value in rows:
+        click.echo(f"  {name:<26}{value}")
+    for warning in m.get("warnings") or []:
+        click.echo(f"WARNING: {warning}")
+
+
+@click.command()
+@click.option("-n", "n", default=3, show_default=True, type=click.IntRange(min=2),
+              help="Runs: base.seed, base.seed + 1, ... (from params.yaml).")
+@click.option("--name", default="seeds", show_default=True,
+              help="Experiments are named <NAME>-seed<S>.")
+@click.option("-S", "--set-param", "sets", multiple=True, metavar="KEY=VALUE",
+              help="A params change for every run, as `dvc exp run -S` takes it.")
+@click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Experiments run at once (`dvc queue start -j`).")
+@click.option("--params", "params_path", default="params.yaml", show_default=True,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="Params whose base.seed is the first seed.")
+@_user_errors
+def seeds(n: int, name: str, sets: tuple[str, ...], jobs: int, params_path: Path) -> None:
+    """Run the params over N seeds as queued DVC experiments; print mean ± sd.
+
+    Waits for the queue. Then `lorasent compare 'A-seed*' 'B-seed*'` compares two groups.
+    """
+    from lorasent.seeds import run_seeds
+
+    result = run_seeds(n=n, name=name, sets=sets, jobs=jobs,
+                       base_seed=load_params(params_path).base.seed)
+    click.echo(result.summary())
+    if any(run.evals is None for run in result.runs):
+        sys.exit(1)
+
+
 @click.command()
 @click.argument("rev_a", metavar="A", default="HEAD")
 @click.argument("rev_b", metavar="B", default="workspace")
@@ -304,16 +369,19 @@ def preset(preset_path: Path, params_path: Path) -> None:
               help="Report folder  [default: reports/<A>-vs-<B>]")
 @_user_errors
 def compare(rev_a: str, rev_b: str, out_dir: Path | None) -> None:
-    """Report how revision B's metrics and plots differ from A's.
+    """Report whether revision B is better than A, and how their metrics differ.
 
     A and B are commits, branches, tags or experiment names (dvc exp show); B may be
-    `workspace`. Reads the metrics each revision committed; retrains nothing. Writes
-    report.md, report.html (self-contained) and one PNG per plot.
+    `workspace`. Either may be a group of runs over seeds: comma-separated, or a pattern
+    such as 'base-seed*'. Reads what each revision committed; retrains nothing. Writes
+    verdict.md, report.md, report.html (self-contained) and one PNG per plot, and prints
+    the verdict.
     """
-    from lorasent.compare import REPORT_HTML, REPORT_MD
+    from lorasent.compare import REPORT_HTML, REPORT_MD, VERDICT_MD
     from lorasent.compare import compare as write_report
 
     out = write_report(rev_a, rev_b, out_dir)
+    click.echo((out / VERDICT_MD).read_text(encoding="utf-8").strip())
     click.echo(f"wrote {out / REPORT_MD} and {out / REPORT_HTML}")
 
 
@@ -327,7 +395,7 @@ def main() -> None:
 
 
 for _command in (fetch, split, baseline, train, evaluate, doctor, predict, export, preset,
-                 compare):
+                 compare, metrics_command, seeds):
     main.add_command(_command)
 
 

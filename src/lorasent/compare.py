@@ -11,11 +11,25 @@ retrained or recomputed:
   curve) as Vega-Lite specs holding both revisions' data, drawn to PNG offline by
   vl-convert (the same Vega-Lite that ``dvc plots diff`` uses in a browser).
 
+On top of DVC's diffs, the report says whether B is really better than A
+(``lorasent.statistics``), from the committed predictions files, whose rows carry ids:
+
+- scored on the same test rows: Δ accuracy and Δ macro-F1 with paired-bootstrap 95%
+  intervals, McNemar's exact test, each class's rows fixed and broken by B, and, when the
+  test split is here (after a run or ``dvc pull``), up to 10 of those texts each way;
+- scored on different rows: each side's interval, and no paired test;
+- a group of runs on a side (``a,b,c`` or a pattern such as ``'base-seed*'`` matching
+  experiment names; see ``lorasent seeds``): mean ± sd over the seeds and Welch's t-test;
+- warnings a reviewer cannot miss (``lorasent.metrics.run_warnings``, different rows, a
+  busy machine behind a wall-time delta);
+- full K x K confusion matrices, actual classes on the rows as in scikit-learn.
+
 A and B are anything DVC takes as a revision: a commit, a branch, a tag, an experiment
 name (``dvc exp show``), and ``workspace`` for B (the files as they are now). The
 report is a folder, written whole or not at all:
 
-- ``report.md``: the tables and links to the PNGs, for a pull request;
+- ``verdict.md``: the verdict sentence and the warnings (the pull request comment's top);
+- ``report.md``: the verdict, then the tables and links to the PNGs, for a pull request;
 - ``report.html``: the same page with the PNGs inside it (``data:`` URIs); it opens
   offline, in any browser, alone;
 - one PNG per plot, named after the plot.
@@ -24,22 +38,40 @@ report is a folder, written whole or not at all:
 from __future__ import annotations
 
 import base64
+import fnmatch
 import json
 import re
 import subprocess
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lorasent.artifacts import atomic_dir
 from lorasent.errors import LorasentError
-from lorasent.paths import EVAL_METRICS
+from lorasent.metrics import Predictions, read_predictions, run_warnings
+from lorasent.paths import (
+    BASELINE_METRICS,
+    EVAL_METRICS,
+    EVAL_PREDICTIONS,
+    PROVENANCE_DIR,
+    SPLIT_DIR,
+)
+from lorasent.statistics import (
+    GroupComparison,
+    PairedComparison,
+    group_comparison,
+    paired_comparison,
+)
 
 WORKSPACE = "workspace"  # DVC's name for the files as they are, uncommitted changes too
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
+VERDICT_MD = "verdict.md"
+FLIPPED_TEXTS = 10  # texts listed each way
 
-# (key in metrics/eval.json, name in the report): the headline rows, in this order.
+# (key in metrics/eval.json, name in the report): the headline rows, in this order; the
+# first three carry their 95% interval.
 HEADLINE = [
     ("accuracy", "accuracy"),
     ("macro_f1", "macro-F1"),
@@ -67,16 +99,22 @@ def compare(rev_a: str = "HEAD", rev_b: str = WORKSPACE, out_dir: str | Path | N
     """Write the report comparing revision ``rev_b`` against ``rev_a``; returns its folder.
 
     Deltas are B minus A. ``out_dir`` defaults to ``reports/<A>-vs-<B>`` in ``repo``.
+    Either side may be a group of revisions, comma-separated or a pattern (``*``, ``?``)
+    matched against experiment names: then the report compares the groups over seeds.
 
     Raises:
         LorasentError: ``rev_a`` is ``workspace``; DVC cannot read a revision (the
-            message is DVC's); neither revision has ``metrics/eval.json``.
+            message is DVC's); neither revision has ``metrics/eval.json``; a pattern
+            matches no experiment; a group has fewer than 2 revisions with metrics.
     """
     repo = Path(repo)
-    if rev_a == WORKSPACE:
+    group_a, group_b = _group(repo, rev_a), _group(repo, rev_b)
+    if WORKSPACE in group_a:
         raise LorasentError("compare: A must be a revision (a commit, branch, tag or "
                             "experiment); only B may be 'workspace'")
     out = Path(out_dir) if out_dir else repo / "reports" / f"{_slug(rev_a)}-vs-{_slug(rev_b)}"
+    if len(group_a) > 1 or len(group_b) > 1:
+        return _compare_groups(repo, rev_a, rev_b, group_a, group_b, out)
     revs = [rev_a] + ([] if rev_b == WORKSPACE else [rev_b])
     metrics = _dvc(repo, "metrics", "diff", *revs, "--all", "--json")
     params = _dvc(repo, "params", "diff", *revs, "--all", "--json")
@@ -86,15 +124,197 @@ def compare(rev_a: str = "HEAD", rev_b: str = WORKSPACE, out_dir: str | Path | N
     if not evals:
         raise LorasentError(f"compare: neither {rev_a} nor {rev_b} has {EVAL_METRICS}; "
                             "run the pipeline (dvc repro) and commit its metrics first")
+    commits = _commits(repo, rev_a, rev_b)
+    sides = (_side(repo, rev_a, commits), _side(repo, rev_b, commits))
+    review = _review(repo, *sides, _labels(params, evals))
+    confusion = {title: list(plot) for title, plot in plots.items()
+                 if title in _confusion_plots(repo)}
 
     with atomic_dir(out) as tmp:
-        images = {title: _render_png(specs, tmp) for title, specs in plots.items()}
-        text = _markdown(rev_a, rev_b, _commits(repo, rev_a, rev_b), params, metrics,
-                         images, metrics_md)
+        images = {title: _render_png(specs, tmp) for title, specs in plots.items()
+                  if title not in confusion}
+        images = {**_confusion_pngs(sides, review.labels, tmp), **images}
+        text = _markdown(rev_a, rev_b, commits, params, metrics, images, metrics_md, sides,
+                         review, _texts(repo, review))
+        (tmp / VERDICT_MD).write_text(review.summary(), encoding="utf-8")
         (tmp / REPORT_MD).write_text(text, encoding="utf-8")
         (tmp / REPORT_HTML).write_text(_html(text, tmp, f"lorasent: {rev_a} vs {rev_b}"),
                                        encoding="utf-8")
     return out
+
+
+# ------------------------------------------------------------------ sides and verdict
+
+
+@dataclass(frozen=True)
+class Side:
+    """What one revision committed: its metrics, predictions and training record."""
+
+    rev: str
+    evals: dict[str, Any] | None
+    baseline: dict[str, Any] | None
+    predictions: Predictions | None
+    predictions_error: str | None  # why there are no predictions to pair
+    train: dict[str, Any] | None   # metrics/provenance/train.json
+
+
+def _side(repo: Path, rev: str, commits: dict[str, str]) -> Side:
+    def read(path: Path) -> str | None:
+        if rev == WORKSPACE:
+            return (repo / path).read_text(encoding="utf-8") if (repo / path).is_file() else None
+        done = subprocess.run(["git", "show", f"{commits.get(rev, rev)}:{path.as_posix()}"],
+                              cwd=repo, capture_output=True, text=True)
+        return done.stdout if done.returncode == 0 else None
+
+    def read_json(path: Path) -> dict[str, Any] | None:
+        text = read(path)
+        return json.loads(text) if text else None
+
+    text, predictions, error = read(EVAL_PREDICTIONS), None, None
+    if text is None:
+        error = f"{rev} has no {EVAL_PREDICTIONS}"
+    else:
+        try:
+            predictions = read_predictions(text, f"{rev}:{EVAL_PREDICTIONS}")
+        except LorasentError as err:
+            error = str(err)
+    return Side(rev, read_json(EVAL_METRICS), read_json(BASELINE_METRICS), predictions, error,
+                read_json(PROVENANCE_DIR / "train.json"))
+
+
+@dataclass(frozen=True)
+class PairedRows:
+    """The rows both sides scored, in A's order."""
+
+    ids: list[str]
+    actual: Any                                   # (N,) int64 class ids
+    predictions: tuple[Predictions, Predictions]  # A's and B's, rows in A's order
+
+
+@dataclass(frozen=True)
+class Review:
+    """The verdict on B against A, and what a reviewer must not miss."""
+
+    verdict: str
+    warnings: list[str]
+    labels: list[str]
+    paired: PairedComparison | None = None
+    rows: PairedRows | None = None
+
+    def summary(self) -> str:
+        """The verdict and the warnings, as Markdown: the top of the report and the PR
+        comment."""
+        lines = [f"**{self.verdict}**", ""]
+        lines += [f"- ⚠ {w}" for w in self.warnings] + ([""] if self.warnings else [])
+        return "\n".join(lines)
+
+
+def _review(repo: Path, a: Side, b: Side, labels: list[str]) -> Review:
+    warnings = [f"{side}: {w}" for side, s in (("A", a), ("B", b))
+                for w in run_warnings(s.evals or {})]
+    busy = [f"{side} ({s.rev}) trained on a busy machine (load "
+            f"{s.train['machine_load']['load_average_1min']} on "
+            f"{s.train['machine_load']['cpu_cores']} cores)"
+            for side, s in (("A", a), ("B", b))
+            if s.train and (s.train.get("machine_load") or {}).get("busy")]
+    if busy:
+        warnings.append("training times are not comparable: " + "; ".join(busy))
+    pa, pb = a.predictions, b.predictions
+    if pa is None or pb is None:
+        why = a.predictions_error or b.predictions_error
+        return Review(f"No paired test: {why}. Each side's interval is in the table below.",
+                      warnings, labels)
+    if sorted(pa.ids) != sorted(pb.ids) or pa.labels != pb.labels:
+        only_a, only_b = len(set(pa.ids) - set(pb.ids)), len(set(pb.ids) - set(pa.ids))
+        labels_differ = ", other labels" if pa.labels != pb.labels else ""
+        warnings.insert(0, f"A and B were scored on different test rows ({only_a} rows only "
+                           f"in A, {only_b} only in B{labels_differ}): other split params or "
+                           "data, so their metrics are not paired")
+        return Review("No paired test: A and B were scored on different test rows, so only "
+                      "each side's own interval can be given (table below).", warnings, labels)
+    order = {row_id: i for i, row_id in enumerate(pb.ids)}
+    at = [order[row_id] for row_id in pa.ids]
+    pb = Predictions(pa.ids, pb.actual[at], pb.predicted[at], pb.probabilities[at], pb.labels)
+    if (pb.actual != pa.actual).any():
+        warnings.insert(0, "A and B give the same rows other gold labels (other label "
+                           "aliases?): not paired")
+        return Review("No paired test: the same rows carry other gold labels in A and B.",
+                      warnings, labels)
+    paired = paired_comparison(pa.actual, pa.predicted, pb.predicted, pa.labels)
+    return Review(paired.verdict(), warnings, pa.labels, paired,
+                  PairedRows(pa.ids, pa.actual, (pa, pb)))
+
+
+def _group(repo: Path, spec: str) -> list[str]:
+    """The revisions of one side: ``spec`` split at commas, patterns expanded against the
+    experiments' names (``dvc exp list --all-commits --name-only``)."""
+    revs: list[str] = []
+    names: list[str] | None = None
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        if not any(c in part for c in "*?["):
+            revs.append(part)
+            continue
+        if names is None:
+            listed = _dvc(repo, "exp", "list", "--all-commits", "--name-only", as_json=False)
+            names = sorted(set(listed.split()))
+        matched = fnmatch.filter(names, part)
+        if not matched:
+            raise LorasentError(f"compare: no experiment name matches {part!r}; "
+                                "`dvc exp list --all-commits --name-only` lists them")
+        revs += matched
+    return list(dict.fromkeys(revs)) or [spec]
+
+
+def _compare_groups(repo: Path, spec_a: str, spec_b: str, group_a: list[str],
+                    group_b: list[str], out: Path) -> Path:
+    """A report on two groups of runs (one per seed): mean ± sd and Welch's t-test."""
+    commits = _commits(repo, *group_a, *group_b)
+    sides = {"A": [_side(repo, rev, commits) for rev in group_a],
+             "B": [_side(repo, rev, commits) for rev in group_b]}
+    for name, runs in sides.items():
+        missing = [s.rev for s in runs if s.evals is None]
+        if missing:
+            raise LorasentError(f"compare: {', '.join(missing)} in group {name} has no "
+                                f"{EVAL_METRICS}; did its experiment fail? (dvc queue logs)")
+    tests = {key: group_comparison(name, *([s.evals[key] for s in sides[n]] for n in "AB"))
+             for key, name in (("accuracy", "accuracy"), ("macro_f1", "macro-F1"))}
+    warnings = [f"{name} {s.rev}: {w}" for name, runs in sides.items() for s in runs
+                for w in run_warnings(s.evals or {})]
+    rows = {s.rev: s.evals.get("test_rows") for runs in sides.values() for s in runs}
+    review = Review(tests["accuracy"].verdict(), warnings, [])
+    lines = [f"# lorasent: {spec_a} vs {spec_b} (over seeds)", "", review.summary(),
+             f"A is **{', '.join(group_a)}**, B is **{', '.join(group_b)}**: each a group of "
+             "runs that should differ only in `base.seed` (`lorasent seeds`). Each run's "
+             "test rows depend on its seed, so runs are compared by their metrics, not row "
+             "by row: Welch's t-test over the runs' values (`scipy.stats.ttest_ind`, "
+             "unequal variances).", "", "## Over seeds", ""]
+    lines += _table(["metric", "A (mean ± sd)", "B (mean ± sd)", "Δ mean", "Welch p"],
+                    ([t.metric, GroupComparison.spread(t.a), GroupComparison.spread(t.b),
+                      _fmt(t.delta, signed=True), "—" if t.p_value is None else
+                      f"{t.p_value:.3g}"] for t in tests.values()))
+    lines += ["", "## Runs", ""]
+    lines += _table(["side", "run", "base.seed", "test rows", "accuracy [95% interval]",
+                     "macro-F1 [95% interval]"],
+                    ([name, s.rev, _fmt(_seed(s)), _fmt(rows[s.rev]),
+                      _with_interval(s.evals, "accuracy"), _with_interval(s.evals, "macro_f1")]
+                     for name, runs in sides.items() for s in runs))
+    text = "\n".join(lines) + "\n"
+    with atomic_dir(out) as tmp:
+        (tmp / VERDICT_MD).write_text(review.summary(), encoding="utf-8")
+        (tmp / REPORT_MD).write_text(text, encoding="utf-8")
+        (tmp / REPORT_HTML).write_text(_html(text, tmp, f"lorasent: {spec_a} vs {spec_b}"),
+                                       encoding="utf-8")
+    return out
+
+
+def _seed(side: Side) -> Any:
+    return ((side.train or {}).get("params") or {}).get("base", {}).get("seed")
+
+
+def _with_interval(evals: dict[str, Any] | None, key: str) -> str:
+    evals = evals or {}
+    low, high = evals.get(f"{key}_ci95_low"), evals.get(f"{key}_ci95_high")
+    return _fmt(evals.get(key)) + (f" [{_fmt(low)}, {_fmt(high)}]" if low is not None else "")
 
 
 # --------------------------------------------------------------------------- DVC and git
@@ -143,6 +363,67 @@ def _render_png(specs: list[dict], folder: Path) -> list[str]:
     return names
 
 
+def _confusion_plots(repo: Path) -> set[str]:
+    """The titles of ``dvc.yaml``'s confusion plots: the report draws its own matrices,
+    since DVC's confusion template drops the row of a class never predicted."""
+    import yaml
+
+    path = repo / "dvc.yaml"
+    plots = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("plots", []) \
+        if path.is_file() else []
+    return {title for plot in plots if isinstance(plot, dict) for title, spec in plot.items()
+            if isinstance(spec, dict) and str(spec.get("template", "")).startswith("confusion")}
+
+
+def _confusion_pngs(sides: tuple[Side, Side], labels: list[str],
+                    folder: Path) -> dict[str, list[str]]:
+    """A K x K heatmap per predictor (adapter, zero-shot baseline), A beside B, actual
+    classes on the rows and every cell drawn with its count, zeros too."""
+    import vl_convert
+
+    matrices = {
+        "Confusion matrix, adapter (test split)":
+            [(s, (s.evals or {}).get("confusion_matrix")) for s in sides],
+        "Confusion matrix, zero-shot baseline (test split)":
+            [(s, ((s.baseline or {}).get("zero_shot") or {}).get("confusion_matrix"))
+             for s in sides],
+    }
+    images = {}
+    for title, found in matrices.items():
+        found = [(f"{side} ({s.rev})", m) for side, (s, m) in zip("AB", found, strict=True) if m]
+        if not found:
+            continue
+        order = labels or list(found[0][1])
+        values = [{"revision": name, "actual": actual, "predicted": predicted,
+                   "count": matrix.get(actual, {}).get(predicted, 0)}
+                  for name, matrix in found for actual in order for predicted in order]
+        top = max(v["count"] for v in values) or 1
+        spec = {
+            "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+            "title": title, "data": {"values": values},
+            "facet": {"column": {"field": "revision", "type": "nominal", "title": None,
+                                 "sort": [name for name, _ in found]}},
+            "spec": {
+                "width": 70 * len(order), "height": 70 * len(order),
+                "encoding": {
+                    "x": {"field": "predicted", "type": "nominal", "sort": order,
+                          "axis": {"labelAngle": 0}},
+                    "y": {"field": "actual", "type": "nominal", "sort": order}},
+                "layer": [
+                    {"mark": "rect", "encoding": {"color": {
+                        "field": "count", "type": "quantitative", "title": "rows",
+                        "scale": {"scheme": "blues", "domain": [0, top]}}}},
+                    {"mark": {"type": "text", "fontSize": 14}, "encoding": {
+                        "text": {"field": "count", "type": "quantitative"},
+                        "color": {"condition": {"test": f"datum.count > {top / 2}",
+                                                "value": "white"}, "value": "black"}}}]}}
+        name = f"{_slug(title)}.png"
+        (folder / name).write_bytes(vl_convert.vegalite_to_png(
+            spec, vl_version=_vl_version(spec), scale=1))
+        images[title] = [name]
+    return images
+
+
 def _static(spec: dict) -> dict:
     """DVC's interactive spec made right for a still image.
 
@@ -179,12 +460,14 @@ def _vl_version(spec: dict) -> str | None:
 
 
 def _markdown(rev_a: str, rev_b: str, commits: dict[str, str], params: dict, metrics: dict,
-              images: dict[str, list[str]], metrics_md: str) -> str:
+              images: dict[str, list[str]], metrics_md: str, sides: tuple[Side, Side],
+              review: Review, texts: dict[str, str] | str) -> str:
     evals = metrics.get(str(EVAL_METRICS), {})
     a, b = (f"{rev} ({commits[rev]})" if rev in commits else rev for rev in (rev_a, rev_b))
-    lines = [f"# lorasent: {rev_a} vs {rev_b}", "",
-             f"A is **{a}**, B is **{b}**; Δ is B − A. From the metrics each revision "
-             "committed (`dvc metrics diff`, `dvc params diff`, `dvc plots diff`).", ""]
+    lines = [f"# lorasent: {rev_a} vs {rev_b}", "", review.summary(),
+             f"A is **{a}**, B is **{b}**; Δ is B − A. From the metrics and predictions each "
+             "revision committed (`dvc metrics diff`, `dvc params diff`, `dvc plots diff`); "
+             "intervals and tests from `lorasent.statistics`.", ""]
     for key in ("mode", "reference", "test_rows"):
         if key in evals:
             lines.append(f"- {key.replace('_', ' ')}: {_pair(evals[key])}")
@@ -201,8 +484,12 @@ def _markdown(rev_a: str, rev_b: str, commits: dict[str, str], params: dict, met
                                           for k, v in changed)) if changed else ["None."]
 
     lines += ["", "## Metrics (test split)", ""]
-    lines += _table(["metric", "A", "B", "Δ"],
-                    ([name, *_row(evals.get(key))] for key, name in HEADLINE if key in evals))
+    lines += _table(["metric", "A", "B", "Δ", "A 95% interval", "B 95% interval"],
+                    ([name, *_row(evals.get(key)), *(_interval(s.evals, key) for s in sides)]
+                     for key, name in HEADLINE if key in evals))
+    if review.paired:
+        lines += ["", "## Is the difference real? (paired, same test rows)", ""]
+        lines += _paired(review.paired)
     lines += ["", "## Per class (test split)", ""]
     header = ["class"] + [f"{name} {side}" for _, name, delta in PER_CLASS
                           for side in ("A", "B", "Δ")[:3 if delta else 2]]
@@ -210,17 +497,111 @@ def _markdown(rev_a: str, rev_b: str, commits: dict[str, str], params: dict, met
                                        for cell in _row(evals.get(f"per_class.{label}.{key}"))
                                        [:3 if delta else 2])]
                              for label in _labels(params, evals)))
+    lines += ["", "## Confusion matrices (test split; rows: actual, columns: predicted)", ""]
+    for side, s in zip("AB", sides, strict=True):
+        matrix = (s.evals or {}).get("confusion_matrix")
+        if matrix:
+            lines += [f"{side} ({s.rev}), adapter:", ""]
+            lines += _table(["actual \\ predicted", *matrix],
+                            ([actual, *(str(n) for n in row.values())]
+                             for actual, row in matrix.items())) + [""]
+    if review.paired:
+        lines += ["## Flipped texts", ""] + _flipped(review, texts) + [""]
     training = [(name, metrics.get(file, {}).get(key)) for file, key, name in TRAINING]
     if any(v for _, v in training):
-        lines += ["", "## Training (dvclive)", ""]
+        lines += ["## Training (dvclive)", ""]
         lines += _table(["metric", "A", "B", "Δ"], ([name, *_row(v)] for name, v in training if v))
-    lines += ["", "## Plots", ""]
+        lines += [""]
+    lines += ["## Plots", ""]
     for title, names in images.items():
         lines += [f"### {title}", ""] + [f"![{title}]({name})" for name in names] + [""]
     lines += ["## Every metric (`dvc metrics diff --all --md`)", "", "<details>",
               "<summary>All keys of every metrics file</summary>", "", metrics_md.strip(), "",
               "</details>", ""]
     return "\n".join(lines)
+
+
+def _paired(p: PairedComparison) -> list[str]:
+    rows = [["Δ accuracy", _fmt(p.delta_accuracy, signed=True),
+             f"[{_fmt(p.delta_accuracy_ci[0], signed=True)}, "
+             f"{_fmt(p.delta_accuracy_ci[1], signed=True)}]"],
+            ["Δ macro-F1", _fmt(p.delta_macro_f1, signed=True),
+             f"[{_fmt(p.delta_macro_f1_ci[0], signed=True)}, "
+             f"{_fmt(p.delta_macro_f1_ci[1], signed=True)}]"]]
+    lines = _table(["B − A", "value", "paired bootstrap 95% interval"], rows)
+    lines += ["", f"McNemar's exact test on the {p.rows} rows: {p.only_b_right} right only in B, "
+                  f"{p.only_a_right} right only in A, p = {p.p_value:.4g}. Differences in "
+                  f"accuracy smaller than about {p.resolution:.3f} cannot be told apart from "
+                  "noise with these rows.", ""]
+    lines += _table(["actual class", "rows B fixed (A wrong, B right)",
+                     "rows B broke (A right, B wrong)"],
+                    ([label, str(f["fixed"]), str(f["broken"])] for label, f in p.flips.items()))
+    return lines
+
+
+def _interval(evals: dict[str, Any] | None, key: str) -> str:
+    low, high = ((evals or {}).get(f"{key}_ci95_{end}") for end in ("low", "high"))
+    return "—" if low is None or high is None else f"[{_fmt(low)}, {_fmt(high)}]"
+
+
+def _texts(repo: Path, review: Review) -> dict[str, str] | str:
+    """``{row id: text}`` of the paired rows from the local test split, or why not."""
+    path = repo / SPLIT_DIR / "test.jsonl"
+    how = ("`dvc pull data/split` (or `dvc repro split`) at the revision to see them; "
+           "texts never enter git")
+    if review.rows is None:
+        return ""
+    if not path.is_file():
+        return f"The test split is not here ({SPLIT_DIR / 'test.jsonl'}): {how}."
+    from lorasent.artifacts import read_jsonl
+    from lorasent.split import row_id
+
+    texts = {r.get("id") or row_id(r["text"]): r["text"] for r in read_jsonl(path)}
+    if not set(review.rows.ids) <= set(texts):
+        return f"The local {SPLIT_DIR / 'test.jsonl'} holds other rows than A and B: {how}."
+    return texts
+
+
+def _flipped(review: Review, texts: dict[str, str] | str) -> list[str]:
+    """Up to :data:`FLIPPED_TEXTS` rows each way, those whose actual class's probability
+    moved most first."""
+    if isinstance(texts, str):
+        return [texts]
+    rows = review.rows
+    assert rows is not None
+    labels, (a, b) = review.labels, rows.predictions
+    moved = [b.probabilities[i, y] - a.probabilities[i, y] for i, y in enumerate(rows.actual)]
+
+    def cell(side: Predictions, i: int) -> str:
+        k = side.predicted[i]
+        return f"{labels[k]} ({side.probabilities[i, k]:.2f})"
+
+    lines = []
+    for title, right, sign in (("B fixed (A wrong, B right)", b, 1),
+                               ("B broke (A right, B wrong)", a, -1)):
+        wrong = b if right is a else a
+        found = [i for i in range(len(rows.actual))
+                 if right.predicted[i] == rows.actual[i] != wrong.predicted[i]]
+        shown = sorted(found, key=lambda i: -sign * moved[i])[:FLIPPED_TEXTS]
+        lines += [f"{title}: {len(found)} rows" + (
+            f", the {len(shown)} whose actual class's probability moved most" if shown else ""),
+            ""]
+        if shown:
+            lines += _table(["text", "actual", "A (probability)", "B (probability)"],
+                            ([_clip(texts[rows.ids[i]]), labels[rows.actual[i]], cell(a, i),
+                              cell(b, i)] for i in shown))
+        lines += [""]
+    return lines
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    """A user's text as one table cell: one line, at most ``limit`` characters, HTML and
+    Markdown markup shown as written, never rendered."""
+    import html
+
+    text = " ".join(text.split())
+    text = text if len(text) <= limit else text[:limit - 1] + "…"
+    return re.sub(r"([\\`*_\[\]#!~])", r"\\\1", html.escape(text, quote=False))
 
 
 def _labels(params: dict, evals: dict) -> list[str]:

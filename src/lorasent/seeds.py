@@ -1,0 +1,131 @@
+"""``lorasent seeds``: the current params over N seeds, as queued DVC experiments.
+
+Usage: ``lorasent seeds -n 3 --name NAME [-S key=value ...] [-j 1]`` (or ``make seeds``)
+
+A LoRA run moves with its random seed (LoRA initialisation, dropout, data order and,
+since ``base.seed`` also draws the split, the test rows). One run cannot tell a change
+from that noise; N runs can. This queues the workspace's params (committed or not, plus
+the ``-S`` changes) once per seed ``base.seed``, ``base.seed + 1``, ... with
+``dvc exp run --queue``, runs the queue with ``dvc queue start -j J``, waits, and reports
+accuracy and macro-F1 as mean ± sd (sample standard deviation) over the seeds. The
+experiments are named ``<NAME>-seed<S>``, so that ``lorasent compare 'A-seed*' 'B-seed*'``
+compares two groups with Welch's t-test (``lorasent.statistics``).
+
+``-j 1`` is the default: each run already uses every core, and on a small machine two at
+once only share them (and need twice the memory).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lorasent.compare import _commits, _dvc, _side, _with_interval
+from lorasent.errors import LorasentError
+from lorasent.statistics import GroupComparison
+
+POLL_S = 10  # seconds between two looks at `dvc queue status`
+
+
+@dataclass(frozen=True)
+class SeedRun:
+    name: str
+    seed: int
+    status: str                    # DVC's: Success, Failed, ...
+    evals: dict[str, Any] | None   # its metrics/eval.json
+
+
+@dataclass(frozen=True)
+class SeedsResult:
+    runs: list[SeedRun]
+
+    def summary(self) -> str:
+        """The runs, mean ± sd of accuracy and macro-F1, and how to compare groups."""
+        lines = [f"{'experiment':<24} {'base.seed':>9}  {'accuracy [95% interval]':<28}"
+                 "macro-F1 [95% interval]"]
+        for run in self.runs:
+            if run.evals is None:
+                lines.append(f"{run.name:<24} {run.seed:>9}  {run.status}: see "
+                             f"`dvc queue logs {run.name}`")
+                continue
+            lines.append(f"{run.name:<24} {run.seed:>9}  "
+                         f"{_with_interval(run.evals, 'accuracy'):<28}"
+                         f"{_with_interval(run.evals, 'macro_f1')}")
+        done = [run.evals for run in self.runs if run.evals is not None]
+        if len(done) > 1:
+            for key, name in (("accuracy", "accuracy"), ("macro_f1", "macro-F1")):
+                lines.append(f"{name} over seeds: "
+                             f"{GroupComparison.spread([e[key] for e in done])}")
+        prefix = self.runs[0].name.rsplit("-seed", 1)[0]
+        lines.append(f"Compare with another group: lorasent compare '{prefix}-seed*' "
+                     "'<other>-seed*'")
+        return "\n".join(lines)
+
+
+def run_seeds(*, n: int, name: str, sets: Sequence[str] = (), jobs: int = 1,
+              base_seed: int, repo: Path = Path("."), timeout_s: float | None = None
+              ) -> SeedsResult:
+    """Queue ``n`` experiments ``<name>-seed<S>`` (S = base_seed, base_seed + 1, ...),
+    run them ``jobs`` at a time and wait for them.
+
+    Args:
+        n: runs, at least 2 (one gives no spread).
+        name: prefix of the experiment names.
+        sets: extra ``key=value`` params changes, as ``dvc exp run -S`` takes them.
+        jobs: queue workers (``dvc queue start -j``).
+        base_seed: the first seed (the params' ``base.seed``).
+        timeout_s: give up waiting after this many seconds (None: wait for the queue).
+
+    Raises:
+        LorasentError: ``n`` < 2, ``-S base.seed`` given, DVC refuses to queue (for
+            example an experiment of that name exists), or the wait timed out.
+    """
+    if n < 2:
+        raise LorasentError(f"seeds: -n {n}: at least 2 runs are needed to measure a spread")
+    if any(s.split("=", 1)[0].strip() == "base.seed" for s in sets):
+        raise LorasentError("seeds: -S base.seed is what the runs vary; set the first seed in "
+                            "params.yaml instead")
+    runs = {f"{name}-seed{seed}": seed for seed in range(base_seed, base_seed + n)}
+    existing = set(_dvc(repo, "exp", "list", "--all-commits", "--name-only",
+                        as_json=False).split())
+    if clash := sorted(existing & set(runs)):
+        raise LorasentError(f"seeds: experiments {', '.join(clash)} exist already; choose "
+                            f"another --name, or remove them (dvc exp remove {' '.join(clash)})")
+    for exp, seed in runs.items():
+        _dvc(repo, "exp", "run", "--queue", "-n", exp, "-S", f"base.seed={seed}",
+             *(arg for s in sets for arg in ("-S", s)), as_json=False)
+    # dvc-task forks each worker from a process that keeps the caller's stdout and stderr
+    # until the worker exits: a pipe here would be read until then, so no pipe
+    subprocess.run(["dvc", "queue", "start", "-j", str(jobs)], cwd=repo, check=True,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    statuses = wait_for(repo, list(runs), timeout_s)
+    commits = _commits(repo, *runs)
+    return SeedsResult([SeedRun(exp, seed, statuses[exp],
+                                _side(repo, exp, commits).evals if exp in commits else None)
+                        for exp, seed in runs.items()])
+
+
+def wait_for(repo: Path, names: Sequence[str], timeout_s: float | None = None
+             ) -> dict[str, str]:
+    """Poll ``dvc queue status`` until none of ``names`` is queued or running; returns
+    ``{name: final status}``."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        statuses = {}
+        for line in _dvc(repo, "queue", "status", as_json=False).splitlines():
+            words = line.split()
+            for exp in names:
+                if exp in words:
+                    statuses[exp] = words[-1]
+        pending = [exp for exp in names if statuses.get(exp) in (None, "Queued", "Running")]
+        if not pending:
+            return statuses
+        if deadline is not None and time.monotonic() > deadline:
+            raise LorasentError(f"seeds: {', '.join(pending)} still pending after "
+                                f"{timeout_s:.0f} s; `dvc queue status` to follow them")
+        time.sleep(POLL_S)
