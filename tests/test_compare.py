@@ -37,3 +37,27 @@ def test_classes_follow_base_labels_then_the_metrics():
                                               "new": "['neg', 'pos', 'neu']"}}}
     evals = {"per_class.other.f1": {}, "per_class.neg.f1": {}}
     assert _labels(params, evals) == ["neg", "pos", "neu", "other"]
+
+
+def test_a_users_text_is_one_cell_shown_as_written():
+    from lorasent.compare import _clip
+
+    assert _clip("a <b>x</b>\n*y* _z_ [l](u) `c` #t") == (
+        "a &lt;b&gt;x&lt;/b&gt; \\*y\\* \\_z\\_ \\[l\\](u) \\`c\\` \\#t")
+    assert _clip("w " * 200) == ("w " * 100)[:199] + "…"
+
+
+def test_groups_split_at_commas_and_keep_their_order(tmp_path):
+    from lorasent.compare import _group
+
+    assert _group(tmp_path, "b-seed43, a-seed42,b-seed43") == ["b-seed43", "a-seed42"]
+    assert _group(tmp_path, "HEAD") == ["HEAD"]
+
+
+def test_the_reports_own_matrices_replace_dvcs_confusion_plots(tmp_path):
+    from conftest import REPO
+    from lorasent.compare import _confusion_plots
+
+    assert _confusion_plots(REPO) == {"Confusion matrix, adapter (test split)",
+                                      "Confusion matrix, baseline (test split)"}
+    assert _confusion_plots(tmp_path) == set()

@@ -5,6 +5,7 @@ import pytest
 from scipy import stats
 from sklearn.metrics import f1_score
 
+from lorasent.compare import group_verdict, paired_verdict
 from lorasent.statistics import (
     BOOTSTRAP_SEED,
     RESAMPLES,
@@ -87,8 +88,9 @@ def test_a_run_against_itself_is_no_detectable_difference():
     assert (same.delta_accuracy, same.delta_accuracy_ci, same.p_value) == (0.0, (0.0, 0.0), 1.0)
     assert same.delta_macro_f1 == 0.0 and not same.significant
     assert same.flips == {label: {"fixed": 0, "broken": 0} for label in LABELS}
-    assert same.verdict().startswith("No detectable difference: accuracy +0.000 [+0.000, "
-                                     "+0.000], McNemar p = 1;")
+    assert paired_verdict(same) == ("No detectable difference: accuracy +0.000 [+0.000, +0.000], "
+                              "McNemar p = 1; macro-F1 +0.000 [+0.000, +0.000]. A and B are "
+                              "right on exactly the same rows.")
 
 
 def test_a_clear_improvement_is_reported_with_its_interval_and_p():
@@ -98,16 +100,21 @@ def test_a_clear_improvement_is_reported_with_its_interval_and_p():
     assert found.only_a_right == 0 and found.only_b_right == int(np.sum((b == y) & (a != y)))
     assert sum(f["fixed"] for f in found.flips.values()) == found.only_b_right
     assert found.significant and found.delta_accuracy_ci[0] > 0
-    assert found.verdict().startswith(f"B is better than A: accuracy +{found.delta_accuracy:.3f}")
+    assert paired_verdict(found).startswith(
+        f"B is better than A: accuracy +{found.delta_accuracy:.3f}")
 
 
 def test_noise_is_no_detectable_difference_and_names_the_resolution():
-    y, a = _predictions(seed=1)
-    _, b = _predictions(seed=1, right=0.69)
-    b = np.where(np.arange(len(y)) % 2 == 0, a, b)
+    y, a = _predictions()
+    right, wrong = np.flatnonzero(a == y), np.flatnonzero(a != y)
+    b = a.copy()
+    b[right[:5]] = (y[right[:5]] + 1) % 3  # B breaks 5 of A's right rows ...
+    b[wrong[:3]] = y[wrong[:3]]             # ... and fixes 3 of its wrong ones
     found = paired_comparison(y, a, b, LABELS)
-    assert not found.significant
-    assert found.verdict().endswith(
+    assert (found.only_b_right, found.only_a_right) == (3, 5)
+    assert found.p_value == pytest.approx(mcnemar_exact(3, 5)) and not found.significant
+    assert paired_verdict(found).startswith("No detectable difference: accuracy −0.003 [")
+    assert paired_verdict(found).endswith(
         f"With 600 test rows, accuracy differences smaller than about "
         f"{found.resolution:.2f} cannot be told apart.")
 
@@ -116,10 +123,10 @@ def test_seed_groups_welch():
     found = group_comparison("accuracy", [0.70, 0.71, 0.69], [0.74, 0.75, 0.76])
     assert found.p_value == pytest.approx(
         stats.ttest_ind([0.74, 0.75, 0.76], [0.70, 0.71, 0.69], equal_var=False).pvalue)
-    assert found.verdict() == (
+    assert group_verdict(found) == (
         "B is better than A over seeds: accuracy 0.7500 ± 0.0100 (3 seeds) (B) against "
         "0.7000 ± 0.0100 (3 seeds) (A), Δ +0.050, Welch's t-test p = 0.0036.")
     same = group_comparison("accuracy", [0.7, 0.7], [0.7, 0.7])
-    assert same.p_value == 1.0 and same.verdict().startswith("No detectable difference")
+    assert same.p_value == 1.0 and group_verdict(same).startswith("No detectable difference")
     with pytest.raises(ValueError, match="at least 2 runs"):
         group_comparison("accuracy", [0.7], [0.7, 0.71])

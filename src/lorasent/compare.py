@@ -126,9 +126,8 @@ def compare(rev_a: str = "HEAD", rev_b: str = WORKSPACE, out_dir: str | Path | N
                             "run the pipeline (dvc repro) and commit its metrics first")
     commits = _commits(repo, rev_a, rev_b)
     sides = (_side(repo, rev_a, commits), _side(repo, rev_b, commits))
-    review = _review(repo, *sides, _labels(params, evals))
-    confusion = {title: list(plot) for title, plot in plots.items()
-                 if title in _confusion_plots(repo)}
+    review = _review(*sides, _labels(params, evals))
+    confusion = _confusion_plots(repo)  # drawn by the report itself, K x K
 
     with atomic_dir(out) as tmp:
         images = {title: _render_png(specs, tmp) for title, specs in plots.items()
@@ -183,15 +182,6 @@ def _side(repo: Path, rev: str, commits: dict[str, str]) -> Side:
 
 
 @dataclass(frozen=True)
-class PairedRows:
-    """The rows both sides scored, in A's order."""
-
-    ids: list[str]
-    actual: Any                                   # (N,) int64 class ids
-    predictions: tuple[Predictions, Predictions]  # A's and B's, rows in A's order
-
-
-@dataclass(frozen=True)
 class Review:
     """The verdict on B against A, and what a reviewer must not miss."""
 
@@ -199,7 +189,7 @@ class Review:
     warnings: list[str]
     labels: list[str]
     paired: PairedComparison | None = None
-    rows: PairedRows | None = None
+    rows: tuple[Predictions, Predictions] | None = None  # A's and B's, rows in A's order
 
     def summary(self) -> str:
         """The verdict and the warnings, as Markdown: the top of the report and the PR
@@ -209,7 +199,7 @@ class Review:
         return "\n".join(lines)
 
 
-def _review(repo: Path, a: Side, b: Side, labels: list[str]) -> Review:
+def _review(a: Side, b: Side, labels: list[str]) -> Review:
     warnings = [f"{side}: {w}" for side, s in (("A", a), ("B", b))
                 for w in run_warnings(s.evals or {})]
     busy = [f"{side} ({s.rev}) trained on a busy machine (load "
@@ -222,7 +212,8 @@ def _review(repo: Path, a: Side, b: Side, labels: list[str]) -> Review:
     pa, pb = a.predictions, b.predictions
     if pa is None or pb is None:
         why = a.predictions_error or b.predictions_error
-        return Review(f"No paired test: {why}. Each side's interval is in the table below.",
+        return Review(f"No paired test: {why}. Each side's own interval, where it has one, is "
+                      "in the table below.",
                       warnings, labels)
     if sorted(pa.ids) != sorted(pb.ids) or pa.labels != pb.labels:
         only_a, only_b = len(set(pa.ids) - set(pb.ids)), len(set(pb.ids) - set(pa.ids))
@@ -241,8 +232,44 @@ def _review(repo: Path, a: Side, b: Side, labels: list[str]) -> Review:
         return Review("No paired test: the same rows carry other gold labels in A and B.",
                       warnings, labels)
     paired = paired_comparison(pa.actual, pa.predicted, pb.predicted, pa.labels)
-    return Review(paired.verdict(), warnings, pa.labels, paired,
-                  PairedRows(pa.ids, pa.actual, (pa, pb)))
+    return Review(paired_verdict(paired), warnings, pa.labels, paired, (pa, pb))
+
+
+def paired_verdict(p: PairedComparison) -> str:
+    """One sentence: which of A and B is better on the same rows, or that the difference
+    is within the noise (then with the smallest difference these rows resolve)."""
+    low, high = p.delta_accuracy_ci
+    f1_low, f1_high = p.delta_macro_f1_ci
+    measured = (f"accuracy {_signed(p.delta_accuracy)} [{_signed(low)}, {_signed(high)}], "
+                f"McNemar p = {_p(p.p_value)}; macro-F1 {_signed(p.delta_macro_f1)} "
+                f"[{_signed(f1_low)}, {_signed(f1_high)}]")
+    if p.significant:
+        return f"B is {'better' if p.delta_accuracy > 0 else 'worse'} than A: {measured}."
+    if p.only_a_right + p.only_b_right == 0:
+        return f"No detectable difference: {measured}. A and B are right on exactly the same rows."
+    return (f"No detectable difference: {measured}. With {p.rows} test rows, accuracy "
+            f"differences smaller than about {p.resolution:.2f} cannot be told apart.")
+
+
+def group_verdict(g: GroupComparison) -> str:
+    """One sentence over the seeds, as :func:`paired_verdict` over rows."""
+    measured = (f"{g.metric} {g.spread(g.b)} (B) against {g.spread(g.a)} (A), "
+                f"Δ {_signed(g.delta)}")
+    if g.p_value is None:
+        return (f"Cannot be tested: {measured}; neither group varies over its seeds, so "
+                "Welch's t-test is undefined.")
+    measured += f", Welch's t-test p = {_p(g.p_value)}"
+    if g.significant:
+        return f"B is {'better' if g.delta > 0 else 'worse'} than A over seeds: {measured}."
+    return f"No detectable difference over seeds: {measured}."
+
+
+def _signed(value: float) -> str:
+    return f"{value:+.3f}".replace("-", "−")
+
+
+def _p(value: float) -> str:
+    return f"{value:.2g}" if value >= 0.001 else "< 0.001"
 
 
 def _group(repo: Path, spec: str) -> list[str]:
@@ -281,7 +308,7 @@ def _compare_groups(repo: Path, spec_a: str, spec_b: str, group_a: list[str],
     warnings = [f"{name} {s.rev}: {w}" for name, runs in sides.items() for s in runs
                 for w in run_warnings(s.evals or {})]
     rows = {s.rev: s.evals.get("test_rows") for runs in sides.values() for s in runs}
-    review = Review(tests["accuracy"].verdict(), warnings, [])
+    review = Review(group_verdict(tests["accuracy"]), warnings, [])
     lines = [f"# lorasent: {spec_a} vs {spec_b} (over seeds)", "", review.summary(),
              f"A is **{', '.join(group_a)}**, B is **{', '.join(group_b)}**: each a group of "
              "runs that should differ only in `base.seed` (`lorasent seeds`). Each run's "
@@ -557,7 +584,7 @@ def _texts(repo: Path, review: Review) -> dict[str, str] | str:
     from lorasent.split import row_id
 
     texts = {r.get("id") or row_id(r["text"]): r["text"] for r in read_jsonl(path)}
-    if not set(review.rows.ids) <= set(texts):
+    if not set(review.rows[0].ids) <= set(texts):
         return f"The local {SPLIT_DIR / 'test.jsonl'} holds other rows than A and B: {how}."
     return texts
 
@@ -567,10 +594,9 @@ def _flipped(review: Review, texts: dict[str, str] | str) -> list[str]:
     moved most first."""
     if isinstance(texts, str):
         return [texts]
-    rows = review.rows
-    assert rows is not None
-    labels, (a, b) = review.labels, rows.predictions
-    moved = [b.probabilities[i, y] - a.probabilities[i, y] for i, y in enumerate(rows.actual)]
+    assert review.rows is not None
+    labels, (a, b) = review.labels, review.rows
+    moved = [b.probabilities[i, y] - a.probabilities[i, y] for i, y in enumerate(a.actual)]
 
     def cell(side: Predictions, i: int) -> str:
         k = side.predicted[i]
@@ -580,15 +606,15 @@ def _flipped(review: Review, texts: dict[str, str] | str) -> list[str]:
     for title, right, sign in (("B fixed (A wrong, B right)", b, 1),
                                ("B broke (A right, B wrong)", a, -1)):
         wrong = b if right is a else a
-        found = [i for i in range(len(rows.actual))
-                 if right.predicted[i] == rows.actual[i] != wrong.predicted[i]]
+        found = [i for i in range(len(a.actual))
+                 if right.predicted[i] == a.actual[i] != wrong.predicted[i]]
         shown = sorted(found, key=lambda i: -sign * moved[i])[:FLIPPED_TEXTS]
         lines += [f"{title}: {len(found)} rows" + (
             f", the {len(shown)} whose actual class's probability moved most" if shown else ""),
             ""]
         if shown:
             lines += _table(["text", "actual", "A (probability)", "B (probability)"],
-                            ([_clip(texts[rows.ids[i]]), labels[rows.actual[i]], cell(a, i),
+                            ([_clip(texts[a.ids[i]]), labels[a.actual[i]], cell(a, i),
                               cell(b, i)] for i in shown))
         lines += [""]
     return lines

@@ -17,8 +17,9 @@ Everything is resampled or tested by ``scipy.stats`` (``bootstrap``, ``binomtest
   ``base.seed``; Welch's t-test on their accuracies (Dror et al. 2018, "The Hitchhiker's
   Guide to Testing Statistical Significance in NLP", for comparing over seeds).
 
-A difference is reported as real only when the interval of Δ accuracy excludes 0 *and*
-the test's p-value is below 0.05; otherwise the verdict is "no detectable difference".
+A paired difference counts as real (:attr:`PairedComparison.significant`) only when the
+interval of Δ accuracy excludes 0 *and* McNemar's p-value is below 0.05. The sentences
+a reviewer reads are worded in ``lorasent.compare``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -158,21 +158,6 @@ class PairedComparison:
         low, high = self.delta_accuracy_ci
         return self.p_value < ALPHA and (low > 0 or high < 0)
 
-    def verdict(self) -> str:
-        """One sentence: which is better, or that the difference is within the noise."""
-        low, high = self.delta_accuracy_ci
-        measured = (f"accuracy {_signed(self.delta_accuracy)} [{_signed(low)}, "
-                    f"{_signed(high)}], McNemar p = {_p(self.p_value)}")
-        f1_low, f1_high = self.delta_macro_f1_ci
-        f1 = (f"; macro-F1 {_signed(self.delta_macro_f1)} [{_signed(f1_low)}, "
-              f"{_signed(f1_high)}]")
-        if self.significant:
-            word = "better" if self.delta_accuracy > 0 else "worse"
-            return f"B is {word} than A: {measured}{f1}."
-        return (f"No detectable difference: {measured}{f1}. With {self.rows} test rows, "
-                f"accuracy differences smaller than about {self.resolution:.2f} cannot be "
-                "told apart.")
-
 
 def paired_comparison(y_true: Sequence[int], pred_a: Sequence[int], pred_b: Sequence[int],
                       labels: Sequence[str]) -> PairedComparison:
@@ -228,17 +213,9 @@ class GroupComparison:
     def delta(self) -> float:
         return float(np.mean(self.b) - np.mean(self.a))
 
-    def verdict(self) -> str:
-        """One sentence over the seeds, as :meth:`PairedComparison.verdict` over rows."""
-        measured = (f"{self.metric} {self.spread(self.b)} (B) against {self.spread(self.a)} "
-                    f"(A), Δ {_signed(self.delta)}")
-        if self.p_value is None:
-            return (f"Cannot be tested: {measured}; neither group varies over its seeds, "
-                    "so Welch's t-test is undefined.")
-        measured += f", Welch's t-test p = {_p(self.p_value)}"
-        if self.p_value < ALPHA:
-            return f"B is {'better' if self.delta > 0 else 'worse'} than A over seeds: {measured}."
-        return f"No detectable difference over seeds: {measured}."
+    @property
+    def significant(self) -> bool:
+        return self.p_value is not None and self.p_value < ALPHA
 
 
 def group_comparison(metric: str, a: Sequence[float], b: Sequence[float]) -> GroupComparison:
@@ -255,17 +232,3 @@ def group_comparison(metric: str, a: Sequence[float], b: Sequence[float]) -> Gro
     else:
         p = float(stats.ttest_ind(b, a, equal_var=False).pvalue)
     return GroupComparison(metric, tuple(map(float, a)), tuple(map(float, b)), p)
-
-
-def _signed(value: float) -> str:
-    return f"{value:+.3f}".replace("-", "−")
-
-
-def _p(value: float) -> str:
-    return f"{value:.2g}" if value >= 0.001 else "< 0.001"
-
-
-def describe(values: Sequence[float]) -> dict[str, Any]:
-    """``{"mean", "sd", "n"}`` of one metric over runs (sd with ddof 1; None for one run)."""
-    return {"mean": float(np.mean(values)),
-            "sd": float(np.std(values, ddof=1)) if len(values) > 1 else None, "n": len(values)}
