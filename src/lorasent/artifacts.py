@@ -163,16 +163,18 @@ BUSY_LOAD_PER_CORE = 1.25  # a stage's own threads keep the load at about the co
 
 
 def machine_load() -> dict[str, Any]:
-    """The 1-minute load average (runnable processes, ``os.getloadavg``) and the cores.
+    """The load averages over the last 1, 5 and 15 minutes (``os.getloadavg``: runnable
+    processes) and the number of cores.
 
-    ``busy`` is true when the load exceeds 1.25 per core: a stage keeps the load at about
-    the number of cores by itself (torch runs one thread per core), so more means other
-    work competed for the CPU and wall times taken then are not comparable.
+    ``busy`` is true when the highest of the three exceeds 1.25 per core: a stage keeps
+    the load at about the number of cores by itself (torch runs one thread per core), so
+    more means other work competed for the CPU during the stage's last 15 minutes, and
+    wall times taken then are not comparable.
     """
     cores = os.cpu_count() or 1
-    load = round(os.getloadavg()[0], 2)
-    return {"load_average_1min": load, "cpu_cores": cores,
-            "busy": load > BUSY_LOAD_PER_CORE * cores}
+    load = [round(x, 2) for x in os.getloadavg()]
+    return {"load_average": load, "cpu_cores": cores,
+            "busy": max(load) > BUSY_LOAD_PER_CORE * cores}
 
 
 def provenance(*, stage: str, params: dict[str, Any], device: Any, wall_time_s: float,

@@ -144,7 +144,7 @@ def train(params: Params) -> str:
     from lorasent.artifacts import machine_load
 
     load = machine_load()
-    busy = (f"\nWARNING: the machine was busy (load {load['load_average_1min']} on "
+    busy = (f"\nWARNING: the machine was busy (load averages {load['load_average']} on "
             f"{load['cpu_cores']} cores): this run's wall times are not comparable"
             if load["busy"] else "")
     return (f"trained {result.steps} steps, {result.trainable_parameters:,} trainable "

@@ -202,11 +202,11 @@ class Review:
 def _review(a: Side, b: Side, labels: list[str]) -> Review:
     warnings = [f"{side}: {w}" for side, s in (("A", a), ("B", b))
                 for w in run_warnings(s.evals or {})]
-    busy = [f"{side} ({s.rev}) trained on a busy machine (load "
-            f"{s.train['machine_load']['load_average_1min']} on "
-            f"{s.train['machine_load']['cpu_cores']} cores)"
-            for side, s in (("A", a), ("B", b))
-            if s.train and (s.train.get("machine_load") or {}).get("busy")]
+    loads = {side: (s.train or {}).get("machine_load") or {} for side, s in (("A", a), ("B", b))}
+    busy = [f"{side} ({s.rev}) trained on a busy machine (load up to "
+            f"{max(load.get('load_average') or [load.get('load_average_1min')])} on "
+            f"{load.get('cpu_cores')} cores)"
+            for (side, load), s in zip(loads.items(), (a, b), strict=True) if load.get("busy")]
     if busy:
         warnings.append("training times are not comparable: " + "; ".join(busy))
     pa, pb = a.predictions, b.predictions
