@@ -128,3 +128,18 @@ def test_pickled_adapter_is_never_loaded(tmp_path):
     (tmp_path / "adapter_config.json").write_text("{}")
     with pytest.raises(LorasentError, match="no adapter_model.safetensors; only safetensors"):
         modeling.load_adapter(torch.nn.Linear(1, 1), tmp_path)
+
+
+@pytest.mark.parametrize(("wall_time_s", "window_s", "load", "busy"), [
+    (30, 60, 1.0, False),     # a short stage reads the 1-minute average
+    (313, 300, 1.9, False),   # the default train: the 5-minute one, not the 15-minute
+    (1600, 900, 4.0, True),   # a long stage that shared its 2 cores: the 15-minute one
+])
+def test_machine_load_reads_the_average_that_fits_in_the_stage(monkeypatch, wall_time_s,
+                                                               window_s, load, busy):
+    from lorasent.artifacts import machine_load
+
+    monkeypatch.setattr("os.getloadavg", lambda: (1.0, 1.9, 4.0))  # busy only before
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert machine_load(wall_time_s) == {"load_average": load, "window_s": window_s,
+                                         "cpu_cores": 2, "busy": busy}

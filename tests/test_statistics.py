@@ -9,6 +9,7 @@ from lorasent.compare import group_verdict, paired_verdict
 from lorasent.statistics import (
     BOOTSTRAP_SEED,
     RESAMPLES,
+    PairedComparison,
     group_comparison,
     intervals,
     macro_f1,
@@ -124,9 +125,22 @@ def test_seed_groups_welch():
     assert found.p_value == pytest.approx(
         stats.ttest_ind([0.74, 0.75, 0.76], [0.70, 0.71, 0.69], equal_var=False).pvalue)
     assert group_verdict(found) == (
-        "B is better than A over seeds: accuracy 0.7500 ± 0.0100 (3 seeds) (B) against "
-        "0.7000 ± 0.0100 (3 seeds) (A), Δ +0.050, Welch's t-test p = 0.0036.")
+        "B is better than A over seeds: accuracy 0.7000 ± 0.0100 (3 seeds) in A against "
+        "0.7500 ± 0.0100 (3 seeds) in B, Δ +0.050, Welch's t-test p = 0.0036.")
     same = group_comparison("accuracy", [0.7, 0.7], [0.7, 0.7])
     assert same.p_value == 1.0 and group_verdict(same).startswith("No detectable difference")
     with pytest.raises(ValueError, match="at least 2 runs"):
         group_comparison("accuracy", [0.7], [0.7, 0.71])
+
+
+def test_a_macro_f1_change_outside_the_noise_is_said_when_accuracy_is_not():
+    found = PairedComparison(
+        rows=48, accuracy=(0.479, 0.396), macro_f1=(0.352, 0.189), delta_accuracy=-0.083,
+        delta_accuracy_ci=(-0.271, 0.104), delta_macro_f1=-0.163,
+        delta_macro_f1_ci=(-0.261, -0.053), only_b_right=6, only_a_right=10, p_value=0.45,
+        flips={})
+    assert paired_verdict(found) == (
+        "No detectable difference in accuracy: accuracy −0.083 [−0.271, +0.104], McNemar "
+        "p = 0.45; macro-F1 −0.163 [−0.261, −0.053]. With 48 test rows, accuracy differences "
+        "smaller than about 0.19 cannot be told apart. But macro-F1 is lower in B: its "
+        "interval excludes 0 (per-class table below).")

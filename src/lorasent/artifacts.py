@@ -162,19 +162,25 @@ def git_state(cwd: str | Path = ".") -> dict[str, Any]:
 BUSY_LOAD_PER_CORE = 1.25  # a stage's own threads keep the load at about the core count
 
 
-def machine_load() -> dict[str, Any]:
-    """The load averages over the last 1, 5 and 15 minutes (``os.getloadavg``: runnable
-    processes) and the number of cores.
+LOAD_WINDOWS_S = (60, 300, 900)  # the spans of os.getloadavg()'s three averages
 
-    ``busy`` is true when the highest of the three exceeds 1.25 per core: a stage keeps
-    the load at about the number of cores by itself (torch runs one thread per core), so
-    more means other work competed for the CPU during the stage's last 15 minutes, and
-    wall times taken then are not comparable.
+
+def machine_load(wall_time_s: float) -> dict[str, Any]:
+    """How busy the CPU was while a stage of ``wall_time_s`` seconds ran.
+
+    ``os.getloadavg`` gives the average number of runnable processes over the last 1, 5
+    and 15 minutes; the longest of those spans that fits inside the stage is the one
+    read (``window_s``), so that work before the stage does not count. ``busy`` is true
+    when that average exceeds 1.25 per core: a stage keeps the load at about the number
+    of cores by itself (torch runs one thread per core), so more means other work
+    competed for the CPU, and wall times taken then are not comparable.
     """
     cores = os.cpu_count() or 1
-    load = [round(x, 2) for x in os.getloadavg()]
-    return {"load_average": load, "cpu_cores": cores,
-            "busy": max(load) > BUSY_LOAD_PER_CORE * cores}
+    averages = os.getloadavg()
+    window = max([i for i, span in enumerate(LOAD_WINDOWS_S) if span <= wall_time_s] or [0])
+    load = round(averages[window], 2)
+    return {"load_average": load, "window_s": LOAD_WINDOWS_S[window], "cpu_cores": cores,
+            "busy": load > BUSY_LOAD_PER_CORE * cores}
 
 
 def provenance(*, stage: str, params: dict[str, Any], device: Any, wall_time_s: float,
@@ -199,7 +205,7 @@ def provenance(*, stage: str, params: dict[str, Any], device: Any, wall_time_s: 
 
     return {
         "stage": stage, "status": status, "wall_time_s": round(wall_time_s, 3),
-        "processes": rank_and_world()[1], "machine_load": machine_load(),
+        "processes": rank_and_world()[1], "machine_load": machine_load(wall_time_s),
         "git": git_state(), "inputs": inputs, "device": environment_report(device),
         "python": platform.python_version(), "platform": platform.platform(),
         "packages": package_versions(), "params": params, **(extra or {}),

@@ -141,12 +141,13 @@ def train(params: Params) -> str:
 
     result = run_train(base=params.base, prompt=params.prompt, train=params.train,
                        params_record=_record(params))
-    from lorasent.artifacts import machine_load
+    from lorasent.artifacts import read_json
+    from lorasent.paths import PROVENANCE_DIR
 
-    load = machine_load()
-    busy = (f"\nWARNING: the machine was busy (load averages {load['load_average']} on "
-            f"{load['cpu_cores']} cores): this run's wall times are not comparable"
-            if load["busy"] else "")
+    load = read_json(PROVENANCE_DIR / "train.json").get("machine_load") or {}
+    busy = (f"\nWARNING: the machine was busy (load {load['load_average']} over the last "
+            f"{load['window_s'] // 60} min on {load['cpu_cores']} cores): this run's wall "
+            "times are not comparable" if load.get("busy") else "")
     return (f"trained {result.steps} steps, {result.trainable_parameters:,} trainable "
             f"parameters, final loss {result.final_loss}{busy}")
 
@@ -297,9 +298,9 @@ def preset(preset_path: Path, params_path: Path) -> None:
                f"base.model {params.base.model}, data.source {params.data.source})")
 
 
-@click.command(name="metrics")
+@click.command()
 @_user_errors
-def metrics_command() -> None:
+def metrics() -> None:
     """Print the headline of metrics/eval.json: accuracy, macro-F1 and the relative error
     reduction with their 95% intervals, each class's F1, the baselines and the warnings.
 
@@ -336,8 +337,8 @@ def metrics_command() -> None:
 
 
 @click.command()
-@click.option("-n", "n", default=3, show_default=True, type=click.IntRange(min=2),
-              help="Runs: base.seed, base.seed + 1, ... (from params.yaml).")
+@click.option("-n", "n", default=3, show_default=True,
+              help="Runs, at least 2: base.seed, base.seed + 1, ... (from params.yaml).")
 @click.option("--name", default="seeds", show_default=True,
               help="Experiments are named <NAME>-seed<S>.")
 @click.option("-S", "--set-param", "sets", multiple=True, metavar="KEY=VALUE",
@@ -356,7 +357,8 @@ def seeds(n: int, name: str, sets: tuple[str, ...], jobs: int, params_path: Path
     from lorasent.seeds import run_seeds
 
     result = run_seeds(n=n, name=name, sets=sets, jobs=jobs,
-                       base_seed=load_params(params_path).base.seed)
+                       base_seed=load_params(params_path).base.seed,
+                       progress=lambda line: click.echo(line, err=True))
     click.echo(result.summary())
     if any(run.evals is None for run in result.runs):
         sys.exit(1)
@@ -395,7 +397,7 @@ def main() -> None:
 
 
 for _command in (fetch, split, baseline, train, evaluate, doctor, predict, export, preset,
-                 compare, metrics_command, seeds):
+                 compare, metrics, seeds):
     main.add_command(_command)
 
 

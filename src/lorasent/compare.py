@@ -203,8 +203,7 @@ def _review(a: Side, b: Side, labels: list[str]) -> Review:
     warnings = [f"{side}: {w}" for side, s in (("A", a), ("B", b))
                 for w in run_warnings(s.evals or {})]
     loads = {side: (s.train or {}).get("machine_load") or {} for side, s in (("A", a), ("B", b))}
-    busy = [f"{side} ({s.rev}) trained on a busy machine (load up to "
-            f"{max(load.get('load_average') or [load.get('load_average_1min')])} on "
+    busy = [f"{side} ({s.rev}) trained on a busy machine (load {load.get('load_average')} on "
             f"{load.get('cpu_cores')} cores)"
             for (side, load), s in zip(loads.items(), (a, b), strict=True) if load.get("busy")]
     if busy:
@@ -237,7 +236,8 @@ def _review(a: Side, b: Side, labels: list[str]) -> Review:
 
 def paired_verdict(p: PairedComparison) -> str:
     """One sentence: which of A and B is better on the same rows, or that the difference
-    is within the noise (then with the smallest difference these rows resolve)."""
+    is within the noise (then with the smallest difference these rows resolve). Accuracy
+    decides; a macro-F1 interval that excludes 0 while accuracy's does not is said too."""
     low, high = p.delta_accuracy_ci
     f1_low, f1_high = p.delta_macro_f1_ci
     measured = (f"accuracy {_signed(p.delta_accuracy)} [{_signed(low)}, {_signed(high)}], "
@@ -247,13 +247,16 @@ def paired_verdict(p: PairedComparison) -> str:
         return f"B is {'better' if p.delta_accuracy > 0 else 'worse'} than A: {measured}."
     if p.only_a_right + p.only_b_right == 0:
         return f"No detectable difference: {measured}. A and B are right on exactly the same rows."
-    return (f"No detectable difference: {measured}. With {p.rows} test rows, accuracy "
-            f"differences smaller than about {p.resolution:.2f} cannot be told apart.")
+    f1_note = (f" But macro-F1 is {'higher' if f1_low > 0 else 'lower'} in B: its interval "
+               "excludes 0 (per-class table below)." if f1_low > 0 or f1_high < 0 else "")
+    return (f"No detectable difference{' in accuracy' if f1_note else ''}: {measured}. "
+            f"With {p.rows} test rows, accuracy differences smaller than about "
+            f"{p.resolution:.2f} cannot be told apart.{f1_note}")
 
 
 def group_verdict(g: GroupComparison) -> str:
     """One sentence over the seeds, as :func:`paired_verdict` over rows."""
-    measured = (f"{g.metric} {g.spread(g.b)} (B) against {g.spread(g.a)} (A), "
+    measured = (f"{g.metric} {g.spread(g.a)} in A against {g.spread(g.b)} in B, "
                 f"Δ {_signed(g.delta)}")
     if g.p_value is None:
         return (f"Cannot be tested: {measured}; neither group varies over its seeds, so "
@@ -299,6 +302,12 @@ def _compare_groups(repo: Path, spec_a: str, spec_b: str, group_a: list[str],
     sides = {"A": [_side(repo, rev, commits) for rev in group_a],
              "B": [_side(repo, rev, commits) for rev in group_b]}
     for name, runs in sides.items():
+        if len(runs) < 2:
+            raise LorasentError(
+                f"compare: side {name} is one revision ({runs[0].rev}) and the other a group; "
+                "a comparison over seeds needs at least 2 runs on each side: run `make seeds` "
+                "(lorasent seeds) for that side too, then name both groups, e.g. "
+                "'base-seed*' 'other-seed*'")
         missing = [s.rev for s in runs if s.evals is None]
         if missing:
             raise LorasentError(f"compare: {', '.join(missing)} in group {name} has no "
@@ -307,14 +316,26 @@ def _compare_groups(repo: Path, spec_a: str, spec_b: str, group_a: list[str],
              for key, name in (("accuracy", "accuracy"), ("macro_f1", "macro-F1"))}
     warnings = [f"{name} {s.rev}: {w}" for name, runs in sides.items() for s in runs
                 for w in run_warnings(s.evals or {})]
+    if min(len(group_a), len(group_b)) < 3:
+        warnings.append(f"{min(len(group_a), len(group_b))} runs on a side give Welch's t-test "
+                        "little power: only large differences can show; 3 to 5 seeds a side "
+                        "tell more")
     rows = {s.rev: s.evals.get("test_rows") for runs in sides.values() for s in runs}
     review = Review(group_verdict(tests["accuracy"]), warnings, [])
+    params = _dvc(repo, "params", "diff", group_a[0], group_b[0], "--json")
+    changed = [(key, v) for keys in params.values() for key, v in keys.items()
+               if key != "base.seed" and v.get("old") != v.get("new")]
     lines = [f"# lorasent: {spec_a} vs {spec_b} (over seeds)", "", review.summary(),
              f"A is **{', '.join(group_a)}**, B is **{', '.join(group_b)}**: each a group of "
              "runs that should differ only in `base.seed` (`lorasent seeds`). Each run's "
              "test rows depend on its seed, so runs are compared by their metrics, not row "
              "by row: Welch's t-test over the runs' values (`scipy.stats.ttest_ind`, "
-             "unequal variances).", "", "## Over seeds", ""]
+             "unequal variances).", "",
+             f"## Params that differ (besides `base.seed`; {group_a[0]} against {group_b[0]})",
+             ""]
+    lines += _table(["param", "A", "B"], ([f"`{k}`", _fmt(v.get("old")), _fmt(v.get("new"))]
+                                          for k, v in changed)) if changed else ["None."]
+    lines += ["", "## Over seeds", ""]
     lines += _table(["metric", "A (mean ± sd)", "B (mean ± sd)", "Δ mean", "Welch p"],
                     ([t.metric, GroupComparison.spread(t.a), GroupComparison.spread(t.b),
                       _fmt(t.delta, signed=True), "—" if t.p_value is None else
@@ -351,8 +372,10 @@ def _dvc(repo: Path, *args: str, as_json: bool = True) -> Any:
     done = subprocess.run(["dvc", *args], cwd=repo, capture_output=True, text=True)
     if done.returncode != 0:
         detail = (done.stderr or done.stdout).strip().splitlines()
+        hint = (" (`git log --oneline` and `dvc exp list --all-commits --name-only` list the "
+                "revisions and experiments)" if "unknown Git revision" in done.stderr else "")
         raise LorasentError(f"compare: `dvc {' '.join(args)}` failed in {repo.resolve()}: "
-                            + " ".join(detail[-3:]))
+                            + " ".join(detail[-3:]) + hint)
     return json.loads(done.stdout or "{}") if as_json else done.stdout
 
 

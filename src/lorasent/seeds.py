@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,8 +67,8 @@ class SeedsResult:
 
 
 def run_seeds(*, n: int, name: str, sets: Sequence[str] = (), jobs: int = 1,
-              base_seed: int, repo: Path = Path("."), timeout_s: float | None = None
-              ) -> SeedsResult:
+              base_seed: int, repo: Path = Path("."), timeout_s: float | None = None,
+              progress: Callable[[str], None] = lambda line: None) -> SeedsResult:
     """Queue ``n`` experiments ``<name>-seed<S>`` (S = base_seed, base_seed + 1, ...),
     run them ``jobs`` at a time and wait for them.
 
@@ -79,6 +79,8 @@ def run_seeds(*, n: int, name: str, sets: Sequence[str] = (), jobs: int = 1,
         jobs: queue workers (``dvc queue start -j``).
         base_seed: the first seed (the params' ``base.seed``).
         timeout_s: give up waiting after this many seconds (None: wait for the queue).
+        progress: called with a line for the user: the uncommitted params every run
+            takes, each run's status as it changes.
 
     Raises:
         LorasentError: ``n`` < 2, ``-S base.seed`` given, DVC refuses to queue (for
@@ -95,6 +97,13 @@ def run_seeds(*, n: int, name: str, sets: Sequence[str] = (), jobs: int = 1,
     if clash := sorted(existing & set(runs)):
         raise LorasentError(f"seeds: experiments {', '.join(clash)} exist already; choose "
                             f"another --name, or remove them (dvc exp remove {' '.join(clash)})")
+    uncommitted = [f"{key}: {v.get('old')} -> {v.get('new')}"
+                   for keys in _dvc(repo, "params", "diff", "--json").values()
+                   for key, v in keys.items()]
+    if uncommitted:
+        progress("seeds: params.yaml differs from HEAD, and every run takes it: "
+                 + "; ".join(uncommitted) + " (after a `dvc exp run`, `git checkout -- . && "
+                 "dvc checkout` returns to HEAD's params)")
     for exp, seed in runs.items():
         _dvc(repo, "exp", "run", "--queue", "-n", exp, "-S", f"base.seed={seed}",
              *(arg for s in sets for arg in ("-S", s)), as_json=False)
@@ -103,18 +112,21 @@ def run_seeds(*, n: int, name: str, sets: Sequence[str] = (), jobs: int = 1,
     subprocess.run(["dvc", "queue", "start", "-j", str(jobs)], cwd=repo, check=True,
                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
-    statuses = wait_for(repo, list(runs), timeout_s)
+    progress(f"seeds: queued {', '.join(runs)}; running {jobs} at a time "
+             f"(`dvc queue status`, `dvc queue logs {next(iter(runs))}` to follow)")
+    statuses = wait_for(repo, list(runs), timeout_s, progress)
     commits = _commits(repo, *runs)
     return SeedsResult([SeedRun(exp, seed, statuses[exp],
                                 _side(repo, exp, commits).evals if exp in commits else None)
                         for exp, seed in runs.items()])
 
 
-def wait_for(repo: Path, names: Sequence[str], timeout_s: float | None = None
-             ) -> dict[str, str]:
+def wait_for(repo: Path, names: Sequence[str], timeout_s: float | None = None,
+             progress: Callable[[str], None] = lambda line: None) -> dict[str, str]:
     """Poll ``dvc queue status`` until none of ``names`` is queued or running; returns
-    ``{name: final status}``."""
+    ``{name: final status}``. Each change of status goes to ``progress``."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    started, seen = time.monotonic(), {}
     while True:
         statuses = {}
         for line in _dvc(repo, "queue", "status", as_json=False).splitlines():
@@ -122,6 +134,10 @@ def wait_for(repo: Path, names: Sequence[str], timeout_s: float | None = None
             for exp in names:
                 if exp in words:
                     statuses[exp] = words[-1]
+        for exp, status in statuses.items():
+            if seen.get(exp) != status:
+                progress(f"seeds: {exp} {status} ({time.monotonic() - started:.0f} s)")
+        seen = statuses
         pending = [exp for exp in names if statuses.get(exp) in (None, "Queued", "Running")]
         if not pending:
             return statuses
