@@ -1,6 +1,10 @@
 # lorasent: `make run` sets up a pinned environment if missing, then runs the pipeline.
 # Targets document themselves: `make help`.
 
+# No "Entering directory" lines, even when called from another make: `make exp-show
+# EXP_SHOW_ARGS=--csv > runs.csv` must write the CSV alone.
+MAKEFLAGS += --no-print-directory
+
 PYTHON ?= python3
 VENV ?= .venv
 ifeq ($(LORASENT_SYSTEM_PYTHON),1)

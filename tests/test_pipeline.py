@@ -91,7 +91,7 @@ def test_intervals_row_ids_and_the_stage_line(repo):
                            if p.is_file())
     assert [t for t in texts if t in metrics_text] == []
     # evaluate's last line: the intervals, the reference, the majority class, the file
-    last = run(repo, "lorasent", "evaluate").splitlines()
+    last = run(repo, "dvc", "repro", "--force", "--single-item", "evaluate").splitlines()
     line = next(i for i, text in enumerate(last) if text.startswith("accuracy "))
     assert last[line] == (
         f"accuracy {m['accuracy']:.4f} [{m['accuracy_ci95_low']:.4f}, "
@@ -103,13 +103,13 @@ def test_intervals_row_ids_and_the_stage_line(repo):
         f"{m['reference_accuracy']:.4f}; majority-class baseline "
         f"{m['baseline']['majority_accuracy']:.4f} (always `negative`). Details: "
         "metrics/eval.json (make metrics)")
-    assert last[line + 1:] == [f"WARNING: {w}" for w in m["warnings"]]
+    warnings = [f"WARNING: {w}" for w in m["warnings"]]
+    assert last[line + 1:line + 1 + len(warnings)] == warnings
     assert json.loads(run(repo, "dvc", "status", "--json")) == {}  # the same bytes again
     shown = run(repo, "lorasent", "metrics").splitlines()
     assert shown[1] == (f"  {'accuracy':<26}{m['accuracy']:.4f} [{m['accuracy_ci95_low']:.4f}"
                         f", {m['accuracy_ci95_high']:.4f}]")
     assert [s.split()[:2] for s in shown[4:7]] == [["F1", label] for label in LABELS]
-    warnings = [f"WARNING: {w}" for w in m["warnings"]]
     assert shown[len(shown) - len(warnings):] == warnings
     assert max(len(text) for text in shown[:len(shown) - len(warnings)]) < 160  # not 2,616
 

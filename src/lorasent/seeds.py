@@ -17,6 +17,8 @@ once only share them (and need twice the memory).
 
 from __future__ import annotations
 
+import functools
+import re
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +31,7 @@ from lorasent.errors import LorasentError
 from lorasent.statistics import GroupComparison
 
 POLL_S = 10  # seconds between two looks at `dvc queue status`
+IDLE_POLLS = 3  # looks in a row with experiments queued and no worker before a restart
 
 
 @dataclass(frozen=True)
@@ -107,33 +110,52 @@ def run_seeds(*, n: int, name: str, sets: Sequence[str] = (), jobs: int = 1,
     for exp, seed in runs.items():
         _dvc(repo, "exp", "run", "--queue", "-n", exp, "-S", f"base.seed={seed}",
              *(arg for s in sets for arg in ("-S", s)), as_json=False)
-    # dvc-task forks each worker from a process that keeps the caller's stdout and stderr
-    # until the worker exits: a pipe here would be read until then, so no pipe
-    subprocess.run(["dvc", "queue", "start", "-j", str(jobs)], cwd=repo, check=True,
-                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+    start = functools.partial(_start_workers, repo, jobs)
+    start()
     progress(f"seeds: queued {', '.join(runs)}; running {jobs} at a time "
              f"(`dvc queue status`, `dvc queue logs {next(iter(runs))}` to follow)")
-    statuses = wait_for(repo, list(runs), timeout_s, progress)
+    statuses = wait_for(repo, list(runs), timeout_s, progress, restart=start)
     commits = _commits(repo, *runs)
     return SeedsResult([SeedRun(exp, seed, statuses[exp],
                                 _side(repo, exp, commits).evals if exp in commits else None)
                         for exp, seed in runs.items()])
 
 
+def _start_workers(repo: Path, jobs: int) -> None:
+    """``dvc queue start -j jobs``. dvc-task forks each worker from a process that keeps
+    the caller's stdout and stderr until the worker exits: a pipe here would be read
+    until then, so no pipe."""
+    subprocess.run(["dvc", "queue", "start", "-j", str(jobs)], cwd=repo, check=True,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+
+
 def wait_for(repo: Path, names: Sequence[str], timeout_s: float | None = None,
-             progress: Callable[[str], None] = lambda line: None) -> dict[str, str]:
+             progress: Callable[[str], None] = lambda line: None,
+             restart: Callable[[], None] | None = None) -> dict[str, str]:
     """Poll ``dvc queue status`` until none of ``names`` is queued or running; returns
-    ``{name: final status}``. Each change of status goes to ``progress``."""
+    ``{name: final status}``. Each change of status goes to ``progress``.
+
+    A worker can stop while experiments are still queued (one that took an earlier
+    `dvc queue stop` still waiting in the broker for a shutdown message, for example):
+    when three polls in a row find queued experiments and no worker, ``restart`` starts
+    workers again, at most once per experiment.
+
+    Raises:
+        LorasentError: still pending after ``timeout_s`` seconds, or queued with no
+            worker and no restart left.
+    """
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    started, seen = time.monotonic(), {}
+    started, seen, idle_polls, restarts = time.monotonic(), {}, 0, len(names)
     while True:
-        statuses = {}
+        statuses, workers = {}, None
         for line in _dvc(repo, "queue", "status", as_json=False).splitlines():
             words = line.split()
             for exp in names:
                 if exp in words:
                     statuses[exp] = words[-1]
+            if line.startswith("Worker status:"):
+                workers = sum(int(w) for w in re.findall(r"\d+", line))
         for exp, status in statuses.items():
             if seen.get(exp) != status:
                 progress(f"seeds: {exp} {status} ({time.monotonic() - started:.0f} s)")
@@ -141,6 +163,15 @@ def wait_for(repo: Path, names: Sequence[str], timeout_s: float | None = None,
         pending = [exp for exp in names if statuses.get(exp) in (None, "Queued", "Running")]
         if not pending:
             return statuses
+        idle_polls = idle_polls + 1 if workers == 0 else 0
+        if idle_polls >= IDLE_POLLS:
+            if restart is None or restarts == 0:
+                raise LorasentError(f"seeds: {', '.join(pending)} queued but no queue worker "
+                                    "runs; `dvc queue start` runs them")
+            progress(f"seeds: no queue worker runs while {', '.join(pending)} wait; "
+                     "starting one again")
+            restart()
+            restarts, idle_polls = restarts - 1, 0
         if deadline is not None and time.monotonic() > deadline:
             raise LorasentError(f"seeds: {', '.join(pending)} still pending after "
                                 f"{timeout_s:.0f} s; `dvc queue status` to follow them")
