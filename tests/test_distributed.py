@@ -83,7 +83,8 @@ def test_two_gloo_processes_train_and_score_as_one(tmp_path, packaged_model_dir)
         for a, b in zip(one, rows, strict=True):
             for key in a:
                 if key.startswith("p_"):
-                    assert float(a[key]) == pytest.approx(float(b[key]), abs=2e-6)
+                    # 2e-6 apart, each rounded to 6 decimals in the file
+                    assert float(a[key]) == pytest.approx(float(b[key]), abs=3e-6)
 
 
 @pytest.mark.parametrize("name, kind, machines", [("multi-gpu", "MULTI_GPU", 1),
