@@ -83,8 +83,9 @@ def test_two_gloo_processes_train_and_score_as_one(tmp_path, packaged_model_dir)
         for a, b in zip(one, rows, strict=True):
             for key in a:
                 if key.startswith("p_"):
-                    # 2e-6 apart, each rounded to 6 decimals in the file
-                    assert float(a[key]) == pytest.approx(float(b[key]), abs=3e-6)
+                    # fp32 sums in another thread layout (1 thread a process against 2 in
+                    # one): seen up to 3e-6 apart, each rounded to 6 decimals in the file
+                    assert float(a[key]) == pytest.approx(float(b[key]), abs=1e-5)
 
 
 @pytest.mark.parametrize("name, kind, machines", [("multi-gpu", "MULTI_GPU", 1),
