@@ -6,9 +6,8 @@ import copy
 from pathlib import Path
 
 import pytest
-import yaml
 
-from lorasent.params import Params, parse_params
+from lorasent.params import Params, parse_params, read_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = REPO / "tests" / "data" / "cases"
@@ -16,8 +15,10 @@ CASES = REPO / "tests" / "data" / "cases"
 
 @pytest.fixture(scope="session")
 def repo_params_raw() -> dict:
-    """params.yaml of the repo, as a plain dict (copy it before changing it)."""
-    return yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+    """params.yaml of the repo, as a plain dict read as DVC reads it (YAML 1.2); copy it
+    before changing it."""
+    path = REPO / "params.yaml"
+    return read_yaml(path.read_text(encoding="utf-8"), path)
 
 
 @pytest.fixture

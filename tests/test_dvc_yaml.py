@@ -3,15 +3,15 @@
 import shlex
 
 import pytest
-import yaml
 from click.testing import CliRunner
 
 from conftest import REPO
 from lorasent import paths
 from lorasent.cli import main
+from lorasent.params import read_yaml
 
-DVC = yaml.safe_load((REPO / "dvc.yaml").read_text(encoding="utf-8"))
-PARAMS = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))
+DVC = read_yaml((REPO / "dvc.yaml").read_text(encoding="utf-8"), "dvc.yaml")
+PARAMS = read_yaml((REPO / "params.yaml").read_text(encoding="utf-8"), "params.yaml")
 STAGES = ["fetch", "split", "baseline", "train", "evaluate"]
 
 

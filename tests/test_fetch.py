@@ -13,15 +13,16 @@ from lorasent.fetch import (
     dataset_source_kind,
     fetch_model,
     model_source_kind,
+    read_labelled,
     read_source,
-    read_table,
 )
+from lorasent.tables import TableError
 
 
 def _read(path, **kw):
-    return read_table(path, text_column=kw.pop("text_column", "text"),
-                      label_column=kw.pop("label_column", "label"),
-                      encoding=kw.pop("encoding", "utf-8"))
+    return read_labelled(path, text_column=kw.pop("text_column", "text"),
+                         label_column=kw.pop("label_column", "label"),
+                         encoding=kw.pop("encoding", "utf-8"))
 
 
 def test_bom_is_not_part_of_the_first_column():
@@ -34,9 +35,9 @@ def test_bom_is_not_part_of_the_first_column():
 
 
 def test_missing_column_lists_the_columns_found():
-    with pytest.raises(SourceError) as err:
+    with pytest.raises(TableError) as err:
         _read(CASES / "bom_utf8.csv", text_column="review")
-    assert "no column ['review']" in str(err.value)
+    assert "no column 'review' (data.text_column)" in str(err.value)
     assert "columns found: ['text', 'label']" in str(err.value)
 
 
@@ -66,14 +67,14 @@ def test_header_repeated_inside_the_data_is_dropped(tmp_path, caplog):
     path.write_text("text,label\ngood,positive\ntext,label\nbad,negative\n", encoding="utf-8")
     rows = _read(path)
     assert [(r["row"], r["text"], r["label"]) for r in rows] == [(1, "good", "positive"),
-                                                                  (3, "bad", "negative")]
-    assert "dropped 1 rows that repeat the header (data rows [2])" in caplog.text
+                                                                  (2, "bad", "negative")]
+    assert "dropped 1 rows that repeat the header (lines [3])" in caplog.text
 
 
 def test_undecodable_bytes_name_file_and_line(tmp_path):
     path = tmp_path / "latin.csv"
     path.write_bytes("text,label\nfine,positive\ncaf\u00e9,neutral\n".encode("latin-1"))
-    with pytest.raises(SourceError) as err:
+    with pytest.raises(TableError) as err:
         _read(path)
     assert f"{path}: line 3 is not valid utf-8" in str(err.value)
     assert _read(path, encoding="latin-1")[1]["text"] == "caf\u00e9"
@@ -101,7 +102,7 @@ def test_jsonl_cases_file_keeps_chinese_labels():
 def test_invalid_jsonl_line_is_named(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"text": "a", "label": "b"}\n{"text": \n')
-    with pytest.raises(SourceError, match="line 2 is not valid JSON"):
+    with pytest.raises(TableError, match="line 2 is not valid JSON"):
         _read(path)
 
 

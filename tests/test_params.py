@@ -1,10 +1,19 @@
 """The params contract: every key known, typed, and errors that name the key."""
 
-import pytest
-import yaml
+import difflib
+import shutil
 
-from conftest import REPO
-from lorasent.params import ParamsError, load_params, merge, parse_params
+import pytest
+
+from conftest import CASES, REPO
+from lorasent.params import (
+    ParamsError,
+    apply_preset,
+    load_params,
+    merge,
+    parse_params,
+    read_yaml,
+)
 
 
 def test_repo_params_load():
@@ -24,11 +33,15 @@ def test_every_key_in_params_yaml_is_commented():
     assert bare == []
 
 
-def test_scientific_notation_is_a_float(params_raw, tmp_path):
-    text = yaml.safe_dump(params_raw).replace("learning_rate: 0.0002", "learning_rate: 1e-5")
-    assert "learning_rate: 1e-5" in text
-    (tmp_path / "p.yaml").write_text(text)
-    assert load_params(tmp_path / "p.yaml").train.learning_rate == 1e-5
+def test_scientific_notation_is_a_float(tmp_path):
+    text = (REPO / "params.yaml").read_text(encoding="utf-8")
+    assert "learning_rate: 2.0e-4 " in text
+    assert load_params(REPO / "params.yaml").train.learning_rate == 2e-4
+    for spelling, value in [("1e-5", 1e-5), ("1e-05", 1e-5), ("1.0E-3", 1e-3), ("3e+2", 300.0)]:
+        (tmp_path / "p.yaml").write_text(
+            text.replace("learning_rate: 2.0e-4", f"learning_rate: {spelling}"), encoding="utf-8")
+        learning_rate = load_params(tmp_path / "p.yaml").train.learning_rate
+        assert learning_rate == value and isinstance(learning_rate, float)
 
 
 def test_unknown_key_names_its_path(params_raw):
@@ -90,9 +103,34 @@ def test_merge_is_deep():
                                                                         "d": 3}
 
 
+def test_yaml_1_2_reads_yes_and_no_as_strings_like_dvc():
+    from dvc.utils.serialize import parse_yaml
+
+    text = "a: [no, yes, on, off, y, n, No, YES]\nb: true\nc: null\nd:\ne: 8\nf: 2.0e-4\n"
+    expected = {"a": ["no", "yes", "on", "off", "y", "n", "No", "YES"], "b": True, "c": None,
+                "d": None, "e": 8, "f": 2e-4}
+    assert read_yaml(text, "t.yaml") == expected
+    assert parse_yaml(text, "t.yaml") == expected  # what DVC reads
+
+
 def test_unquoted_no_is_the_string_no(params_raw):
-    params_raw["train"]["eval_strategy"] = False  # what PyYAML makes of `eval_strategy: no`
-    assert parse_params(params_raw).train.eval_strategy == "no"
+    text = (REPO / "params.yaml").read_text(encoding="utf-8")
+    assert "  eval_strategy: no " in text  # unquoted, as DVC writes it back
+    assert load_params(REPO / "params.yaml").train.eval_strategy == "no"
+    params_raw["train"]["eval_strategy"] = False  # `false` is a boolean, not "no"
+    with pytest.raises(ParamsError, match=r"train.eval_strategy: input should be 'no' or "
+                                          r"'epoch' \(got False\)"):
+        parse_params(params_raw)
+
+
+def test_not_yaml_names_the_file_and_line(tmp_path):
+    (tmp_path / "params.yaml").write_text("base:\n  seed: 1\n  seed: 2\n", encoding="utf-8")
+    with pytest.raises(ParamsError) as err:
+        load_params(tmp_path / "params.yaml")
+    message = str(err.value)
+    assert message.startswith(f"{tmp_path / 'params.yaml'}: not valid YAML: ")
+    assert 'found duplicate key "seed"' in message and "line 3" in message
+    assert "To suppress" not in message
 
 
 def test_validation_each_epoch_needs_a_validation_split(params_raw):
@@ -127,3 +165,167 @@ def test_merge_replaces_label_keyed_maps_whole():
     assert merged == {"prompt": {"label_words": {"a": "z"}, "max_length": 8},
                       "base": {"label_aliases": {}}}
     assert base["prompt"]["label_words"] == {"a": "x", "b": "y"}  # the input is not changed
+
+
+def test_yes_no_class_names_unquoted_mean_what_dvc_reads(repo_params_raw, tmp_path):
+    """The bad-input case params_yesno.yaml: class names no, maybe, yes and aliases n, y,
+    unquoted. YAML 1.2 (DVC's reading) makes strings of them; so does lorasent."""
+    from dvc.utils.serialize import parse_yaml
+
+    case = CASES / "params_yesno.yaml"
+    text = case.read_text(encoding="utf-8")
+    assert "labels: [no, maybe, yes]" in text and "    n: no" in text  # unquoted
+    for raw in (read_yaml(text, case), parse_yaml(text, case)):
+        params = parse_params(merge(repo_params_raw, raw), case)
+        assert params.base.labels == ("no", "maybe", "yes")
+        assert params.base.label_aliases == {"n": "no", "y": "yes"}
+        assert params.prompt.label_words == {"no": " no", "maybe": " maybe", "yes": " yes"}
+        assert all(type(key) is str for key in params.prompt.label_words)
+    # merged into a params file and read back from it
+    path = tmp_path / "params.yaml"
+    shutil.copy(REPO / "params.yaml", path)
+    assert apply_preset(case, path) == load_params(path)
+    assert load_params(path).base.labels == ("no", "maybe", "yes")
+    assert load_params(path).base.label_aliases == {"n": "no", "y": "yes"}
+
+
+@pytest.mark.parametrize("override,message", [
+    ("base: {labels: [0, 1]}",
+     'base.labels: label 0 is read as a number (int), not a string; quote it: "0"\n'
+     '  base.labels: label 1 is read as a number (int), not a string; quote it: "1"'),
+    ("base: {labels: [neg, 2024-01-31]}",
+     'base.labels: label 2024-01-31 is read as a date (date), not a string; quote it: '
+     '"2024-01-31"'),
+    ("base: {labels: [neg, null, pos]}", "base.labels: a label is empty (null), not a string"),
+    ("base: {label_aliases: {1: positive}}",
+     'base.label_aliases: key 1 is read as a number (int), not a string; quote it: "1"'),
+    ("base: {label_aliases: {pos: 1}}",
+     'base.label_aliases.pos: value 1 is read as a number (int), not a string; quote it: "1"'),
+    ("base: {label_aliases: {neg: }}",
+     "base.label_aliases.neg: the value is empty (null), not a string"),
+    ("prompt: {label_words: {negative: ' negative', neutral: ' neutral', positive: ' positive',"
+     " true: ' yes'}}",
+     'prompt.label_words: key true is read as a boolean (bool), not a string; quote it: "true"'),
+    ("prompt: {label_words: {negative: 0.5, neutral: ' neutral', positive: ' positive'}}",
+     'prompt.label_words.negative: value 0.5 is read as a number (float), not a string; '
+     'quote it: "0.5"'),
+    ("prompt: {label_words: {negative: [a, b], neutral: ' neutral', positive: ' positive'}}",
+     "prompt.label_words.negative: value ['a', 'b'] is read as a list, not a string"),
+])
+def test_a_class_name_that_is_not_a_string_says_to_quote_it(params_raw, override, message):
+    raw = merge(params_raw, read_yaml(override, "override"))
+    with pytest.raises(ParamsError) as err:
+        parse_params(raw)
+    assert str(err.value) == f"params.yaml: invalid params\n  {message}"
+
+
+def test_every_class_name_that_is_not_a_string_is_named(tmp_path):
+    text = (REPO / "params.yaml").read_text(encoding="utf-8")
+    text = text.replace("    neg: negative\n", "    1: negative\n").replace(
+        "    positive: ' positive'\n", "    positive: ' positive'\n    false: ' no'\n")
+    (tmp_path / "params.yaml").write_text(text, encoding="utf-8")
+    with pytest.raises(ParamsError) as err:
+        load_params(tmp_path / "params.yaml")
+    assert str(err.value) == "\n".join([
+        f"{tmp_path / 'params.yaml'}: invalid params",
+        '  base.label_aliases: key 1 is read as a number (int), not a string; quote it: "1"',
+        '  prompt.label_words: key false is read as a boolean (bool), not a string; quote it: '
+        '"false"'])
+
+
+@pytest.mark.parametrize("value,expected", [("auto", "auto"), (";", ";"), ("|", "|"),
+                                            ("\t", "\t"), ("\\t", "\t"), (",", ",")])
+def test_separator_is_auto_or_one_character(params_raw, value, expected):
+    params_raw["data"]["separator"] = value
+    assert parse_params(params_raw).data.separator == expected
+
+
+@pytest.mark.parametrize("value,message", [
+    (";;", "data.separator: ';;' is neither auto nor one character (e.g. ';', or \"\\t\" for "
+           "a tab)"),
+    ("", "data.separator: '' is neither auto nor one character"),
+    ("Auto", "data.separator: 'Auto' is neither auto nor one character"),
+    ('"', "data.separator: '\"' cannot separate columns (it quotes fields or ends lines); use "
+          "auto or another character"),
+    ("\n", "data.separator: '\\n' cannot separate columns"),
+    (1, "data.separator: input should be a valid string (got 1)"),
+])
+def test_bad_separator_is_named(params_raw, value, message):
+    params_raw["data"]["separator"] = value
+    with pytest.raises(ParamsError) as err:
+        parse_params(params_raw)
+    assert message in str(err.value)
+
+
+def test_separator_is_in_params_yaml_after_label_column():
+    lines = (REPO / "params.yaml").read_text(encoding="utf-8").splitlines()
+    at = lines.index("  separator: auto               # auto: detected from a .csv header "
+                     "(csv.Sniffer: , ; tab |) | one character, e.g. ';'")
+    assert lines[at - 1].startswith("  label_column: label ")
+    assert load_params(REPO / "params.yaml").data.separator == "auto"
+
+
+def _changed_lines(before: str, after: str) -> tuple[list[str], list[str]]:
+    """The removed and the added lines between two texts."""
+    diff = list(difflib.unified_diff(before.splitlines(), after.splitlines(), n=0,
+                                     lineterm=""))[2:]
+    return ([ln[1:] for ln in diff if ln.startswith("-")],
+            [ln[1:] for ln in diff if ln.startswith("+")])
+
+
+# `dvc exp run -S KEY=VALUE` rewrites params.yaml with dvc.utils.hydra.apply_overrides
+# (Hydra's override syntax). The file is committed in the layout that round trip writes,
+# so each override changes only its key's lines.
+@pytest.mark.parametrize("override,key,value", [
+    ("train.lora.r=16", ("train", "lora", "r"), 16),
+    ("base.seed=7", ("base", "seed"), 7),
+    ("prompt.max_length=64", ("prompt", "max_length"), 64),
+    ("train.eval_strategy=epoch", ("train", "eval_strategy"), "epoch"),
+    ("evaluate.reference=majority", ("evaluate", "reference"), "majority"),
+    ("data.separator=';'", ("data", "separator"), ";"),
+    ("train.learning_rate=1e-5", ("train", "learning_rate"), 1e-5),
+    ("train.accelerate_config=configs/accelerate/fsdp.yaml", ("train", "accelerate_config"),
+     "configs/accelerate/fsdp.yaml"),
+    ("train.lora.target_modules=[q_proj,v_proj]", ("train", "lora", "target_modules"),
+     ["q_proj", "v_proj"]),
+    ("base.labels=[no,maybe,yes]", ("base", "labels"), ["no", "maybe", "yes"]),
+])
+def test_dvc_set_param_changes_only_its_key(tmp_path, repo_params_raw, override, key, value):
+    from dvc.utils.hydra import apply_overrides
+
+    path = tmp_path / "params.yaml"
+    shutil.copy(REPO / "params.yaml", path)
+    before = path.read_text(encoding="utf-8")
+    apply_overrides(path, [override])
+    after = path.read_text(encoding="utf-8")
+    removed, added = _changed_lines(before, after)
+    name = f"{'  ' * (len(key) - 1)}{key[-1]}:"
+    if isinstance(value, list):  # the key's items, in block style, and nothing else
+        lines = before.splitlines(keepends=True)
+        at = next(i for i, ln in enumerate(lines) if ln.startswith(f"{name} ")
+                  or ln == f"{name}\n")
+        end = next(i for i in range(at + 1, len(lines))
+                   if not lines[i].startswith(f"{'  ' * (len(key) - 1)}- "))
+        items = [f"{'  ' * (len(key) - 1)}- {item}\n" for item in value]
+        assert after == "".join(lines[:at + 1] + items + lines[end:])
+    else:
+        assert len(removed) == 1 and removed[0].startswith(f"{name} ")
+        assert len(added) == 1 and added[0].startswith(f"{name} ")
+        assert added[0].split("#")[1] == removed[0].split("#")[1]  # the comment stays
+    expected = merge(repo_params_raw, {})
+    node = expected
+    for part in key[:-1]:
+        node = node[part]
+    node[key[-1]] = value
+    assert read_yaml(after, path) == expected
+
+
+def test_dvc_round_trip_of_params_yaml_changes_nothing(tmp_path):
+    from dvc.utils.hydra import apply_overrides
+
+    path = tmp_path / "params.yaml"
+    shutil.copy(REPO / "params.yaml", path)
+    for overrides in ([], ["train.lora.r=8"], ["train.eval_strategy=no"],
+                      ["base.labels=[negative,neutral,positive]"]):
+        apply_overrides(path, overrides)
+        assert path.read_bytes() == (REPO / "params.yaml").read_bytes(), overrides

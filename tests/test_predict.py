@@ -15,9 +15,10 @@ from lorasent.fetch import fetch_dataset, fetch_model
 from lorasent.metrics import probabilities
 from lorasent.modeling import AdapterMismatchError, load_trained_model
 from lorasent.params import merge, parse_params
-from lorasent.predict import InputError, predict, read_texts
+from lorasent.predict import open_inputs, predict
 from lorasent.scoring import PromptEncoder, score_texts
 from lorasent.split import run_split
+from lorasent.tables import TableError
 from lorasent.train import run_train
 
 pytestmark = pytest.mark.slow
@@ -87,6 +88,28 @@ def test_predict_cli_writes_jsonl_in_input_order(trained, tmp_path, monkeypatch)
     expected = _evaluate_predictions(trained)
     assert [r["label"] for r in rows] == [row["predicted"] for row in expected]
     assert all(abs(sum(r["probabilities"].values()) - 1) < 1e-6 for r in rows)
+    # The input's other keys come first; its own `label` is renamed beside the predicted.
+    assert list(rows[0])[:3] == ["id", "input_label", "label_id"]
+    assert [(r["id"], r["input_label"]) for r in rows] == [(row["id"], row["label"])
+                                                          for row in expected]
+
+
+def test_predict_cli_csv_keeps_named_columns(trained, tmp_path, monkeypatch):
+    monkeypatch.chdir(trained)
+    source = tmp_path / "in.csv"
+    source.write_text("id;text;note\na1;What a great day!;x\na2;;y\n", encoding="utf-8")
+    out = tmp_path / "out.csv"
+    result = CliRunner().invoke(main, ["predict", "--adapter", "adapter", "--base", "base",
+                                       "--input", str(source), "--keep", "id", "--keep",
+                                       "note", "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    with open(out, encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert list(rows[0]) == ["id", "input_note", "text", "label", "p_negative", "p_neutral",
+                             "p_positive", "note"]
+    assert [(r["id"], r["input_note"], r["text"]) for r in rows] == [
+        ("a1", "x", "What a great day!"), ("a2", "y", "")]
+    assert (rows[1]["label"], rows[1]["note"]) == ("", "empty text")
 
 
 def test_predict_cli_prints_a_table(trained, monkeypatch):
@@ -110,23 +133,28 @@ def test_empty_and_very_long_texts_get_defined_results(loaded):
     assert sum(long.probabilities.values()) == pytest.approx(1.0)
 
 
+def _texts(path, **kw):
+    with open_inputs(str(path), **kw) as inputs:
+        return [text for text, _ in inputs.rows]
+
+
 def test_non_utf8_input_names_file_and_line(tmp_path):
     path = tmp_path / "texts.txt"
     path.write_bytes("fine\nalso fine\ncaf\xe9 au lait\n".encode("latin-1"))
-    with pytest.raises(InputError, match=r"texts.txt: line 3 is not valid UTF-8"):
-        list(read_texts(str(path)))
+    with pytest.raises(TableError, match=r"texts.txt: line 3 is not valid utf-8"):
+        _texts(path)
 
 
 def test_input_formats(tmp_path):
     (tmp_path / "a.csv").write_text('\ufefftext,id\n"one, with comma",1\n"two\nlines",2\n',
                                     encoding="utf-8")
-    assert list(read_texts(str(tmp_path / "a.csv"))) == ["one, with comma", "two\nlines"]
-    (tmp_path / "b.jsonl").write_text('{"text": "x"}\n"plain string"\n\n', encoding="utf-8")
-    assert list(read_texts(str(tmp_path / "b.jsonl"))) == ["x", "plain string", ""]
+    assert _texts(tmp_path / "a.csv") == ["one, with comma", "two\nlines"]
+    (tmp_path / "b.jsonl").write_text('{"text": "x"}\n\n{"text": null}\n', encoding="utf-8")
+    assert _texts(tmp_path / "b.jsonl") == ["x", ""]
     (tmp_path / "c.txt").write_text("first\n\nthird\n", encoding="utf-8")
-    assert list(read_texts(str(tmp_path / "c.txt"))) == ["first", "", "third"]
-    with pytest.raises(InputError, match="no column 'review'"):
-        list(read_texts(str(tmp_path / "a.csv"), text_column="review"))
+    assert _texts(tmp_path / "c.txt") == ["first", "", "third"]
+    with pytest.raises(TableError, match="no column 'review'"):
+        _texts(tmp_path / "a.csv", text_column="review")
 
 
 def test_other_base_model_is_refused(trained, tmp_path):

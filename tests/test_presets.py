@@ -3,13 +3,19 @@
 import subprocess
 
 import pytest
-import yaml
 from click.testing import CliRunner
 
 from conftest import REPO
 from lorasent.cli import main
 from lorasent.fetch import dataset_source_kind, model_source_kind
-from lorasent.params import ParamsError, apply_preset, load_params, merge, parse_params
+from lorasent.params import (
+    ParamsError,
+    apply_preset,
+    load_params,
+    merge,
+    parse_params,
+    read_yaml,
+)
 
 PRESETS = sorted((REPO / "configs").glob("*.yaml"))
 CPU_PRESETS = {"cpu-gemma270m-seqcls-tweets", "cpu-minilm-seqcls-tweets",
@@ -26,7 +32,7 @@ def test_preset_is_valid_and_names_known_sources(preset, repo_params_raw):
     text = preset.read_text(encoding="utf-8")
     opening = text.split("\nbase:")[0]
     assert text.startswith("# ") and "Hardware:" in opening and "Run: make run CONFIG=" in opening
-    params = parse_params(merge(repo_params_raw, yaml.safe_load(text)), preset)
+    params = parse_params(merge(repo_params_raw, read_yaml(text, preset)), preset)
     data_kind = dataset_source_kind(params.data.source)
     model_kind = model_source_kind(params.base.model)
     if preset.stem in CPU_PRESETS:  # runs here offline
@@ -38,7 +44,7 @@ def test_preset_is_valid_and_names_known_sources(preset, repo_params_raw):
 def test_seed_recipes_carry_the_seeds_hyperparameters(repo_params_raw):
     def load(name):
         path = REPO / "configs" / f"{name}.yaml"
-        return parse_params(merge(repo_params_raw, yaml.safe_load(path.read_text("utf-8"))))
+        return parse_params(merge(repo_params_raw, read_yaml(path.read_text("utf-8"), path)))
 
     s0 = load("seed000-gemma-emotion-zh")
     assert s0.train.mode == "generative" and s0.base.labels == ("消极", "中性", "积极")
@@ -96,3 +102,39 @@ def test_make_run_config_applies_the_preset_before_dvc_repro():
                   if line.endswith("lorasent preset configs/cpu-minilm-seqcls-tweets.yaml"))
     repro = next(i for i, line in enumerate(out) if line.endswith("dvc repro"))
     assert preset < repro
+
+
+def _comments(text: str) -> list[str]:
+    return [line[line.index("#"):] for line in text.splitlines() if "#" in line]
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.stem)
+def test_apply_preset_writes_params_as_dvc_writes_them(preset, tmp_path):
+    """After a preset, `dvc exp run -S` (DVC's ruamel round trip) changes no line but its
+    key's: the preset wrote params.yaml in DVC's own layout, every comment kept."""
+    from dvc.utils.hydra import apply_overrides
+
+    params = tmp_path / "params.yaml"
+    original = (REPO / "params.yaml").read_text(encoding="utf-8")
+    params.write_text(original, encoding="utf-8")
+    result = apply_preset(preset, params)
+    applied = params.read_text(encoding="utf-8")
+    assert _comments(applied) == _comments(original)
+    assert load_params(params) == result
+    apply_overrides(params, [])  # DVC's no-op round trip
+    assert params.read_text(encoding="utf-8") == applied
+    apply_overrides(params, ["base.seed=7"])
+    changed = [(a, b) for a, b in zip(applied.splitlines(), params.read_text("utf-8").splitlines(),
+                                      strict=True) if a != b]
+    assert [(a.split("#")[0].strip(), b.split("#")[0].strip()) for a, b in changed] == [
+        ("seed: 42", "seed: 7")]
+
+
+def test_apply_preset_keeps_the_spelling_of_unchanged_values(tmp_path):
+    params = tmp_path / "params.yaml"
+    params.write_text((REPO / "params.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    apply_preset(REPO / "configs" / "seed000-gemma-emotion-zh.yaml", params)
+    text = params.read_text(encoding="utf-8")
+    assert "  learning_rate: 2.0e-4         # peak learning rate" in text  # not 0.0002
+    assert "  template: |-\n    判断下面这段话的情绪类别" in text  # a block, as DVC keeps it
+    assert "  - 消极\n  - 中性\n  - 积极\n" in text

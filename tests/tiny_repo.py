@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
 from conftest import REPO
 
 TINY = {"split": {"train_size": 24, "validation_size": 0, "test_size": 24},
@@ -42,12 +40,11 @@ def run(cwd: Path, *argv: str, timeout_s: float = 1800) -> str:
 
 
 def set_params(root: Path, changes: dict) -> None:
-    from lorasent.params import merge
+    """``changes`` merged into ``root``'s params.yaml, validated, in the layout DVC
+    writes (so that a later ``dvc exp run -S`` changes only its key's line)."""
+    from lorasent.params import update_params
 
-    path = root / "params.yaml"
-    params = merge(yaml.safe_load(path.read_text(encoding="utf-8")), changes)
-    path.write_text(yaml.safe_dump(params, allow_unicode=True, sort_keys=False),
-                    encoding="utf-8")
+    update_params(changes, root / "params.yaml")
 
 
 def copy_repo(dest: Path) -> Path:

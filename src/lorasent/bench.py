@@ -294,9 +294,7 @@ def bench_eval(model_name: str, device: torch.device, n: int, batch_size: int,
 def bench_pipeline(repo: Path) -> dict[str, Any]:
     """Seconds of a no-op ``dvc repro`` and of the rerun after an evaluate-only change, on
     a copy of the repo with tiny sizes (the real pipeline, 24 rows, 3 steps)."""
-    import yaml
-
-    from lorasent.params import merge
+    from lorasent.params import update_params
 
     tiny = {"split": {"train_size": 24, "validation_size": 0, "test_size": 24},
             "train": {"max_steps": 3, "per_device_train_batch_size": 4},
@@ -312,23 +310,19 @@ def bench_pipeline(repo: Path) -> dict[str, Any]:
                 shutil.copy2(repo / name, root / name)
         params = root / "params.yaml"
 
-        def set_params(changes):
-            params.write_text(yaml.safe_dump(merge(yaml.safe_load(params.read_text("utf-8")),
-                                                   changes), allow_unicode=True), "utf-8")
-
         def run(*argv):
             start = time.perf_counter()
             subprocess.run(argv, cwd=root, env=env, check=True, capture_output=True)
             return time.perf_counter() - start
 
-        set_params(tiny)
+        update_params(tiny, params)
         git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com"]
         run("git", "init", "-q")
         run("git", "add", "-A")
         run(*git, "commit", "-q", "-m", "bench")
         first = run("dvc", "repro")
         noop = run("dvc", "repro")
-        set_params({"evaluate": {"reference": "majority"}})
+        update_params({"evaluate": {"reference": "majority"}}, params)
         evaluate_only = run("dvc", "repro")
     return {"first_tiny_run_s": first, "noop_repro_s": noop,
             "evaluate_param_rerun_s": evaluate_only}

@@ -101,7 +101,8 @@ def fetch(params: Params) -> str:
 
     result = run_fetch(data_source=params.data.source, text_column=params.data.text_column,
                        label_column=params.data.label_column, encoding=params.data.encoding,
-                       hf_split=params.data.hf_split, model_source=params.base.model)
+                       hf_split=params.data.hf_split, separator=params.data.separator,
+                       model_source=params.base.model)
     return (f"fetched {result.rows} rows (sha256 {result.dataset_sha256[:12]}) and "
             f"{params.base.model} (sha256 {result.model_sha256[:12]})")
 
@@ -179,46 +180,63 @@ _DEVICE = click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "ro
 @click.argument("texts", nargs=-1)
 @_ADAPTER
 @_BASE
-@click.option("--input", "input_path", help="CSV or JSONL file, or a file (or - for stdin) "
-              "with one text per line. UTF-8.")
+@click.option("--input", "input_path", help="A CSV, TSV, JSONL or Parquet file, or any other "
+              "file (or - for stdin) with one text per line; read as the fetch stage reads "
+              "data.source.")
 @click.option("--output", "output_path", help="Write predictions to this .csv or .jsonl file "
-              "(input order kept) instead of printing a table.")
+              "(input order kept, the input's other columns first) instead of printing a "
+              "table.")
 @click.option("--text-column", default="text", show_default=True,
-              help="Column (CSV) or key (JSONL) holding the text.")
+              help="Column (CSV, TSV, Parquet) or key (JSONL) holding the text.")
+@click.option("--keep", multiple=True, metavar="COLUMN",
+              help="Input column to copy into --output (repeat for several); default: every "
+              "column but the text.")
+@click.option("--separator", default="auto", show_default=True,
+              help="CSV separator: auto (detected from the header) or one character.")
+@click.option("--encoding", default="utf-8", show_default=True,
+              help="Encoding of the --input file.")
 @click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1),
               help="Texts per forward pass.")
 @_DEVICE
 @_user_errors
 def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_path: str | None,
-            output_path: str | None, text_column: str, batch_size: int,
-            device: str | None) -> None:
+            output_path: str | None, text_column: str, keep: tuple[str, ...], separator: str,
+            encoding: str, batch_size: int, device: str | None) -> None:
     """Predict labels, with each class's probability, for TEXTS or an --input file."""
+    import contextlib
     import itertools
 
     from lorasent.modeling import load_trained_model
     from lorasent.predict import (
         InputError,
+        Inputs,
+        open_inputs,
         output_format,
-        read_texts,
         stream_predictions,
         write_predictions,
     )
+    from lorasent.tables import check_separator
 
     if bool(texts) == bool(input_path):
         raise InputError("give texts as arguments or --input FILE, not both or neither")
+    separator = check_separator(separator, "--separator")
     fmt = output_format(output_path)
-    stream = iter(texts) if texts else read_texts(input_path, text_column=text_column)
-    first = list(itertools.islice(stream, 1))  # fail on a bad file before loading the model
-    model, encoder, record, _ = load_trained_model(adapter_dir, base_dir, device=device)
-    predictions = stream_predictions(model, encoder, record["labels"],
-                                     itertools.chain(first, stream), batch_size)
-    if output_path is None:
-        write_predictions(predictions, record["labels"], sys.stdout, fmt)
-        return
-    from lorasent.artifacts import atomic_open
+    with contextlib.ExitStack() as stack:
+        inputs = (stack.enter_context(open_inputs(
+            input_path, text_column=text_column, separator=separator, encoding=encoding,
+            keep=keep or None)) if input_path else Inputs([], ((t, {}) for t in texts)))
+        rows = iter(inputs.rows)
+        first = list(itertools.islice(rows, 1))  # fail on a bad file before loading the model
+        model, encoder, record, _ = load_trained_model(adapter_dir, base_dir, device=device)
+        predictions = stream_predictions(model, encoder, record["labels"],
+                                         itertools.chain(first, rows), batch_size)
+        if output_path is None:
+            write_predictions(predictions, record["labels"], sys.stdout, fmt)
+            return
+        from lorasent.artifacts import atomic_open
 
-    with atomic_open(output_path) as out:  # streamed; complete or not there at all
-        write_predictions(predictions, record["labels"], out, fmt)
+        with atomic_open(output_path) as out:  # streamed; complete or not there at all
+            write_predictions(predictions, record["labels"], out, fmt, inputs.columns)
     click.echo(f"wrote {output_path}", err=True)
 
 

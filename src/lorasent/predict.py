@@ -12,10 +12,12 @@ label order, max_length, base model source and SHA-256); the base model folder
 Predictions use the same label scoring as the evaluate stage (:mod:`lorasent.scoring`),
 so they equal evaluate's.
 
-Inputs: texts on the command line, or ``--input`` a CSV (column ``--text-column``), a
-JSONL file (objects with that key, or plain strings), or any other file or ``-``
-(standard input) with one text per line. Files are read in UTF-8 (a byte-order mark is
-dropped) and streamed in chunks, so their size is not bounded by memory. An empty or
+Inputs: texts on the command line, or ``--input`` a CSV, TSV, JSONL or Parquet file
+(column ``--text-column``), any other file or ``-`` (standard input) with one text per
+line. Files are read by :mod:`lorasent.tables`, the reader of the fetch stage, under the
+same rules (``--separator``, ``--encoding``), and streamed in chunks, so their size is not
+bounded by memory. The input's other columns (or those named with ``--keep``) are
+written ahead of each prediction, so results join back, e.g. on an ``id``. An empty or
 blank text gets no label (``label`` null / empty, ``note`` "empty text"); a text longer
 than ``max_length`` is cut from its end (in generative mode the prompt's answer slot is
 kept). Adapters of either ``train.mode`` work: the record says which.
@@ -26,11 +28,12 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-import sys
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO, TextIO
+from typing import Any, TextIO
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -39,20 +42,35 @@ from lorasent.artifacts import atomic_dir, write_json
 from lorasent.errors import LorasentError
 from lorasent.metrics import probabilities
 from lorasent.scoring import Encoder, score_texts
+from lorasent.tables import Table
+
+log = logging.getLogger(__name__)
 
 CHUNK_TEXTS = 512  # texts read, scored and written at a time
 
 
 class InputError(LorasentError, ValueError):
-    """An input file that cannot be read; the message names the file and line."""
+    """Arguments that cannot be used (texts and --input together, an unknown --keep
+    column, an --output suffix); the message names the option."""
 
 
 @dataclass(frozen=True)
 class Prediction:
+    """One text's prediction; ``columns`` are the input's kept columns (name -> value)."""
+
     text: str
     label: str | None
     probabilities: dict[str, float] | None
     note: str | None = None
+    columns: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Texts to predict, with the names of the input columns kept in the output."""
+
+    columns: list[str]
+    rows: Iterator[tuple[str, dict[str, str]]]  # (text, {kept column: value})
 
 
 def predict(model: Any, encoder: Encoder, labels: list[str], texts: list[str],
@@ -72,59 +90,33 @@ def predict(model: Any, encoder: Encoder, labels: list[str], texts: list[str],
 
 # ------------------------------------------------------------------------------ inputs
 
-def _lines(handle: BinaryIO, name: str) -> Iterator[tuple[int, str]]:
-    """``(line number, text)`` of each line, decoded one at a time so that undecodable
-    bytes name their line; the newline and a leading byte-order mark are dropped."""
-    for number, raw in enumerate(handle, start=1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise InputError(f"{name}: line {number} is not valid UTF-8 (byte "
-                             f"{raw[err.start]:#04x} at column {err.start + 1}); re-save the "
-                             "file as UTF-8") from None
-        yield number, (line.removeprefix("\ufeff") if number == 1 else line).rstrip("\r\n")
+@contextmanager
+def open_inputs(source: str, *, text_column: str = "text", separator: str = "auto",
+                encoding: str = "utf-8", keep: Sequence[str] | None = None
+                ) -> Iterator[Inputs]:
+    """The texts of ``source`` (a table, a text file or ``-``), streamed.
 
-
-def read_texts(source: str, *, text_column: str = "text") -> Iterator[str]:
-    """Texts from a CSV, JSONL or plain-text file, or ``-`` for standard input, lazily.
+    ``keep``: the input columns written with each prediction; ``None`` keeps all but the
+    text column.
 
     Raises:
-        InputError: missing file or column, invalid JSON, undecodable bytes.
+        TableError: the file breaks a rule of :mod:`lorasent.tables` (on opening, or
+            while the rows are read).
+        InputError: a ``keep`` column the input does not have.
     """
-    if source == "-":
-        yield from (line for _, line in _lines(sys.stdin.buffer, "<stdin>"))
-        return
-    path = Path(source)
-    if not path.is_file():
-        raise InputError(f"--input {source}: no such file")
-    with open(path, "rb") as handle:
-        lines = _lines(handle, str(path))
-        suffix = path.suffix.lower()
-        if suffix in (".csv", ".tsv"):
-            reader = csv.DictReader((line + "\n" for _, line in lines),
-                                    delimiter="\t" if suffix == ".tsv" else ",")
-            if reader.fieldnames is None or text_column not in reader.fieldnames:
-                raise InputError(f"{path}: no column {text_column!r} (--text-column); columns "
-                                 f"found: {reader.fieldnames or []}")
-            yield from (row[text_column] or "" for row in reader)
-        elif suffix in (".jsonl", ".ndjson"):
-            for number, line in lines:
-                if not line.strip():
-                    yield ""
-                    continue
-                try:
-                    value = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise InputError(f"{path}: line {number} is not valid JSON "
-                                     f"({err.msg})") from None
-                if isinstance(value, dict):
-                    if text_column not in value:
-                        raise InputError(f"{path}: line {number} has no key {text_column!r} "
-                                         f"(--text-column); keys: {sorted(value)}")
-                    value = value[text_column]
-                yield "" if value is None else str(value)
+    with Table(source, required={text_column: "--text-column"}, encoding=encoding,
+               separator=separator, separator_setting="--separator", lines=True) as table:
+        others = [c for c in table.columns if c and c != text_column]
+        if keep is None:
+            kept = others
         else:
-            yield from (line for _, line in lines)
+            kept = list(keep)
+            missing = [c for c in kept if c not in others]
+            if missing:
+                raise InputError(f"--keep: {source} has no column {missing} besides the text "
+                                 f"column {text_column!r}; its columns: {table.columns}")
+        yield Inputs(kept, ((row[text_column], {c: row.get(c, "") for c in kept})
+                            for _, row in table.rows()))
 
 
 # ----------------------------------------------------------------------------- outputs
@@ -132,27 +124,44 @@ def read_texts(source: str, *, text_column: str = "text") -> Iterator[str]:
 def _rows(predictions: Iterable[Prediction], labels: list[str]) -> Iterator[list[Any]]:
     for p in predictions:
         probs = p.probabilities or {}
-        yield [p.text, p.label or "", *(f"{probs[label]:.6f}" if probs else ""
-                                        for label in labels), p.note or ""]
+        yield [*p.columns.values(), p.text, p.label or "",
+               *(f"{probs[label]:.6f}" if probs else "" for label in labels), p.note or ""]
+
+
+def kept_names(columns: Sequence[str], outputs: Sequence[str]) -> list[str]:
+    """Output names of kept input columns: their own, or ``input_<name>`` where the name
+    is one of the prediction's own (an input ``label`` column next to the predicted one)."""
+    names = [f"input_{c}" if c in outputs else c for c in columns]
+    renamed = [f"{c} -> {n}" for c, n in zip(columns, names, strict=True) if c != n]
+    if renamed:
+        log.warning("input columns renamed in the output: %s", ", ".join(renamed))
+    return names
 
 
 def write_predictions(predictions: Iterable[Prediction], labels: list[str], out: TextIO,
-                      fmt: str) -> None:
-    """Write predictions as ``csv``, ``jsonl`` or a ``table`` for the terminal."""
+                      fmt: str, columns: Sequence[str] = ()) -> None:
+    """Write predictions as ``csv``, ``jsonl`` or a ``table`` for the terminal.
+
+    ``columns``: the kept input columns (CSV and JSONL write them first, under the
+    names of :func:`kept_names`; the table leaves them out).
+    """
     if fmt == "jsonl":
+        names = kept_names(columns, ["text", "label", "probabilities", "note"])
         for p in predictions:
-            out.write(json.dumps({"text": p.text, "label": p.label,
+            out.write(json.dumps({**dict(zip(names, p.columns.values(), strict=True)),
+                                  "text": p.text, "label": p.label,
                                   "probabilities": p.probabilities, "note": p.note},
                                  ensure_ascii=False) + "\n")
     elif fmt == "csv":
+        header = ["text", "label", *(f"p_{label}" for label in labels), "note"]
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(["text", "label", *(f"p_{label}" for label in labels), "note"])
+        writer.writerow([*kept_names(columns, header), *header])
         writer.writerows(_rows(predictions, labels))
     else:
         width = max(len(label) for label in labels)
         out.write(f"{'label':<{width}}  " + "  ".join(f"{label[:8]:>8}" for label in labels)
                   + "  text\n")
-        for row in _rows(predictions, labels):
+        for row in _rows((replace(p, columns={}) for p in predictions), labels):
             text = row[0] if len(row[0]) <= 60 else row[0][:57] + "..."
             out.write(f"{row[1] or '-':<{width}}  " + "  ".join(f"{v:>8}" for v in row[2:-1])
                       + f"  {text!r}\n")
@@ -170,13 +179,17 @@ def output_format(path: str | None) -> str:
 
 
 def stream_predictions(model: Any, encoder: Encoder, labels: list[str],
-                       texts: Iterable[str], batch_size: int,
+                       rows: Iterable[tuple[str, dict[str, str]]], batch_size: int,
                        chunk: int = CHUNK_TEXTS) -> Iterator[Prediction]:
-    """Predictions for a stream of texts, ``chunk`` texts at a time, in input order."""
-    texts = iter(texts)
+    """Predictions for a stream of ``(text, kept columns)``, ``chunk`` texts at a time, in
+    input order."""
+    rows = iter(rows)
     with tqdm(desc="texts", unit="text", disable=None) as bar:
-        while batch := list(itertools.islice(texts, chunk)):
-            yield from predict(model, encoder, labels, batch, batch_size)
+        while batch := list(itertools.islice(rows, chunk)):
+            for p, (_, columns) in zip(
+                    predict(model, encoder, labels, [text for text, _ in batch], batch_size),
+                    batch, strict=True):
+                yield replace(p, columns=columns)
             bar.update(len(batch))
 
 

@@ -1,0 +1,490 @@
+"""One reader for every table: the fetch stage and ``lorasent predict`` read files here.
+
+Formats, chosen by the file's suffix:
+
+``.csv``
+    RFC 4180 (Python's :mod:`csv`, ``strict=True``): a field holding the separator, a
+    double quote or a line break is quoted, a quote inside it doubled. The separator is
+    ``auto`` (detected from the header with :class:`csv.Sniffer` among ``, ; tab |``,
+    ``,`` when the header has one column) or a given character.
+``.tsv``
+    Tab-separated values (IANA ``text/tab-separated-values``): one record per line, no
+    quoting, so a ``"`` is an ordinary character.
+``.jsonl`` / ``.ndjson``
+    One JSON object per line. Its keys are the columns; a key given twice is an error.
+``.parquet``
+    Read with pyarrow in record batches. Binary columns are decoded (an error names the
+    row and column of bytes that do not decode), dictionary-encoded columns become
+    their values, integers their decimal strings (which ``base.label_aliases`` can map).
+anything else (only where ``lines`` is allowed, i.e. predict) and ``-`` (standard input)
+    One text per line; a blank line is an empty text, so output line N is input line N.
+
+Rules common to all: text files are decoded with the given encoding and a byte-order
+mark is dropped; blank lines of a table are skipped; column names are stripped of
+surrounding spaces (logged); a column name given twice is an error naming it; a row with
+more or fewer fields than the header is an error naming its line (and the separator it
+seems to use); a file without data rows is an error naming the header it found; a row
+that repeats the header (files joined with ``cat``) is dropped and logged. Every value
+is returned as a ``str``; a missing value (JSON ``null``, Parquet null) is ``""``.
+
+Errors are :class:`TableError`: they name the file, the line (text files) or row
+(Parquet) and the column, and say what to do.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import io
+import json
+import logging
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from lorasent.errors import LorasentError
+
+log = logging.getLogger(__name__)
+
+TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".ndjson", ".parquet")
+SEPARATORS = ",;\t|"  # what ``auto`` chooses among; also the candidates of the hints
+PARQUET_BATCH_ROWS = 4096
+
+
+class TableError(LorasentError, ValueError):
+    """A table that cannot be read as it stands; the message names the file, the line or
+    row, the column, and what to do."""
+
+
+def check_separator(value: str, setting: str = "data.separator") -> str:
+    """``auto`` or the one character between columns; the two characters ``\\t`` (what a
+    shell or ``dvc exp run -S data.separator='\\t'`` passes) mean a tab.
+
+    Raises:
+        TableError: anything else, or a quote or line break, naming ``setting``.
+    """
+    if value == "\\t":
+        return "\t"
+    if value != "auto" and len(value) != 1:
+        raise TableError(f"{setting}: {value!r} is neither auto nor one character (e.g. ';', "
+                         'or "\\t" for a tab)')
+    if value in ('"', "\n", "\r"):
+        raise TableError(f"{setting}: {value!r} cannot separate columns (it quotes fields or "
+                         "ends lines); use auto or another character")
+    return value
+
+
+def table_kind(source: str | Path, *, lines: bool = False) -> str:
+    """``csv``, ``tsv``, ``jsonl``, ``parquet`` or (with ``lines``) ``lines``.
+
+    Raises:
+        TableError: another suffix where ``lines`` is not allowed.
+    """
+    if str(source) == "-":
+        if lines:
+            return "lines"
+    else:
+        suffix = Path(source).suffix.lower()
+        kinds = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl",
+                 ".parquet": "parquet"}
+        if suffix in kinds:
+            return kinds[suffix]
+        if lines:
+            return "lines"
+    raise TableError(f"{source}: unknown file type {Path(str(source)).suffix!r}; use "
+                     + ", ".join(TABLE_SUFFIXES))
+
+
+class Table:
+    """An open table: its ``columns`` are known on opening, its rows stream.
+
+    Use as a context manager (the file is closed on exit)::
+
+        with Table(path, required={"text": "data.text_column"}) as table:
+            for number, row in table.rows():   # number: data row from 1; row: {column: str}
+                ...
+
+    Args:
+        source: a file path, or ``"-"`` for standard input (lines only).
+        required: column -> the setting that names it (``data.text_column``,
+            ``--text-column``), for the error when it is missing.
+        encoding: of text files and of Parquet binary columns (Python codec name).
+        separator: ``auto`` or one character (CSV and TSV).
+        separator_setting: the setting that names the separator, for hints.
+        lines: allow a plain-text file (or standard input), one text per line, read as
+            the single column ``next(iter(required))``.
+
+    Raises:
+        TableError: a missing file, unknown suffix or encoding, a header that repeats
+            or lacks a required column, an empty file; while reading rows, any row that
+            breaks the rules of the module docstring.
+    """
+
+    def __init__(self, source: str | Path, *, required: Mapping[str, str],
+                 encoding: str = "utf-8", separator: str = "auto",
+                 separator_setting: str = "data.separator", lines: bool = False) -> None:
+        self.source = str(source)
+        self.kind = table_kind(source, lines=lines)
+        self.required = dict(required)
+        self.encoding = encoding
+        self.separator_setting = separator_setting
+        self._stack = ExitStack()
+        try:
+            codecs.lookup(encoding)
+        except LookupError:
+            raise TableError(f"{self.source}: unknown encoding {encoding!r}") from None
+        if self.source != "-" and not Path(source).is_file():
+            raise TableError(f"{self.source}: no such file")
+        try:
+            self._open(separator)
+        except BaseException:
+            self._stack.close()
+            raise
+
+    # ---------------------------------------------------------------- opening
+
+    def _open(self, separator: str) -> None:
+        if self.kind == "parquet":
+            self._open_parquet()
+            return
+        raw = (sys.stdin.buffer if self.source == "-"
+               else self._stack.enter_context(open(self.source, "rb")))
+        # newline="": line ends reach the csv module untranslated, as it requires.
+        self._text = io.TextIOWrapper(raw, encoding=self.encoding, newline="")
+        if self.source == "-":
+            self._stack.callback(self._text.detach)
+        self._lines = self._numbered_lines()
+        if self.kind == "lines":
+            self.columns = [next(iter(self.required))]
+            return
+        if self.kind == "jsonl":
+            self._first = self._next_object()
+            if self._first is None:
+                raise TableError(f"{self.source}: no data rows (no line holds a JSON object)")
+            self.columns = list(self._first[1])
+        else:
+            self._open_delimited(separator)
+        self._check_required()
+
+    def _numbered_lines(self) -> Iterator[tuple[int, str]]:
+        """``(line number, line with its ending)``; the byte-order mark dropped."""
+        number = 0
+        try:
+            for number, line in enumerate(self._text, start=1):
+                yield number, line.removeprefix("\ufeff") if number == 1 else line
+        except UnicodeDecodeError as err:
+            raise TableError(self._decode_error(err, number)) from None
+
+    def _decode_error(self, err: UnicodeDecodeError, lines_read: int) -> str:
+        """Which line holds the bytes that do not decode: found again, line by line,
+        with an incremental decoder (the buffered reader decodes ahead of the lines)."""
+        where = f"after line {lines_read}"
+        if self.source != "-":
+            decoder = codecs.getincrementaldecoder(self.encoding)()
+            line = 1
+            with open(self.source, "rb") as fh:
+                for chunk in fh:
+                    try:
+                        line += decoder.decode(chunk).count("\n")
+                    except UnicodeDecodeError as e:
+                        line += e.object[:e.start].count(b"\n")
+                        where, err = f"line {line}", e
+                        break
+        return (f"{self.source}: {where} is not valid {self.encoding} (byte "
+                f"{err.object[err.start]:#04x}). Give the file's encoding (e.g. latin-1, "
+                "gb18030) or re-save it as UTF-8")
+
+    def _open_delimited(self, separator: str) -> None:
+        first = next(((n, line) for n, line in self._lines if line.strip()), None)
+        if first is None:
+            raise TableError(f"{self.source}: no data rows (the file is empty)")
+        self._header_line, header = first
+        self._header = _strip_line_end(header)
+        if separator == "auto":
+            separator = "\t" if self.kind == "tsv" else _sniff(header)
+        self.separator = separator
+        names = self._split(header, self._header_line)
+        self.columns = [name.strip() for name in names]
+        stripped = [f"{a!r} -> {b!r}" for a, b in zip(names, self.columns, strict=True)
+                    if a != b]
+        if stripped:
+            log.warning("%s: column names stripped of surrounding spaces: %s", self.source,
+                        ", ".join(stripped))
+        seen: set[str] = set()
+        for name in self.columns:
+            if name and name in seen:
+                raise TableError(
+                    f"{self.source}: the header (line {self._header_line}) names the column "
+                    f"{name!r} twice: {self.columns}. Rename or remove one of them")
+            seen.add(name)
+
+    def _split(self, line: str, number: int) -> list[str]:
+        """One record's fields. CSV may continue over the next lines (quoted breaks)."""
+        if self.kind == "tsv":
+            return _strip_line_end(line).split(self.separator)
+        reader = csv.reader(_chain_first(line, self._lines), delimiter=self.separator,
+                            quotechar='"', doublequote=True, skipinitialspace=False,
+                            strict=True)
+        try:
+            return next(reader, [])
+        except csv.Error as err:
+            raise TableError(
+                f"{self.source}: line {number}: {err}. A CSV field that holds the separator "
+                f"{self.separator!r}, a double quote or a line break must be quoted "
+                '("...") with its quotes doubled (RFC 4180); a file without quoting is a '
+                ".tsv") from None
+
+    def _check_required(self) -> None:
+        missing = [c for c in self.required if c not in self.columns]
+        if not missing:
+            return
+        settings = " / ".join(self.required[c] for c in missing)
+        if self.kind == "jsonl":
+            raise TableError(f"{self.source}: line {self._first[0]} has no key "
+                             f"{_one_or_list(missing)} ({settings}); keys found: "
+                             f"{self.columns}")
+        hint = ""
+        if self.kind in ("csv", "tsv"):
+            for sep in SEPARATORS:
+                if sep != self.separator and set(missing) <= {
+                        c.strip() for c in self._header.split(sep)}:
+                    hint = (f". The header looks separated by {sep!r}: set "
+                            f"{self.separator_setting} to {sep!r} (or auto)")
+                    break
+        where = f" the header (line {self._header_line}) has" if self.kind in ("csv", "tsv") \
+            else ""
+        raise TableError(f"{self.source}:{where} no column {_one_or_list(missing)} ({settings}); "
+                         f"columns found: {self.columns}{hint}")
+
+    # ------------------------------------------------------------------- rows
+
+    def rows(self) -> Iterator[tuple[int, dict[str, str]]]:
+        """``(data row number from 1, {column: value})`` in file order, lazily.
+
+        Raises:
+            TableError: as the class says; "no data rows" once the file ends without one.
+        """
+        reader = {"csv": self._delimited_rows, "tsv": self._delimited_rows,
+                  "jsonl": self._jsonl_rows, "parquet": self._parquet_rows,
+                  "lines": self._text_rows}[self.kind]
+        count = 0
+        for count, row in enumerate(reader(), start=1):
+            yield count, row
+        if count == 0:
+            found = f"the header {self.columns}" if self.kind in ("csv", "tsv", "parquet") \
+                else "no line with data"
+            raise TableError(f"{self.source}: no data rows ({found})")
+
+    def _text_rows(self) -> Iterator[dict[str, str]]:
+        for _, line in self._lines:
+            yield {self.columns[0]: _strip_line_end(line)}
+
+    def _delimited_rows(self) -> Iterator[dict[str, str]]:
+        repeats = []
+        for number, line in self._lines:
+            if not line.strip():
+                continue
+            fields = self._split(line, number)
+            if len(fields) != len(self.columns):
+                raise TableError(self._field_count_error(number, line, len(fields)))
+            if [f.strip() for f in fields] == self.columns:
+                repeats.append(number)
+                continue
+            yield {name: value for name, value in zip(self.columns, fields, strict=True)
+                   if name}
+        if repeats:
+            log.warning("%s: dropped %d rows that repeat the header (lines %s)", self.source,
+                        len(repeats), repeats[:10])
+
+    def _field_count_error(self, number: int, line: str, count: int) -> str:
+        message = (f"{self.source}: line {number} has {count} fields, the header (line "
+                   f"{self._header_line}) {len(self.columns)}, separated by "
+                   f"{self.separator!r}.")
+        likely = [s for s in SEPARATORS if s != self.separator
+                  and self._header.count(s) == line.count(s) > 0]
+        if likely:
+            return (f"{message} The file seems separated by {likely[0]!r}: set "
+                    f"{self.separator_setting} to {likely[0]!r} (or auto)")
+        if self.kind == "csv":
+            return (f"{message} Quote a field that holds {self.separator!r} "
+                    '("...", RFC 4180), or fix that line')
+        return f"{message} A TSV field cannot hold a tab or a line break; fix that line"
+
+    def _next_object(self) -> tuple[int, dict[str, Any]] | None:
+        for number, line in self._lines:
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line, object_pairs_hook=_unique_keys)
+            except _DuplicateKey as dup:
+                raise TableError(f"{self.source}: line {number} gives the key {dup.args[0]!r} "
+                                 "twice; keep one") from None
+            except json.JSONDecodeError as err:
+                raise TableError(f"{self.source}: line {number} is not valid JSON "
+                                 f"({err.msg}, column {err.colno})") from None
+            if not isinstance(value, dict):
+                raise TableError(
+                    f"{self.source}: line {number} is a JSON {_json_type(value)}; expected "
+                    f"an object per line, such as "
+                    f"{json.dumps({c: '...' for c in self.required})}")
+            return number, value
+        return None
+
+    def _jsonl_rows(self) -> Iterator[dict[str, str]]:
+        item = self._first
+        while item is not None:
+            number, value = item
+            missing = [c for c in self.required if c not in value]
+            if missing:
+                raise TableError(
+                    f"{self.source}: line {number} has no key {_one_or_list(missing)} "
+                    f"({' / '.join(self.required[c] for c in missing)}); keys found: "
+                    f"{list(value)}")
+            yield {key: _json_text(v, key, number, self.source, key in self.required)
+                   for key, v in value.items()}
+            item = self._next_object()
+
+    # ---------------------------------------------------------------- parquet
+
+    def _open_parquet(self) -> None:
+        import pyarrow.parquet as pq
+
+        try:
+            self._parquet = pq.ParquetFile(self.source)
+        except Exception as err:  # pyarrow raises several types for a damaged file
+            raise TableError(f"{self.source}: not a readable Parquet file ({err})") from None
+        self._stack.callback(self._parquet.close)
+        names = self._parquet.schema_arrow.names
+        self.columns = [name.strip() for name in names]
+        if self.columns != names:
+            log.warning("%s: column names stripped of surrounding spaces: %s", self.source,
+                        [n for n in names if n != n.strip()])
+        twice = sorted({c for c in self.columns if self.columns.count(c) > 1})
+        if twice:
+            raise TableError(f"{self.source}: the column {twice[0]!r} appears twice: "
+                             f"{self.columns}. Rename or remove one of them")
+        self._check_required()
+
+    def _parquet_rows(self) -> Iterator[dict[str, str]]:
+        start = 1
+        for batch in self._parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS):
+            columns = [self._parquet_texts(batch.column(i), name, start)
+                       for i, name in enumerate(self.columns)]
+            for values in zip(*columns, strict=True):
+                yield dict(zip(self.columns, values, strict=True))
+            start += batch.num_rows
+
+    def _parquet_texts(self, array: Any, name: str, start: int) -> list[str]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        kind = array.type
+        if pa.types.is_dictionary(kind):
+            array, kind = array.dictionary_decode(), kind.value_type
+        if pa.types.is_null(kind):
+            return [""] * len(array)
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            return ["" if v is None else v for v in array.to_pylist()]
+        if pa.types.is_binary(kind) or pa.types.is_large_binary(kind) \
+                or pa.types.is_fixed_size_binary(kind):
+            out = []
+            for i, value in enumerate(array.to_pylist()):
+                try:
+                    out.append("" if value is None else value.decode(self.encoding))
+                except UnicodeDecodeError:
+                    raise TableError(
+                        f"{self.source}: row {start + i}, column {name!r}: bytes that are "
+                        f"not valid {self.encoding}; re-encode that column") from None
+            return out
+        if pa.types.is_integer(kind):
+            return ["" if v is None else str(v) for v in array.to_pylist()]
+        if name in self.required:
+            raise TableError(
+                f"{self.source}: column {name!r} holds {kind} values; lorasent reads text "
+                "(string, or binary in the file's encoding) or integers there. Cast the "
+                "column, e.g. with pyarrow or pandas .astype(str)")
+        try:  # another column, kept for the output only
+            return ["" if v is None else v for v in pc.cast(array, pa.string()).to_pylist()]
+        except pa.ArrowNotImplementedError:
+            return ["" if v is None else json.dumps(v, default=str) for v in array.to_pylist()]
+
+    # ---------------------------------------------------------------- context
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def __enter__(self) -> Table:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_table(path: str | Path, *, required: Mapping[str, str], encoding: str = "utf-8",
+               separator: str = "auto") -> list[tuple[int, dict[str, str]]]:
+    """Every row of a table file, as :meth:`Table.rows` gives them.
+
+    Raises:
+        TableError: see :class:`Table`.
+    """
+    with Table(path, required=required, encoding=encoding, separator=separator) as table:
+        return list(table.rows())
+
+
+# ---------------------------------------------------------------------------- helpers
+
+def _sniff(header: str) -> str:
+    """The header's separator among :data:`SEPARATORS`; ``,`` for a single column."""
+    try:
+        return csv.Sniffer().sniff(header, delimiters=SEPARATORS).delimiter
+    except csv.Error:
+        return ","
+
+
+def _strip_line_end(line: str) -> str:
+    return line.removesuffix("\n").removesuffix("\r")
+
+
+def _chain_first(line: str, rest: Iterator[tuple[int, str]]) -> Iterator[str]:
+    yield line
+    yield from (text for _, text in rest)
+
+
+def _one_or_list(names: Sequence[str]) -> str:
+    return repr(names[0]) if len(names) == 1 else repr(list(names))
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        key = key.strip()
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def _json_type(value: Any) -> str:
+    return {list: "array", str: "string", bool: "boolean", type(None): "null",
+            int: "number", float: "number"}.get(type(value), type(value).__name__)
+
+
+def _json_text(value: Any, key: str, number: int, source: str, strict: bool) -> str:
+    """A JSON value as text: strings as they are, integers in decimal, null as ``""``.
+    Another type is an error in a required column, and its JSON text elsewhere."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if strict:
+        raise TableError(f"{source}: line {number}, key {key!r} is a JSON {_json_type(value)} "
+                         f"({json.dumps(value)[:40]}); write it as a string")
+    return json.dumps(value, ensure_ascii=False)
