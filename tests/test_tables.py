@@ -182,7 +182,8 @@ def test_parquet_integer_labels_and_undecodable_bytes(tmp_path):
     with pytest.raises(TableError) as err:
         _fetch(tmp_path / "latin.parquet")
     assert str(err.value) == (f"{tmp_path / 'latin.parquet'}: row 2, column 'text': bytes "
-                              "that are not valid utf-8; re-encode that column")
+                              "that are not valid utf-8; set data.encoding to their "
+                              "encoding or re-encode that column")
     assert _fetch(tmp_path / "latin.parquet", encoding="latin-1")[1] == ("café", "y")
     pq.write_table(pa.table({"text": ["a"], "label": [0.5]}), tmp_path / "float.parquet")
     with pytest.raises(TableError, match="column 'label' holds double values"):
@@ -281,8 +282,8 @@ def test_undecodable_bytes_name_the_line_in_any_format(tmp_path):
     with pytest.raises(TableError) as err:
         _predict(tmp_path / "latin.csv")
     assert str(err.value) == (
-        f"{tmp_path / 'latin.csv'}: line 3002 is not valid utf-8 (byte 0xe9). Give the file's "
-        "encoding (e.g. latin-1, gb18030) or re-save it as UTF-8")
+        f"{tmp_path / 'latin.csv'}: line 3002 is not valid utf-8 (byte 0xe9). Set --encoding "
+        "to the file's encoding (e.g. latin-1, gb18030) or re-save it as UTF-8")
     assert _predict(tmp_path / "latin.csv", encoding="latin-1")[-1] == "caf\xe9"
 
 

@@ -42,7 +42,7 @@ from lorasent.artifacts import atomic_dir, write_json
 from lorasent.errors import LorasentError
 from lorasent.metrics import probabilities
 from lorasent.scoring import Encoder, score_texts
-from lorasent.tables import Table
+from lorasent.tables import PREDICT_SETTINGS, Table
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def open_inputs(source: str, *, text_column: str = "text", separator: str = "aut
         InputError: a ``keep`` column the input does not have.
     """
     with Table(source, required={text_column: "--text-column"}, encoding=encoding,
-               separator=separator, separator_setting="--separator", lines=True) as table:
+               separator=separator, settings=PREDICT_SETTINGS, lines=True) as table:
         others = [c for c in table.columns if c and c != text_column]
         if keep is None:
             kept = others

@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".ndjson", ".parquet")
 SEPARATORS = ",;\t|"  # what ``auto`` chooses among; also the candidates of the hints
 PARQUET_BATCH_ROWS = 4096
+FETCH_SETTINGS = {"separator": "data.separator", "encoding": "data.encoding"}
+PREDICT_SETTINGS = {"separator": "--separator", "encoding": "--encoding"}
 
 
 class TableError(LorasentError, ValueError):
@@ -112,7 +114,8 @@ class Table:
             ``--text-column``), for the error when it is missing.
         encoding: of text files and of Parquet binary columns (Python codec name).
         separator: ``auto`` or one character (CSV and TSV).
-        separator_setting: the setting that names the separator, for hints.
+        settings: the settings that name the ``separator`` and the ``encoding``, for
+            the hints of the errors (predict's are ``--separator`` and ``--encoding``).
         lines: allow a plain-text file (or standard input), one text per line, read as
             the single column ``next(iter(required))``.
 
@@ -124,17 +127,18 @@ class Table:
 
     def __init__(self, source: str | Path, *, required: Mapping[str, str],
                  encoding: str = "utf-8", separator: str = "auto",
-                 separator_setting: str = "data.separator", lines: bool = False) -> None:
+                 settings: Mapping[str, str] = FETCH_SETTINGS, lines: bool = False) -> None:
         self.source = str(source)
         self.kind = table_kind(source, lines=lines)
         self.required = dict(required)
         self.encoding = encoding
-        self.separator_setting = separator_setting
+        self.settings = dict(settings)
         self._stack = ExitStack()
         try:
             codecs.lookup(encoding)
         except LookupError:
-            raise TableError(f"{self.source}: unknown encoding {encoding!r}") from None
+            raise TableError(f"{self.settings['encoding']}: unknown encoding {encoding!r} "
+                             f"for {self.source}") from None
         if self.source != "-" and not Path(source).is_file():
             raise TableError(f"{self.source}: no such file")
         try:
@@ -193,8 +197,8 @@ class Table:
                         where, err = f"line {line}", e
                         break
         return (f"{self.source}: {where} is not valid {self.encoding} (byte "
-                f"{err.object[err.start]:#04x}). Give the file's encoding (e.g. latin-1, "
-                "gb18030) or re-save it as UTF-8")
+                f"{err.object[err.start]:#04x}). Set {self.settings['encoding']} to the file's "
+                "encoding (e.g. latin-1, gb18030) or re-save it as UTF-8")
 
     def _open_delimited(self, separator: str) -> None:
         first = next(((n, line) for n, line in self._lines if line.strip()), None)
@@ -251,7 +255,7 @@ class Table:
                 if sep != self.separator and set(missing) <= {
                         c.strip() for c in self._header.split(sep)}:
                     hint = (f". The header looks separated by {sep!r}: set "
-                            f"{self.separator_setting} to {sep!r} (or auto)")
+                            f"{self.settings['separator']} to {sep!r} (or auto)")
                     break
         where = f" the header (line {self._header_line}) has" if self.kind in ("csv", "tsv") \
             else ""
@@ -306,7 +310,7 @@ class Table:
                   and self._header.count(s) == line.count(s) > 0]
         if likely:
             return (f"{message} The file seems separated by {likely[0]!r}: set "
-                    f"{self.separator_setting} to {likely[0]!r} (or auto)")
+                    f"{self.settings['separator']} to {likely[0]!r} (or auto)")
         if self.kind == "csv":
             return (f"{message} Quote a field that holds {self.separator!r} "
                     '("...", RFC 4180), or fix that line')
@@ -396,7 +400,8 @@ class Table:
                 except UnicodeDecodeError:
                     raise TableError(
                         f"{self.source}: row {start + i}, column {name!r}: bytes that are "
-                        f"not valid {self.encoding}; re-encode that column") from None
+                        f"not valid {self.encoding}; set {self.settings['encoding']} to their "
+                        "encoding or re-encode that column") from None
             return out
         if pa.types.is_integer(kind):
             return ["" if v is None else str(v) for v in array.to_pylist()]
