@@ -90,8 +90,9 @@ def test_predict_cli_writes_jsonl_in_input_order(trained, tmp_path, monkeypatch)
     assert all(abs(sum(r["probabilities"].values()) - 1) < 1e-6 for r in rows)
     # The input's other keys come first; its own `label` is renamed beside the predicted.
     assert list(rows[0])[:3] == ["id", "input_label", "label_id"]
-    assert [(r["id"], r["input_label"]) for r in rows] == [(row["id"], row["label"])
+    assert [(r["id"], r["input_label"]) for r in rows] == [(row["id"], row["actual"])
                                                           for row in expected]
+    assert isinstance(rows[0]["label_id"], int)  # JSON values keep their type
 
 
 def test_predict_cli_csv_keeps_named_columns(trained, tmp_path, monkeypatch):

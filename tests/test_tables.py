@@ -20,7 +20,7 @@ from conftest import CASES, REPO
 from lorasent.cli import main
 from lorasent.fetch import SourceError, fetch_dataset, read_labelled, read_source
 from lorasent.params import merge, parse_params, read_yaml, update_params
-from lorasent.predict import InputError, open_inputs
+from lorasent.predict import InputError, kept_names, open_inputs
 from lorasent.split import run_split
 from lorasent.tables import Table, TableError
 
@@ -186,7 +186,8 @@ def test_parquet_integer_labels_and_undecodable_bytes(tmp_path):
                               "encoding or re-encode that column")
     assert _fetch(tmp_path / "latin.parquet", encoding="latin-1")[1] == ("café", "y")
     pq.write_table(pa.table({"text": ["a"], "label": [0.5]}), tmp_path / "float.parquet")
-    with pytest.raises(TableError, match="column 'label' holds double values"):
+    with pytest.raises(TableError, match=r"column 'label' holds double values; .* whole "
+                                         r"numbers with pandas .astype\('Int64'\)"):
         _fetch(tmp_path / "float.parquet")
 
 
@@ -283,7 +284,8 @@ def test_undecodable_bytes_name_the_line_in_any_format(tmp_path):
         _predict(tmp_path / "latin.csv")
     assert str(err.value) == (
         f"{tmp_path / 'latin.csv'}: line 3002 is not valid utf-8 (byte 0xe9). Set --encoding "
-        "to the file's encoding (e.g. latin-1, gb18030) or re-save it as UTF-8")
+        "to the file's encoding (e.g. cp1252 for Windows exports, gb18030) or re-save it as "
+        "UTF-8")
     assert _predict(tmp_path / "latin.csv", encoding="latin-1")[-1] == "caf\xe9"
 
 
@@ -323,6 +325,58 @@ def test_fetch_cli_names_the_fault_and_writes_nothing(tmp_path, monkeypatch, cas
     assert result.output.startswith(f"lorasent fetch: error: {CASES / case}: ")
     assert "Traceback" not in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
+
+
+def test_a_tsv_takes_no_other_separator_and_warns_of_csv_quoting(tmp_path, caplog):
+    path = tmp_path / "pandas.tsv"   # pandas' to_csv(sep="\t") quotes as CSV does
+    path.write_text('text\tlabel\n"She said ""wow"""\tpositive\nplain\tneutral\n',
+                    encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        assert _fetch(path)[0] == ('"She said ""wow"""', "positive")
+    assert ("1 rows hold fields in double quotes (lines [2]), kept with their quotes: a TSV "
+            "has no quoting. If the file was written with CSV quoting (pandas' "
+            "to_csv(sep='\\t'), a spreadsheet), name it .csv and set the separator to "
+            "'\\t'") in caplog.text
+    with pytest.raises(TableError, match=r"^--separator: ';' does not apply to .*pandas.tsv: "
+                                         r"a .tsv is tab-separated"):
+        _predict(path, separator=";")
+    csv_path = path.rename(tmp_path / "pandas.csv")
+    assert _fetch(csv_path, separator="\t")[0] == ('She said "wow"', "positive")
+
+
+def test_missing_column_hints_a_near_name_or_a_text_file(tmp_path):
+    path = tmp_path / "cased.csv"
+    path.write_text("ID,Text\n1,good\n", encoding="utf-8")
+    with pytest.raises(TableError, match=r"columns found: \['ID', 'Text'\]. Column names are "
+                                         r"case-sensitive: 'Text'\?$"):
+        _predict(path)
+    path = tmp_path / "texts.csv"
+    path.write_text("great phone\nawful battery\n", encoding="utf-8")
+    with pytest.raises(TableError, match=r"is read as such when it is not named .csv "
+                                         r"\(e.g. texts.txt\)$"):
+        _predict(path)
+
+
+def test_predict_keeps_json_and_parquet_values_typed(tmp_path):
+    path = tmp_path / "typed.jsonl"
+    path.write_text('{"id": 1, "text": "a", "score": 0.5, "ok": true, "tags": ["x"]}\n'
+                    '{"id": 2, "text": 7}\n', encoding="utf-8")
+    with open_inputs(str(path)) as inputs:
+        assert list(inputs.rows) == [
+            ("a", {"id": 1, "score": 0.5, "ok": True, "tags": ["x"]}),
+            ("7", {"id": 2, "score": None, "ok": None, "tags": None})]
+    pq.write_table(pa.table({"id": [3, 4], "text": ["b", "c"], "w": [2.0, None]}),
+                   tmp_path / "typed.parquet")
+    with open_inputs(str(tmp_path / "typed.parquet")) as inputs:
+        assert list(inputs.rows) == [("b", {"id": 3, "w": 2.0}), ("c", {"id": 4, "w": None})]
+
+
+def test_kept_names_never_repeat():
+    outputs = ["text", "label", "probabilities", "note"]
+    assert kept_names(["id", "label", "input_label", "note"], outputs) == [
+        "id", "input_input_label", "input_label", "input_note"]
+    assert kept_names(["label", "input_label"], outputs) == ["input_input_label",
+                                                             "input_label"]
 
 
 def test_standard_input_is_one_text_per_line(monkeypatch):

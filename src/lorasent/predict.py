@@ -56,13 +56,14 @@ class InputError(LorasentError, ValueError):
 
 @dataclass(frozen=True)
 class Prediction:
-    """One text's prediction; ``columns`` are the input's kept columns (name -> value)."""
+    """One text's prediction; ``columns`` are the input's kept columns (name -> value,
+    typed as in the input: JSON and Parquet values keep their type)."""
 
     text: str
     label: str | None
     probabilities: dict[str, float] | None
     note: str | None = None
-    columns: dict[str, str] = field(default_factory=dict)
+    columns: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class Inputs:
     """Texts to predict, with the names of the input columns kept in the output."""
 
     columns: list[str]
-    rows: Iterator[tuple[str, dict[str, str]]]  # (text, {kept column: value})
+    rows: Iterator[tuple[str, dict[str, Any]]]  # (text, {kept column: value})
 
 
 def predict(model: Any, encoder: Encoder, labels: list[str], texts: list[str],
@@ -105,7 +106,8 @@ def open_inputs(source: str, *, text_column: str = "text", separator: str = "aut
         InputError: a ``keep`` column the input does not have.
     """
     with Table(source, required={text_column: "--text-column"}, encoding=encoding,
-               separator=separator, settings=PREDICT_SETTINGS, lines=True) as table:
+               separator=separator, settings=PREDICT_SETTINGS, lines=True,
+               typed=True) as table:
         others = [c for c in table.columns if c and c != text_column]
         if keep is None:
             kept = others
@@ -115,7 +117,7 @@ def open_inputs(source: str, *, text_column: str = "text", separator: str = "aut
             if missing:
                 raise InputError(f"--keep: {source} has no column {missing} besides the text "
                                  f"column {text_column!r}; its columns: {table.columns}")
-        yield Inputs(kept, ((row[text_column], {c: row.get(c, "") for c in kept})
+        yield Inputs(kept, ((row[text_column], {c: row.get(c) for c in kept})
                             for _, row in table.rows()))
 
 
@@ -129,9 +131,15 @@ def _rows(predictions: Iterable[Prediction], labels: list[str]) -> Iterator[list
 
 
 def kept_names(columns: Sequence[str], outputs: Sequence[str]) -> list[str]:
-    """Output names of kept input columns: their own, or ``input_<name>`` where the name
-    is one of the prediction's own (an input ``label`` column next to the predicted one)."""
-    names = [f"input_{c}" if c in outputs else c for c in columns]
+    """Output names of kept input columns: their own, or, where the name is one of the
+    prediction's own (an input ``label`` next to the predicted one), ``input_<name>``,
+    prefixed again while that is taken too, so that no name repeats."""
+    names: list[str] = []
+    for column in columns:
+        name = column
+        while name in outputs or name in names or (name != column and name in columns):
+            name = f"input_{name}"
+        names.append(name)
     renamed = [f"{c} -> {n}" for c, n in zip(columns, names, strict=True) if c != n]
     if renamed:
         log.warning("input columns renamed in the output: %s", ", ".join(renamed))
@@ -151,7 +159,7 @@ def write_predictions(predictions: Iterable[Prediction], labels: list[str], out:
             out.write(json.dumps({**dict(zip(names, p.columns.values(), strict=True)),
                                   "text": p.text, "label": p.label,
                                   "probabilities": p.probabilities, "note": p.note},
-                                 ensure_ascii=False) + "\n")
+                                 ensure_ascii=False, default=str) + "\n")
     elif fmt == "csv":
         header = ["text", "label", *(f"p_{label}" for label in labels), "note"]
         writer = csv.writer(out, lineterminator="\n")
@@ -179,7 +187,7 @@ def output_format(path: str | None) -> str:
 
 
 def stream_predictions(model: Any, encoder: Encoder, labels: list[str],
-                       rows: Iterable[tuple[str, dict[str, str]]], batch_size: int,
+                       rows: Iterable[tuple[str, dict[str, Any]]], batch_size: int,
                        chunk: int = CHUNK_TEXTS) -> Iterator[Prediction]:
     """Predictions for a stream of ``(text, kept columns)``, ``chunk`` texts at a time, in
     input order."""

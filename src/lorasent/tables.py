@@ -24,8 +24,10 @@ mark is dropped; blank lines of a table are skipped; column names are stripped o
 surrounding spaces (logged); a column name given twice is an error naming it; a row with
 more or fewer fields than the header is an error naming its line (and the separator it
 seems to use); a file without data rows is an error naming the header it found; a row
-that repeats the header (files joined with ``cat``) is dropped and logged. Every value
-is returned as a ``str``; a missing value (JSON ``null``, Parquet null) is ``""``.
+that repeats the header (files joined with ``cat``) is dropped and logged. The required
+columns' values are ``str``, a missing value (JSON ``null``, Parquet null) ``""``; the
+other columns' are ``str`` too, or with ``typed`` the file's own values (JSON numbers,
+booleans and null; Parquet's as pyarrow gives them), so that an ``id`` joins back.
 
 Errors are :class:`TableError`: they name the file, the line (text files) or row
 (Parquet) and the column, and say what to do.
@@ -51,6 +53,9 @@ log = logging.getLogger(__name__)
 TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".ndjson", ".parquet")
 SEPARATORS = ",;\t|"  # what ``auto`` chooses among; also the candidates of the hints
 PARQUET_BATCH_ROWS = 4096
+# pandas' to_csv(sep="\t") and spreadsheets quote fields as CSV does, also in a .tsv.
+TSV_QUOTED = ("If the file was written with CSV quoting (pandas' to_csv(sep='\\t'), a "
+              "spreadsheet), name it .csv and set the separator to '\\t'")
 FETCH_SETTINGS = {"separator": "data.separator", "encoding": "data.encoding"}
 PREDICT_SETTINGS = {"separator": "--separator", "encoding": "--encoding"}
 
@@ -118,6 +123,8 @@ class Table:
             the hints of the errors (predict's are ``--separator`` and ``--encoding``).
         lines: allow a plain-text file (or standard input), one text per line, read as
             the single column ``next(iter(required))``.
+        typed: give the columns that are not required with the file's own types (JSON,
+            Parquet) rather than as text.
 
     Raises:
         TableError: a missing file, unknown suffix or encoding, a header that repeats
@@ -127,12 +134,15 @@ class Table:
 
     def __init__(self, source: str | Path, *, required: Mapping[str, str],
                  encoding: str = "utf-8", separator: str = "auto",
-                 settings: Mapping[str, str] = FETCH_SETTINGS, lines: bool = False) -> None:
+                 settings: Mapping[str, str] = FETCH_SETTINGS, lines: bool = False,
+                 typed: bool = False) -> None:
         self.source = str(source)
         self.kind = table_kind(source, lines=lines)
         self.required = dict(required)
         self.encoding = encoding
         self.settings = dict(settings)
+        self.lines = lines
+        self.typed = typed
         self._stack = ExitStack()
         try:
             codecs.lookup(encoding)
@@ -198,7 +208,7 @@ class Table:
                         break
         return (f"{self.source}: {where} is not valid {self.encoding} (byte "
                 f"{err.object[err.start]:#04x}). Set {self.settings['encoding']} to the file's "
-                "encoding (e.g. latin-1, gb18030) or re-save it as UTF-8")
+                "encoding (e.g. cp1252 for Windows exports, gb18030) or re-save it as UTF-8")
 
     def _open_delimited(self, separator: str) -> None:
         first = next(((n, line) for n, line in self._lines if line.strip()), None)
@@ -206,6 +216,10 @@ class Table:
             raise TableError(f"{self.source}: no data rows (the file is empty)")
         self._header_line, header = first
         self._header = _strip_line_end(header)
+        if self.kind == "tsv" and separator not in ("auto", "\t"):
+            raise TableError(
+                f"{self.settings['separator']}: {separator!r} does not apply to {self.source}: "
+                "a .tsv is tab-separated; use auto, or name the file .csv")
         if separator == "auto":
             separator = "\t" if self.kind == "tsv" else _sniff(header)
         self.separator = separator
@@ -257,6 +271,13 @@ class Table:
                     hint = (f". The header looks separated by {sep!r}: set "
                             f"{self.settings['separator']} to {sep!r} (or auto)")
                     break
+        folded = {c.casefold(): c for c in self.columns}
+        near = [folded[c.casefold()] for c in missing if c.casefold() in folded]
+        if near:
+            hint += f". Column names are case-sensitive: {_one_or_list(near)}?"
+        elif self.lines and self.kind == "csv" and len(self.columns) == 1:
+            hint += (". A file of texts without a header, one per line, is read as such when "
+                     "it is not named .csv (e.g. texts.txt)")
         where = f" the header (line {self._header_line}) has" if self.kind in ("csv", "tsv") \
             else ""
         raise TableError(f"{self.source}:{where} no column {_one_or_list(missing)} ({settings}); "
@@ -286,7 +307,7 @@ class Table:
             yield {self.columns[0]: _strip_line_end(line)}
 
     def _delimited_rows(self) -> Iterator[dict[str, str]]:
-        repeats = []
+        repeats, quoted = [], []
         for number, line in self._lines:
             if not line.strip():
                 continue
@@ -296,11 +317,17 @@ class Table:
             if [f.strip() for f in fields] == self.columns:
                 repeats.append(number)
                 continue
+            if self.kind == "tsv" and any(len(f) > 1 and f[0] == f[-1] == '"' for f in fields):
+                quoted.append(number)
             yield {name: value for name, value in zip(self.columns, fields, strict=True)
                    if name}
         if repeats:
             log.warning("%s: dropped %d rows that repeat the header (lines %s)", self.source,
                         len(repeats), repeats[:10])
+        if quoted:
+            log.warning("%s: %d rows hold fields in double quotes (lines %s), kept with their "
+                        "quotes: a TSV has no quoting. %s", self.source, len(quoted),
+                        quoted[:10], TSV_QUOTED)
 
     def _field_count_error(self, number: int, line: str, count: int) -> str:
         message = (f"{self.source}: line {number} has {count} fields, the header (line "
@@ -314,7 +341,8 @@ class Table:
         if self.kind == "csv":
             return (f"{message} Quote a field that holds {self.separator!r} "
                     '("...", RFC 4180), or fix that line')
-        return f"{message} A TSV field cannot hold a tab or a line break; fix that line"
+        return (f"{message} A TSV field cannot hold a tab or a line break (a quoted one "
+                f"may start on an earlier line). {TSV_QUOTED}")
 
     def _next_object(self) -> tuple[int, dict[str, Any]] | None:
         for number, line in self._lines:
@@ -346,7 +374,8 @@ class Table:
                     f"{self.source}: line {number} has no key {_one_or_list(missing)} "
                     f"({' / '.join(self.required[c] for c in missing)}); keys found: "
                     f"{list(value)}")
-            yield {key: _json_text(v, key, number, self.source, key in self.required)
+            yield {key: v if self.typed and key not in self.required
+                   else _json_text(v, key, number, self.source, key in self.required)
                    for key, v in value.items()}
             item = self._next_object()
 
@@ -403,13 +432,16 @@ class Table:
                         f"not valid {self.encoding}; set {self.settings['encoding']} to their "
                         "encoding or re-encode that column") from None
             return out
+        if self.typed and name not in self.required:
+            return array.to_pylist()
         if pa.types.is_integer(kind):
             return ["" if v is None else str(v) for v in array.to_pylist()]
         if name in self.required:
             raise TableError(
                 f"{self.source}: column {name!r} holds {kind} values; lorasent reads text "
                 "(string, or binary in the file's encoding) or integers there. Cast the "
-                "column, e.g. with pyarrow or pandas .astype(str)")
+                "column: whole numbers with pandas .astype('Int64') (a float column of "
+                "class ids with missing values), text with .astype(str)")
         try:  # another column, kept for the output only
             return ["" if v is None else v for v in pc.cast(array, pa.string()).to_pylist()]
         except pa.ArrowNotImplementedError:
