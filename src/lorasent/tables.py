@@ -11,7 +11,8 @@ Formats, chosen by the file's suffix:
     Tab-separated values (IANA ``text/tab-separated-values``): one record per line, no
     quoting, so a ``"`` is an ordinary character.
 ``.jsonl`` / ``.ndjson``
-    One JSON object per line. Its keys are the columns; a key given twice is an error.
+    One JSON object per line. Its keys, as written, are the columns; a key given twice is
+    an error.
 ``.parquet``
     Read with pyarrow in record batches. Binary columns are decoded (an error names the
     row and column of bytes that do not decode), dictionary-encoded columns become
@@ -20,8 +21,8 @@ anything else (only where ``lines`` is allowed, i.e. predict) and ``-`` (standar
     One text per line; a blank line is an empty text, so output line N is input line N.
 
 Rules common to all: text files are decoded with the given encoding and a byte-order
-mark is dropped; blank lines of a table are skipped; column names are stripped of
-surrounding spaces (logged); a column name given twice is an error naming it; a row with
+mark is dropped; blank lines of a table are skipped; header names (CSV, TSV, Parquet)
+are stripped of surrounding spaces (logged); a column name given twice is an error naming it; a row with
 more or fewer fields than the header is an error naming its line (and the separator it
 seems to use); a file without data rows is an error naming the header it found; a row
 that repeats the header (files joined with ``cat``) is dropped and logged. The required
@@ -500,7 +501,6 @@ class _DuplicateKey(Exception):
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
-        key = key.strip()
         if key in out:
             raise _DuplicateKey(key)
         out[key] = value
