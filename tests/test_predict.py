@@ -2,7 +2,9 @@
 
 import csv
 import json
+import os
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -20,6 +22,7 @@ from lorasent.scoring import PromptEncoder, score_texts
 from lorasent.split import run_split
 from lorasent.tables import TableError
 from lorasent.train import run_train
+from test_outputs import check_table_on_terminal, run_in_terminal
 
 pytestmark = pytest.mark.slow
 
@@ -120,8 +123,19 @@ def test_predict_cli_prints_a_table(trained, monkeypatch):
     assert result.exit_code == 0, result.output
     lines = result.stdout.strip().splitlines()
     assert lines[0].split() == ["label", "negative", "neutral", "positive", "text"]
-    assert lines[2].startswith("-") and lines[2].endswith("''")      # the empty text
+    assert lines[2].startswith("-") and lines[2].endswith("''  (empty text)")
     assert re.match(r"(negative|neutral|positive)\s+0\.\d{6}", lines[1])
+
+
+def test_predict_table_in_a_terminal_has_no_progress_bar_in_it(trained):
+    """stdout and stderr on one pseudo-terminal, as a user runs it: the bars (stderr)
+    never draw into the table's rows, and none follows it."""
+    texts = ["What a great day!", "", "awful service, never again"]
+    status, lines = run_in_terminal(
+        [sys.executable, "-m", "lorasent.cli", "predict", "--adapter", "adapter", "--base",
+         "base", *texts], trained)
+    assert status == 0, lines
+    check_table_on_terminal(lines, texts)
 
 
 def test_empty_and_very_long_texts_get_defined_results(loaded):
@@ -175,8 +189,21 @@ def test_export_loads_with_plain_transformers_and_predicts_the_same(trained, loa
 
     out = tmp_path / "exported"
     result = CliRunner().invoke(main, ["export", "--adapter", str(trained / "adapter"),
-                                       "--base", str(trained / "base"), "--out", str(out)])
+                                       "--base", str(trained / "base"), "--out", str(out),
+                                       "--metrics", str(trained / "eval.json")])
     assert result.exit_code == 0, result.output
+    assert "with the evaluation of" in result.output
+    # every file readable as the rest: the weights too (libraries write them 0600)
+    mask = os.umask(0)
+    os.umask(mask)
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in out.iterdir()} == {
+        p.name: oct(0o666 & ~mask) for p in out.iterdir()}
+    # the model card gives this adapter's metrics, from its eval.json
+    evals = json.loads((trained / "eval.json").read_text(encoding="utf-8"))
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert (f"| **this model** | **{evals['accuracy']:.3f}** [{evals['accuracy_ci95_low']:.3f}, "
+            f"{evals['accuracy_ci95_high']:.3f}] | **{evals['macro_f1']:.3f}**") in card
+    assert f"on {evals['test_rows']} held-out test rows" in card
     assert {"model.safetensors", "config.json", "tokenizer.json", "lorasent.json",
             "README.md"} <= {p.name for p in out.iterdir()}
     merged = AutoModelForCausalLM.from_pretrained(out).eval()
@@ -188,10 +215,20 @@ def test_export_loads_with_plain_transformers_and_predicts_the_same(trained, loa
     np.testing.assert_allclose(got, expected, atol=1e-4)
     assert merged.config.id2label == dict(enumerate(record["labels"]))
 
-    # The README's snippet, run as written, gives the same labels.
-    snippet = re.search(r"```python\n(.*?)```", (out / "README.md").read_text(), re.S).group(1)
+    # The README's snippet, run as written from inside the folder after the folder was
+    # moved, gives the same labels.
+    moved = tmp_path / "moved" / "model"
+    moved.parent.mkdir()
+    out.rename(moved)
+    snippet = re.search(r"```python\n(.*?)```", (moved / "README.md").read_text(), re.S).group(1)
+    assert str(out) not in snippet
     namespace = {}
-    exec(snippet.replace('print(classify("I love this phone"))', ""), namespace)
+    cwd = os.getcwd()
+    os.chdir(moved)
+    try:
+        exec(snippet.replace('print(classify("I love this phone"))', ""), namespace)
+    finally:
+        os.chdir(cwd)
     for text, row in zip(texts, expected, strict=True):
         label, probs = namespace["classify"](text)
         assert label == record["labels"][int(np.argmax(row))]

@@ -19,12 +19,37 @@ from lorasent.params import (
 
 PRESETS = sorted((REPO / "configs").glob("*.yaml"))
 CPU_PRESETS = {"cpu-gemma270m-seqcls-tweets", "cpu-minilm-seqcls-tweets",
-               "cpu-gemma270m-reviews-zh"}
+               "cpu-gemma270m-reviews-zh", "smoke"}
 
 
 def test_the_seed_recipes_and_the_cpu_presets_are_there():
     assert {p.stem for p in PRESETS} == CPU_PRESETS | {"seed000-gemma-emotion-zh",
                                                        "seed002-gemma2b-imdb-seqcls"}
+
+
+def test_smoke_is_the_default_run_made_tiny(repo_params_raw):
+    """configs/smoke.yaml: the committed default (model, data, mode, prompt, LoRA) on a
+    tiny split for a few steps, so a first run takes about two minutes on 2 cores."""
+    path = REPO / "configs" / "smoke.yaml"
+    default = parse_params(repo_params_raw)
+    smoke = parse_params(merge(repo_params_raw, read_yaml(path.read_text("utf-8"), path)))
+    assert (smoke.base, smoke.data, smoke.prompt, smoke.train.mode, smoke.train.lora) == (
+        default.base, default.data, default.prompt, default.train.mode, default.train.lora)
+    assert smoke.split.train_size <= 64 and smoke.split.test_size <= 64
+    assert smoke.split.validation_size == 0 and smoke.train.eval_strategy == "no"
+    steps = smoke.train.max_steps * smoke.train.per_device_train_batch_size
+    assert 0 < smoke.train.max_steps <= 8 and steps <= smoke.split.train_size
+
+
+def test_make_smoke_applies_the_smoke_preset_and_says_how_to_go_back():
+    out = subprocess.run(["make", "-n", "smoke", "LORASENT_SYSTEM_PYTHON=1"], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout
+    lines = out.splitlines()
+    preset = next(i for i, line in enumerate(lines)
+                  if line.endswith("lorasent preset configs/smoke.yaml"))
+    repro = next(i for i, line in enumerate(lines) if line.endswith("dvc repro"))
+    assert preset < repro
+    assert "git checkout params.yaml dvc.lock metrics" in out.split("dvc repro", 1)[1]
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.stem)

@@ -142,7 +142,7 @@ def test_minilm_round_trip_gives_identical_logits_in_a_fresh_process(
     readme = (tmp_path / "exported" / "README.md").read_text(encoding="utf-8")
     snippet = readme.split("```python\n")[1].split("```")[0]
     done = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True,
-                          check=True)
+                          check=True, cwd=tmp_path / "exported")  # the card reads "."
     expected = LABELS[int(np.argmax(in_memory[0]))]  # TEXTS[0] is the snippet's example
     assert done.stdout.startswith(f"('{expected}',")
 

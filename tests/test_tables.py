@@ -307,7 +307,10 @@ def test_predict_keeps_the_other_columns(tmp_path):
 @pytest.mark.parametrize("case", ["dup_label.csv", "not_objects.jsonl", "header_only.csv"])
 def test_predict_cli_names_the_fault_without_traceback_or_output(tmp_path, case):
     out = tmp_path / "out.csv"
-    result = CliRunner().invoke(main, ["predict", "--adapter", str(tmp_path / "none"),
+    adapter = tmp_path / "adapter"   # passes the folder check; the input fails first
+    adapter.mkdir()
+    (adapter / "lorasent.json").write_text("{}", encoding="utf-8")
+    result = CliRunner().invoke(main, ["predict", "--adapter", str(adapter),
                                        "--input", str(CASES / case), "--output", str(out)])
     assert result.exit_code == 1
     assert result.output.startswith(f"lorasent predict: error: {CASES / case}: ")

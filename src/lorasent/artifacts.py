@@ -77,9 +77,28 @@ def remove_stale_temporaries(path: str | Path) -> list[Path]:
 
 
 def _umask() -> int:
-    mask = os.umask(0)
+    mask = os.umask(0)  # the only way to read it; set back at once
     os.umask(mask)
     return mask
+
+
+def usual_modes(folder: str | Path) -> None:
+    """Give ``folder`` and everything below it the mode a plain ``open``/``mkdir`` would:
+    ``0o777 & ~umask`` for folders (and files with their owner's execute bit),
+    ``0o666 & ~umask`` for other files, so that another user or a non-root serving
+    container reads them as it reads the rest. Symbolic links are left alone."""
+    mask = _umask()
+    os.chmod(folder, 0o777 & ~mask)
+    for root, dirs, files in os.walk(folder):
+        for name in dirs:
+            p = os.path.join(root, name)
+            if not os.path.islink(p):
+                os.chmod(p, 0o777 & ~mask)
+        for name in files:
+            p = os.path.join(root, name)
+            if not os.path.islink(p):
+                executable = os.stat(p).st_mode & 0o100
+                os.chmod(p, (0o777 if executable else 0o666) & ~mask)
 
 
 def jsonl_text(rows: Iterable[dict[str, Any]]) -> str:
@@ -95,15 +114,18 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 def atomic_dir(path: str | Path) -> Iterator[Path]:
     """Yield an empty temporary folder that replaces ``path`` when the block succeeds.
 
-    On an exception the temporary folder is removed and ``path`` is left untouched.
+    Before the rename, every file and folder inside gets the usual mode
+    (:func:`usual_modes`), whatever wrote it: libraries that write through
+    ``tempfile.mkstemp`` (safetensors, transformers) leave 0600 files. On an exception
+    the temporary folder is removed and ``path`` is left untouched.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
-        os.chmod(tmp, 0o777 & ~_umask())
         yield tmp
+        usual_modes(tmp)
         if path.exists():
             shutil.rmtree(path) if path.is_dir() else path.unlink()
         os.replace(tmp, path)

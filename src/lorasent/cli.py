@@ -1,12 +1,13 @@
-"""``lorasent <stage>``: run one pipeline stage in the current folder.
+"""``lorasent <stage>``: run one pipeline stage in the folder that holds its params.
 
 Each command reads ``params.yaml`` (or ``--params PATH``) once, validates it and passes
-each stage only its sections. Paths are relative to the current folder (see
-``lorasent.paths``); ``dvc.yaml`` runs these commands.
+each stage only its sections. Paths are relative to the params file's folder, where the
+stage runs (see ``lorasent.paths``); ``dvc.yaml`` runs these commands.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -30,7 +31,9 @@ warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", categ
 def _user_errors(func: Callable) -> Callable:
     """Print a user error's message (no traceback) and exit with status 1.
 
-    ``LORASENT_DEBUG=1`` re-raises instead, for a traceback.
+    A missing file is one an earlier stage writes (the message says to run them); a
+    program that could not be started (dvc, git) is named as a program, with how to get
+    it (``lorasent.programs``). ``LORASENT_DEBUG=1`` re-raises instead, for a traceback.
     """
 
     @functools.wraps(func)
@@ -41,7 +44,11 @@ def _user_errors(func: Callable) -> Callable:
             if os.environ.get("LORASENT_DEBUG"):
                 raise
             if isinstance(err, FileNotFoundError):
-                err = f"{err.filename}: not found; run the earlier stages first (dvc repro)"
+                from lorasent.programs import missing_program, not_found
+
+                name = missing_program(err)  # a program that could not start: not a stage's
+                err = (not_found(name) if name else
+                       f"{err.filename}: not found; run the earlier stages first (dvc repro)")
             click.echo(f"lorasent {func.__name__}: error: {err}", err=True)
             sys.exit(1)
 
@@ -53,6 +60,10 @@ PROVENANCE_STAGES = ("baseline", "train", "evaluate")
 
 def _stage(func: Callable[[Params], str]) -> click.Command:
     """A click command that loads the params, runs the stage, prints its summary.
+
+    The stage runs in the folder that holds the params file, as under DVC: ``--params
+    other/params.yaml`` reads and writes under ``other/`` (``data.source`` and every path
+    of ``lorasent.paths`` are relative to it), never in the current folder.
 
     baseline, train and evaluate run under ``accelerate launch`` when the params ask for
     several processes, and train also when they name an accelerate config (see
@@ -71,21 +82,27 @@ def _stage(func: Callable[[Params], str]) -> click.Command:
     def command(params_path: Path) -> None:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
         params = load_params(params_path)  # bad params fail here, before any work
-        config = params.train.accelerate_config if func.__name__ == "train" else None
-        if model_stage and needs_launch(params.base.num_processes, config):
-            sys.exit(launch(func.__name__, params_path, params.base.num_processes, config))
-        if model_stage:
-            init_processes(params.base.device)
-        started = time.perf_counter()
-        try:
-            summary = func(params)
-            if not model_stage or is_main():
-                click.echo(summary)
-        except BaseException as err:  # Ctrl-C too: the record says it was interrupted
-            if model_stage and is_main():
-                record_failure(func.__name__, _record(params), err,
-                               time.perf_counter() - started)
-            raise
+        folder = params_path.absolute().parent.resolve()
+        if folder != Path.cwd().resolve():
+            click.echo(f"lorasent {func.__name__}: running in {folder} (the folder of "
+                       f"{params_path}); its paths are relative to it", err=True)
+        with contextlib.chdir(folder):  # back to the caller's folder afterwards
+            config = params.train.accelerate_config if func.__name__ == "train" else None
+            if model_stage and needs_launch(params.base.num_processes, config):
+                sys.exit(launch(func.__name__, folder / params_path.name,
+                                params.base.num_processes, config))
+            if model_stage:
+                init_processes(params.base.device)
+            started = time.perf_counter()
+            try:
+                summary = func(params)
+                if not model_stage or is_main():
+                    click.echo(summary)
+            except BaseException as err:  # Ctrl-C too: the record says it was interrupted
+                if model_stage and is_main():
+                    record_failure(func.__name__, _record(params), err,
+                                   time.perf_counter() - started)
+                raise
 
     return click.command(name=func.__name__)(_user_errors(command))
 
@@ -210,6 +227,7 @@ def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_pat
     from lorasent.predict import (
         InputError,
         Inputs,
+        check_adapter_folder,
         open_inputs,
         output_format,
         stream_predictions,
@@ -221,6 +239,10 @@ def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_pat
         raise InputError("give texts as arguments or --input FILE, not both or neither")
     separator = check_separator(separator, "--separator")
     fmt = output_format(output_path)
+    check_adapter_folder(adapter_dir)
+    # a table on the terminal is printed once the progress bars (standard error, the same
+    # terminal) are closed, so that no bar is drawn through its rows
+    to_terminal = output_path is None and sys.stdout.isatty()
     with contextlib.ExitStack() as stack:
         inputs = (stack.enter_context(open_inputs(
             input_path, text_column=text_column, separator=separator, encoding=encoding,
@@ -229,8 +251,11 @@ def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_pat
         first = list(itertools.islice(rows, 1))  # fail on a bad file before loading the model
         model, encoder, record, _ = load_trained_model(adapter_dir, base_dir, device=device)
         predictions = stream_predictions(model, encoder, record["labels"],
-                                         itertools.chain(first, rows), batch_size)
+                                         itertools.chain(first, rows), batch_size,
+                                         progress=not to_terminal)
         if output_path is None:
+            if to_terminal:
+                predictions = list(predictions)
             write_predictions(predictions, record["labels"], sys.stdout, fmt)
             return
         from lorasent.artifacts import atomic_open
@@ -245,44 +270,78 @@ def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_pat
 @_BASE
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder for the merged model (replaced if it exists).")
+@click.option("--metrics", "metrics_path", default="metrics/eval.json", show_default=True,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="The evaluate stage's metrics for the model card; used only when the "
+              "provenance/evaluate.json beside it records this adapter's hash.")
 @_DEVICE
 @_user_errors
-def export(adapter_dir: Path, base_dir: Path, out_dir: Path, device: str | None) -> None:
-    """Merge the adapter into its base model and save it for plain transformers."""
-    from lorasent.modeling import load_trained_model
-    from lorasent.predict import export_merged
+def export(adapter_dir: Path, base_dir: Path, out_dir: Path, metrics_path: Path,
+           device: str | None) -> None:
+    """Merge the adapter into its base model and save it for plain transformers, with a
+    model card (README.md) giving the adapter's evaluation."""
+    from lorasent.modeling import load_trained_model, read_adapter_record
+    from lorasent.predict import adapter_evaluation, check_adapter_folder, export_merged
 
+    check_adapter_folder(adapter_dir)
+    evaluation = adapter_evaluation(adapter_dir, read_adapter_record(adapter_dir), metrics_path)
     model, encoder, record, _ = load_trained_model(adapter_dir, base_dir, device=device)
-    export_merged(model, encoder, record, adapter_dir, out_dir)
+    export_merged(model, encoder, record, adapter_dir, out_dir, evaluation)
+    card = ("with the evaluation of " + str(metrics_path) if evaluation.metrics is not None
+            else f"without metrics: no evaluation of this adapter found ({evaluation.reason})")
     click.echo(f"exported {adapter_dir} merged into {record['base_model']['source']} to "
-               f"{out_dir} (see {out_dir}/README.md)")
+               f"{out_dir} (see {out_dir}/README.md, {card})")
 
 
 @click.command()
 @click.option("--params", "params_path", default="params.yaml", show_default=True,
               type=click.Path(dir_okay=False, path_type=Path),
-              help="Params whose device, precision and attention to check (skipped if absent).")
+              help="Params whose device, precision and attention to check (skipped if "
+              "the default is absent).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @_user_errors
 def doctor(params_path: Path, as_json: bool) -> None:
-    """Report torch, the device and the libraries; check the params' environment needs.
+    """Report torch, the device and the libraries; check the params' environment needs
+    and say what they choose here (device, precision, attention, processes).
+
+    Without a params file (none in the current folder) the params checks are skipped,
+    and the output says so.
 
     Exits with status 1 when a check fails (e.g. base.device: rocm on a CUDA wheel).
+
+    Raises:
+        LorasentError: a ``--params`` file given that is not there.
     """
     import json
 
     from lorasent.artifacts import package_versions
-    from lorasent.environment import check_environment, environment_report
+    from lorasent.environment import check_environment, environment_report, params_choice
+    from lorasent.paths import BASE_MODEL_DIR
 
+    given = (click.get_current_context().get_parameter_source("params_path")
+             is not click.core.ParameterSource.DEFAULT)
+    if given and not params_path.is_file():
+        raise LorasentError(f"--params {params_path}: not found")
     report = {**environment_report(), "packages": package_versions()}
-    findings = []
+    findings, choice, params = [], None, None
+    skipped = (f"skipped the params checks: no {params_path} in {Path.cwd()}; run "
+               "`lorasent doctor` in the project folder (the one holding params.yaml) or "
+               "pass --params PATH")
     if params_path.is_file():
-        base = load_params(params_path).base
+        params = load_params(params_path)
+        base = params.base
         findings = check_environment(device=base.device, precision=base.precision,
                                      attn_implementation=base.attn_implementation,
-                                     model=base.model, model_dir=Path("models/base"))
+                                     model=base.model,
+                                     model_dir=params_path.parent / BASE_MODEL_DIR)
+        choice = params_choice(device=base.device, precision=base.precision,
+                               attn_implementation=base.attn_implementation,
+                               num_processes=base.num_processes)
     if as_json:
-        click.echo(json.dumps({**report, "findings": [f.__dict__ for f in findings]}, indent=2))
+        checked = {"path": str(params_path), "checked": params is not None, "choice": choice,
+                   **({} if params else {"note": skipped})}
+        click.echo(json.dumps({**report, "params": checked,
+                               "findings": [f.__dict__ for f in findings]}, indent=2))
     else:
         for key, value in report.items():
             if isinstance(value, dict):
@@ -290,8 +349,19 @@ def doctor(params_path: Path, as_json: bool) -> None:
             elif key.endswith("_bytes"):
                 key, value = key.removesuffix("_bytes"), f"{value / 2**30:.1f} GiB"
             click.echo(f"{key:>14}: {value}")
-        checked = f"checked {params_path}" if params_path.is_file() else f"no {params_path}"
-        click.echo(f"\n{checked}: " + ("no problems" if not findings else ""))
+        if params is None:
+            click.echo(f"\n{skipped}")
+        else:
+            click.echo(f"\n{params_path} chooses here:")
+            for key, name in (("device", "device"), ("precision", "precision"),
+                              ("attention", "attn_implementation"),
+                              ("processes", "num_processes")):
+                value = choice[name] if choice[name] is not None else "none (see FAIL below)"
+                click.echo(f"{key:>14}: {value}  (base.{name}: {getattr(base, name)})")
+            if params.train.accelerate_config:
+                click.echo(f"{'':>16}train: as train.accelerate_config "
+                           f"{params.train.accelerate_config} says")
+            click.echo(f"\nchecked {params_path}: " + ("no problems" if not findings else ""))
         for f in findings:
             click.echo(f"  {f.level.upper()}: {f.message}")
     if any(f.level == "fail" for f in findings):
@@ -408,6 +478,21 @@ def compare(rev_a: str, rev_b: str, out_dir: Path | None) -> None:
     click.echo(f"wrote {out / REPORT_MD} and {out / REPORT_HTML}")
 
 
+def _progress_bars_only_in_a_terminal() -> None:
+    """Progress bars only when stderr is a terminal; plain lines in a log file or CI.
+
+    A bar redrawn with carriage returns fills a log with one line per redraw. Off a
+    terminal this turns off the bars of huggingface_hub, transformers (model loading,
+    and Trainer's, which ``lorasent.train`` follows) and datasets, here and in the
+    processes started from here (``accelerate launch``); a value the user set wins.
+    lorasent's own bars (tqdm ``disable=None``) and DVC's check the terminal themselves.
+    The libraries read these variables when first imported: after this, in the commands.
+    """
+    if not sys.stderr.isatty():
+        for name in ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):
+            os.environ.setdefault(name, "1")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="lorasent")
 def main() -> None:
@@ -415,6 +500,7 @@ def main() -> None:
 
     Stages in order: fetch, split, baseline, train, evaluate. `dvc repro` runs them.
     """
+    _progress_bars_only_in_a_terminal()
 
 
 for _command in (fetch, split, baseline, train, evaluate, doctor, predict, export, preset,

@@ -38,6 +38,7 @@ report is a folder, written whole or not at all:
 from __future__ import annotations
 
 import base64
+import difflib
 import fnmatch
 import json
 import re
@@ -57,6 +58,7 @@ from lorasent.paths import (
     PROVENANCE_DIR,
     SPLIT_DIR,
 )
+from lorasent.programs import environment, program
 from lorasent.statistics import (
     GroupComparison,
     PairedComparison,
@@ -103,8 +105,11 @@ def compare(rev_a: str = "HEAD", rev_b: str = WORKSPACE, out_dir: str | Path | N
     matched against experiment names: then the report compares the groups over seeds.
 
     Raises:
-        LorasentError: ``rev_a`` is ``workspace``; DVC cannot read a revision (the
-            message is DVC's); neither revision has ``metrics/eval.json``; a pattern
+        LorasentError: ``rev_a`` is ``workspace``; a revision is neither a commit,
+            branch, tag nor experiment (the message lists the close matches, then the
+            experiments, branches and tags); ``dvc`` or ``git`` is neither beside the
+            running Python nor on PATH (``lorasent.programs.program``); DVC cannot read a
+            revision (the message is DVC's); neither revision has ``metrics/eval.json``; a pattern
             matches no experiment; a group has fewer than 2 revisions with metrics.
     """
     repo = Path(repo)
@@ -112,13 +117,14 @@ def compare(rev_a: str = "HEAD", rev_b: str = WORKSPACE, out_dir: str | Path | N
     if WORKSPACE in group_a:
         raise LorasentError("compare: A must be a revision (a commit, branch, tag or "
                             "experiment); only B may be 'workspace'")
+    _check_revisions(repo, {"A": group_a, "B": group_b})
     out = Path(out_dir) if out_dir else repo / "reports" / f"{_slug(rev_a)}-vs-{_slug(rev_b)}"
     if len(group_a) > 1 or len(group_b) > 1:
         return _compare_groups(repo, rev_a, rev_b, group_a, group_b, out)
     revs = [rev_a] + ([] if rev_b == WORKSPACE else [rev_b])
     metrics = _dvc(repo, "metrics", "diff", *revs, "--all", "--json")
     params = _dvc(repo, "params", "diff", *revs, "--all", "--json")
-    plots = _dvc(repo, "plots", "diff", *revs, "--json")["data"]
+    plots = _dvc(repo, "plots", "diff", *revs, "--json").get("data", {})  # {} without plots
     metrics_md = _dvc(repo, "metrics", "diff", *revs, "--all", "--md", as_json=False)
     evals = metrics.get(str(EVAL_METRICS), {})
     if not evals:
@@ -161,7 +167,8 @@ def _side(repo: Path, rev: str, commits: dict[str, str]) -> Side:
     def read(path: Path) -> str | None:
         if rev == WORKSPACE:
             return (repo / path).read_text(encoding="utf-8") if (repo / path).is_file() else None
-        done = subprocess.run(["git", "show", f"{commits.get(rev, rev)}:{path.as_posix()}"],
+        done = subprocess.run([program("git"), "show",
+                               f"{commits.get(rev, rev)}:{path.as_posix()}"],
                               cwd=repo, capture_output=True, text=True)
         return done.stdout if done.returncode == 0 else None
 
@@ -369,7 +376,8 @@ def _with_interval(evals: dict[str, Any] | None, key: str) -> str:
 
 
 def _dvc(repo: Path, *args: str, as_json: bool = True) -> Any:
-    done = subprocess.run(["dvc", *args], cwd=repo, capture_output=True, text=True)
+    done = subprocess.run([program("dvc"), *args], cwd=repo, capture_output=True, text=True,
+                          env=environment())
     if done.returncode != 0:
         detail = (done.stderr or done.stdout).strip().splitlines()
         hint = (" (`git log --oneline` and `dvc exp list --all-commits --name-only` list the "
@@ -379,6 +387,60 @@ def _dvc(repo: Path, *args: str, as_json: bool = True) -> Any:
     return json.loads(done.stdout or "{}") if as_json else done.stdout
 
 
+def _check_revisions(repo: Path, sides: dict[str, list[str]]) -> None:
+    """Check that git or DVC knows each revision of each side, before DVC reads them, so
+    that a typo gets the names it could have meant rather than DVC's error.
+
+    Raises:
+        LorasentError: ``repo`` is not in a git repository; a revision is neither a
+            commit, branch or tag (``git rev-parse --verify``) nor an experiment (``dvc
+            exp list --all-commits --name-only``): the message gives the close matches
+            first, then the experiments, branches and tags.
+    """
+    revs = {rev: side for side, group in sides.items() for rev in group if rev != WORKSPACE}
+    unknown = [rev for rev in revs if rev not in _commits(repo, *revs)]
+    if not unknown:
+        return
+    if _git_lines(repo, "rev-parse", "--git-dir") is None:
+        raise LorasentError(f"compare: {repo.resolve()} is not in a git repository; A and B "
+                            "are read from git: run compare in the project's folder")
+    program("dvc")  # a missing dvc is said as such, not as a repository without experiments
+    try:
+        listed = _dvc(repo, "exp", "list", "--all-commits", "--name-only", as_json=False)
+    except LorasentError:  # not a DVC repository: no experiments
+        listed = ""
+    experiments = sorted(set(listed.split()))
+    unknown = [rev for rev in unknown if rev not in experiments]
+    if not unknown:
+        return
+    branches, tags = (_git_lines(repo, "for-each-ref", "--format=%(refname:short)", refs) or []
+                      for refs in ("refs/heads", "refs/tags"))
+    names = list(dict.fromkeys([*experiments, *branches, *tags]))
+    parts = []
+    for rev in unknown:
+        close = difflib.get_close_matches(rev, names, n=3)
+        parts.append(f"unknown revision {rev!r} ({revs[rev]})" + (
+            f"; did you mean {' or '.join(repr(name) for name in close)}?" if close else
+            ": not a commit, branch, tag or experiment here."))
+    raise LorasentError(
+        "compare: " + "; ".join(parts) + f" Experiments: {_listing(experiments)}; "
+        f"branches: {_listing(branches)}; tags: {_listing(tags)} (`git log --oneline` "
+        "lists the commits)")
+
+
+def _listing(names: list[str], limit: int = 20) -> str:
+    if not names:
+        return "none"
+    more = f", … ({len(names) - limit} more)" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def _git_lines(repo: Path, *args: str) -> list[str] | None:
+    """The lines ``git args`` prints in ``repo``, None when it fails."""
+    done = subprocess.run([program("git"), *args], cwd=repo, capture_output=True, text=True)
+    return done.stdout.splitlines() if done.returncode == 0 else None
+
+
 def _commits(repo: Path, *revs: str) -> dict[str, str]:
     """``{rev: short commit}`` for the revisions git resolves, experiments included
     (their refs are ``refs/exps/<xx>/<baseline>/<name>``)."""
@@ -386,7 +448,8 @@ def _commits(repo: Path, *revs: str) -> dict[str, str]:
     for rev in revs:
         for cmd in (["rev-parse", "--short", "--verify", "-q", f"{rev}^{{commit}}"],
                     ["for-each-ref", "--format=%(objectname:short)", f"refs/exps/*/*/{rev}"]):
-            done = subprocess.run(["git", *cmd], cwd=repo, capture_output=True, text=True)
+            done = subprocess.run([program("git"), *cmd], cwd=repo, capture_output=True,
+                                  text=True)
             if done.returncode == 0 and done.stdout.strip():
                 found[rev] = done.stdout.split()[0]
                 break

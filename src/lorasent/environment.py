@@ -152,6 +152,31 @@ def check_environment(*, device: str, precision: str, attn_implementation: str, 
     return findings
 
 
+def params_choice(*, device: str, precision: str, attn_implementation: str,
+                  num_processes: int) -> dict[str, Any]:
+    """What these ``base`` params choose on this machine, resolved as the stages resolve
+    them (:func:`resolve_device`, :func:`resolve_dtype`).
+
+    Returns:
+        ``device`` (``cpu``, ``cuda``, ...), ``precision`` (``bf16``, ``fp16`` or
+        ``fp32``), ``attn_implementation`` and ``num_processes``; a value is ``None``
+        where the params cannot run here (:func:`check_environment` says why).
+    """
+    choice: dict[str, Any] = {"device": None, "precision": None,
+                              "attn_implementation": attn_implementation,
+                              "num_processes": num_processes}
+    try:
+        torch_device = resolve_device(device)
+        choice["device"] = str(torch_device)
+        dtype = resolve_dtype(precision, torch_device)
+        choice["precision"] = next(k for k, v in _DTYPES.items() if v == dtype)
+    except EnvironmentProblem:
+        pass
+    if not attention_backends().get(attn_implementation):
+        choice["attn_implementation"] = None
+    return choice
+
+
 def require_environment(*, device: str, precision: str, attn_implementation: str, model: str,
                         model_dir: Path | None = None) -> tuple[torch.device, torch.dtype]:
     """Run :func:`check_environment`; log warnings, raise on a failure.

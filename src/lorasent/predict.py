@@ -38,9 +38,10 @@ from typing import Any, TextIO
 import numpy as np
 from tqdm.auto import tqdm
 
-from lorasent.artifacts import atomic_dir, write_json
+from lorasent.artifacts import atomic_dir, read_json, sha256_file, write_json
 from lorasent.errors import LorasentError
 from lorasent.metrics import probabilities
+from lorasent.paths import ADAPTER_DIR, ADAPTER_RECORD, EVAL_METRICS
 from lorasent.scoring import Encoder, score_texts
 from lorasent.tables import PREDICT_SETTINGS, Table
 
@@ -52,6 +53,46 @@ CHUNK_TEXTS = 512  # texts read, scored and written at a time
 class InputError(LorasentError, ValueError):
     """Arguments that cannot be used (texts and --input together, an unknown --keep
     column, an --output suffix); the message names the option."""
+
+
+class AdapterFolderError(LorasentError):
+    """``--adapter`` names no folder, or a folder that is not an adapter lorasent trained;
+    the message says which, and how to get the adapter back."""
+
+
+RESTORE_ADAPTER = (
+    f"get it back with `dvc checkout {ADAPTER_DIR}` (from DVC's cache, if a train run "
+    "finished before), `dvc exp apply <name>` (an experiment's adapter; `dvc exp show` "
+    "lists them) or `dvc repro` (retrains)")
+
+
+def check_adapter_folder(adapter_dir: str | Path) -> None:
+    """Refuse, before any model is loaded, an ``--adapter`` that is missing, empty, a file,
+    or a folder without lorasent's record (``lorasent.json``).
+
+    Raises:
+        AdapterFolderError: naming which of these it is, and the way out.
+    """
+    path = Path(adapter_dir)
+    if not path.exists():
+        raise AdapterFolderError(
+            f"{path}: no such folder. The train stage writes the adapter to {ADAPTER_DIR}, "
+            f"and DVC removes that folder when a train run is interrupted; "
+            f"{RESTORE_ADAPTER}")
+    if not path.is_dir():
+        raise AdapterFolderError(f"{path}: a file, not a folder; point --adapter at the "
+                                 f"folder the train stage writes ({ADAPTER_DIR})")
+    names = sorted(p.name for p in path.iterdir())
+    if not names:
+        raise AdapterFolderError(f"{path}: an empty folder, not an adapter; {RESTORE_ADAPTER}")
+    if ADAPTER_RECORD not in names:
+        shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+        way = (RESTORE_ADAPTER if path.resolve() == ADAPTER_DIR.resolve() else
+               f"point --adapter at the folder the train stage writes ({ADAPTER_DIR})")
+        raise AdapterFolderError(
+            f"{path}: a folder, but not an adapter trained by lorasent: it has no "
+            f"{ADAPTER_RECORD} (the labels, prompt and base-model hash lorasent writes "
+            f"beside the weights); it holds {shown}. To use lorasent's adapter, {way}")
 
 
 @dataclass(frozen=True)
@@ -151,7 +192,8 @@ def write_predictions(predictions: Iterable[Prediction], labels: list[str], out:
     """Write predictions as ``csv``, ``jsonl`` or a ``table`` for the terminal.
 
     ``columns``: the kept input columns (CSV and JSONL write them first, under the
-    names of :func:`kept_names`; the table leaves them out).
+    names of :func:`kept_names`; the table leaves them out). The table shows a text
+    without a label as ``-``, followed by its note (``(empty text)``) after the text.
     """
     if fmt == "jsonl":
         names = kept_names(columns, ["text", "label", "probabilities", "note"])
@@ -171,8 +213,9 @@ def write_predictions(predictions: Iterable[Prediction], labels: list[str], out:
                   + "  text\n")
         for row in _rows((replace(p, columns={}) for p in predictions), labels):
             text = row[0] if len(row[0]) <= 60 else row[0][:57] + "..."
+            note = f"  ({row[-1]})" if row[-1] else ""
             out.write(f"{row[1] or '-':<{width}}  " + "  ".join(f"{v:>8}" for v in row[2:-1])
-                      + f"  {text!r}\n")
+                      + f"  {text!r}{note}\n")
 
 
 def output_format(path: str | None) -> str:
@@ -188,11 +231,15 @@ def output_format(path: str | None) -> str:
 
 def stream_predictions(model: Any, encoder: Encoder, labels: list[str],
                        rows: Iterable[tuple[str, dict[str, Any]]], batch_size: int,
-                       chunk: int = CHUNK_TEXTS) -> Iterator[Prediction]:
+                       chunk: int = CHUNK_TEXTS, progress: bool = True) -> Iterator[Prediction]:
     """Predictions for a stream of ``(text, kept columns)``, ``chunk`` texts at a time, in
-    input order."""
+    input order.
+
+    ``progress``: show the ``texts`` bar (on standard error, when it is a terminal);
+    turn it off when the predictions go to the same terminal, as the table does.
+    """
     rows = iter(rows)
-    with tqdm(desc="texts", unit="text", disable=None) as bar:
+    with tqdm(desc="texts", unit="text", disable=None if progress else True) as bar:
         while batch := list(itertools.islice(rows, chunk)):
             for p, (_, columns) in zip(
                     predict(model, encoder, labels, [text for text, _ in batch], batch_size),
@@ -209,6 +256,8 @@ Exported by `lorasent export` from `{adapter}`: the LoRA adapter folded into the
 model `{base}` (SHA-256 {base_sha}), saved as safetensors with its tokenizer. It loads with
 plain transformers, no peft and no lorasent.
 
+{evaluation}
+
 How it classifies: the text goes into the prompt below; each class's score is the summed
 log-probability of all tokens of its label word after the prompt; the prediction is the
 highest score, the probabilities the softmax of the scores (`lorasent.json` holds the
@@ -224,7 +273,7 @@ Label words: {words}
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-path = "{out}"
+path = "."  # this folder: run the snippet from inside it, or set path to the folder
 tok = AutoTokenizer.from_pretrained(path)
 model = AutoModelForCausalLM.from_pretrained(path).eval()
 template = {template}
@@ -259,6 +308,8 @@ model `{base}` (SHA-256 {base_sha}) with its trained classification head, saved 
 safetensors with its tokenizer. It loads with plain transformers, no peft and no
 lorasent; `config.json` holds `id2label` in lorasent's class order.
 
+{evaluation}
+
 How it classifies: the text alone (at most {max_length} tokens, cut from its end) goes
 into the sequence-classification head; the prediction is the largest logit, the
 probabilities their softmax.
@@ -267,7 +318,7 @@ probabilities their softmax.
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-path = "{out}"
+path = "."  # this folder: run the snippet from inside it, or set path to the folder
 tok = AutoTokenizer.from_pretrained(path)
 model = AutoModelForSequenceClassification.from_pretrained(path).eval()
 
@@ -285,13 +336,133 @@ print(classify("I love this phone"))
 """
 
 
+@dataclass(frozen=True)
+class Evaluation:
+    """The evaluate stage's metrics of one adapter, or why there are none.
+
+    ``metrics``: the ``eval.json`` (``None`` when it is missing or belongs to another
+    adapter); ``source``: the path read; ``reason``: why ``metrics`` is ``None``.
+    """
+
+    metrics: dict[str, Any] | None
+    source: Path
+    reason: str = ""
+
+
+def adapter_evaluation(adapter_dir: str | Path, record: dict[str, Any],
+                       metrics_path: str | Path = EVAL_METRICS) -> Evaluation:
+    """The metrics of ``metrics_path`` if they are this adapter's, else the reason not.
+
+    ``eval.json`` names no adapter; the evaluate stage's provenance record written with
+    it (``provenance/evaluate.json`` beside it) does: the SHA-256 of the adapter's
+    ``adapter_model.safetensors`` and of the base model. Both must match this adapter,
+    the record's status be ``ok``, and its test rows and labels those of ``eval.json``.
+    Never raises: a file that cannot be read is a reason.
+    """
+    metrics_path = Path(metrics_path)
+    provenance_path = metrics_path.parent / "provenance" / "evaluate.json"
+    weights = Path(adapter_dir) / "adapter_model.safetensors"
+
+    def none(reason: str) -> Evaluation:
+        return Evaluation(None, metrics_path, reason)
+
+    for path in (metrics_path, provenance_path):
+        if not path.is_file():
+            return none(f"{path}: not found")
+    try:
+        metrics, prov = read_json(metrics_path), read_json(provenance_path)
+    except (OSError, ValueError) as err:
+        return none(f"unreadable: {err}")
+    if not isinstance(metrics, dict) or not isinstance(prov, dict):
+        return none(f"{metrics_path} or {provenance_path} is not a JSON object")
+    inputs = prov.get("inputs") or {}
+    mine = sha256_file(weights) if weights.is_file() else None
+    if prov.get("status") != "ok":
+        return none(f"{provenance_path} records a {prov.get('status')} evaluate run")
+    if inputs.get("adapter") != mine:
+        return none(f"{provenance_path} records adapter sha256 {inputs.get('adapter')}, "
+                    f"this adapter's {weights.name} has {mine}")
+    if inputs.get("model") != record["base_model"]["sha256"]:
+        return none(f"{provenance_path} records base model sha256 {inputs.get('model')}, "
+                    f"this adapter was trained on {record['base_model']['sha256']}")
+    if prov.get("test_rows") != metrics.get("test_rows") or \
+            metrics.get("labels", record["labels"]) != record["labels"]:
+        return none(f"{metrics_path} and {provenance_path} are of different runs "
+                    "(test rows or labels differ)")
+    return Evaluation(metrics, metrics_path)
+
+
+def _num(value: Any) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def _interval(metrics: dict[str, Any], name: str) -> str:
+    low, high = metrics.get(f"{name}_ci95_low"), metrics.get(f"{name}_ci95_high")
+    return "" if low is None or high is None else f" [{low:.3f}, {high:.3f}]"
+
+
+def evaluation_section(evaluation: Evaluation) -> str:
+    """The model card's ``## Evaluation``: accuracy and macro-F1 with their 95%
+    intervals, the test rows, the majority-class and zero-shot baselines; or, when no
+    evaluation of this adapter was found, that sentence and why."""
+    m = evaluation.metrics
+    if m is None:
+        return ("## Evaluation\n\nNo evaluation of this adapter found "
+                f"({evaluation.reason}), so no metrics are given here. Run the evaluate "
+                "stage (`dvc repro`) in the project that trained it and export again, or "
+                "pass `--metrics` the eval.json of this adapter.")
+    base = m.get("baseline") or {}
+    if base.get("zero_shot_accuracy") is None:
+        zero_shot = "none (seq_cls: a fresh head has no zero-shot answer) | –"
+    else:
+        zero_shot = (f"{_num(base['zero_shot_accuracy'])} | "
+                     f"{_num(base.get('zero_shot_macro_f1'))}")
+    lines = [
+        "## Evaluation", "",
+        f"The evaluate stage of lorasent on {m.get('test_rows')} held-out test rows "
+        f"(`{evaluation.source}` at export; 95% percentile-bootstrap intervals over the "
+        "test rows):", "",
+        "| | accuracy [95% interval] | macro-F1 [95% interval] |",
+        "|---|---|---|",
+        f"| majority-class baseline (always `{base.get('majority_class')}`) | "
+        f"{_num(base.get('majority_accuracy'))} | – |",
+        f"| zero-shot base model | {zero_shot} |",
+        f"| **this model** | **{_num(m.get('accuracy'))}**{_interval(m, 'accuracy')} | "
+        f"**{_num(m.get('macro_f1'))}**{_interval(m, 'macro_f1')} |",
+    ]
+    if m.get("warnings"):
+        lines += ["", "Warnings of the evaluation:", ""] + [f"- {w}" for w in m["warnings"]]
+    return "\n".join(lines)
+
+
+def export_readme(record: dict[str, Any], adapter_dir: str | Path,
+                  evaluation: Evaluation | None = None) -> str:
+    """The exported folder's README (model card): loading, scoring, the evaluation.
+
+    Its snippet reads the model from ``"."``, the README's own folder, so it runs as
+    written from inside the folder wherever it was moved.
+    """
+    evaluation = evaluation or Evaluation(None, Path(EVAL_METRICS), "none given")
+    fields = dict(labels_str=" / ".join(record["labels"]), adapter=adapter_dir,
+                  base=record["base_model"]["source"], base_sha=record["base_model"]["sha256"],
+                  max_length=record["max_length"], evaluation=evaluation_section(evaluation))
+    if record["mode"] == "seq_cls":
+        return EXPORT_README_SEQ_CLS.format(**fields)
+    return EXPORT_README.format(
+        **fields, template=repr(record["template"]), labels=record["labels"],
+        words=", ".join(repr(w) for w in record["label_words"]),
+        label_words=record["label_words"])
+
+
 def export_merged(model: Any, encoder: Encoder, record: dict[str, Any],
-                  adapter_dir: Path, out_dir: Path) -> Path:
+                  adapter_dir: Path, out_dir: Path,
+                  evaluation: Evaluation | None = None) -> Path:
     """Fold the LoRA weights (and in seq_cls mode the trained head) into the base model
     and save it, loadable without peft.
 
     Writes ``model.safetensors`` (+ config), the tokenizer, ``lorasent.json`` (the adapter's
-    record: labels, prompt, label words and token ids) and a README on loading and scoring.
+    record: labels, prompt, label words and token ids) and a README on loading and scoring
+    with the adapter's ``evaluation`` (:func:`export_readme`).
     """
     merged = model.merge_and_unload()
     merged.config.id2label = dict(enumerate(record["labels"]))
@@ -300,16 +471,6 @@ def export_merged(model: Any, encoder: Encoder, record: dict[str, Any],
         merged.save_pretrained(tmp, safe_serialization=True)
         encoder.tokenizer.save_pretrained(tmp)
         write_json(tmp / "lorasent.json", {**record, "exported_from": str(adapter_dir)})
-        fields = dict(labels_str=" / ".join(record["labels"]), adapter=adapter_dir,
-                      base=record["base_model"]["source"],
-                      base_sha=record["base_model"]["sha256"], out=out_dir,
-                      max_length=record["max_length"])
-        if record["mode"] == "seq_cls":
-            readme = EXPORT_README_SEQ_CLS.format(**fields)
-        else:
-            readme = EXPORT_README.format(
-                **fields, template=repr(record["template"]), labels=record["labels"],
-                words=", ".join(repr(w) for w in record["label_words"]),
-                label_words=record["label_words"])
-        (tmp / "README.md").write_text(readme, encoding="utf-8")
+        (tmp / "README.md").write_text(export_readme(record, adapter_dir, evaluation),
+                                       encoding="utf-8")
     return out_dir

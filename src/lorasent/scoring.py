@@ -331,7 +331,8 @@ def score_texts(model: torch.nn.Module, encoder: Encoder, texts: Sequence[str],
     order = sorted(range(len(inputs)), key=lambda i: -len(inputs[i]))
     batches = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
     mine = []
-    for idx in tqdm(batches[rank::world], desc=desc, unit="batch", disable=rank != 0):
+    for idx in tqdm(batches[rank::world], desc=desc, unit="batch",
+                    disable=None if rank == 0 else True):  # None: only on a terminal
         mine.append((idx, encoder.score(model, [inputs[i] for i in idx]).cpu().numpy()))
     scores = np.zeros((len(inputs), encoder.num_labels), dtype=np.float32)
     for part in gather(mine):

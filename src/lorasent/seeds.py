@@ -28,6 +28,7 @@ from typing import Any
 
 from lorasent.compare import _commits, _dvc, _side, _with_interval
 from lorasent.errors import LorasentError
+from lorasent.programs import environment, program
 from lorasent.statistics import GroupComparison
 
 POLL_S = 10  # seconds between two looks at `dvc queue status`
@@ -86,8 +87,9 @@ def run_seeds(*, n: int, name: str, sets: Sequence[str] = (), jobs: int = 1,
             takes, each run's status as it changes.
 
     Raises:
-        LorasentError: ``n`` < 2, ``-S base.seed`` given, DVC refuses to queue (for
-            example an experiment of that name exists), or the wait timed out.
+        LorasentError: ``n`` < 2, ``-S base.seed`` given, ``dvc`` is neither beside the
+            running Python nor on PATH (``lorasent.programs.program``), DVC refuses to
+            queue (for example an experiment of that name exists), or the wait timed out.
     """
     if n < 2:
         raise LorasentError(f"seeds: -n {n}: at least 2 runs are needed to measure a spread")
@@ -125,9 +127,9 @@ def _start_workers(repo: Path, jobs: int) -> None:
     """``dvc queue start -j jobs``. dvc-task forks each worker from a process that keeps
     the caller's stdout and stderr until the worker exits: a pipe here would be read
     until then, so no pipe."""
-    subprocess.run(["dvc", "queue", "start", "-j", str(jobs)], cwd=repo, check=True,
+    subprocess.run([program("dvc"), "queue", "start", "-j", str(jobs)], cwd=repo, check=True,
                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+                   stderr=subprocess.DEVNULL, env=environment())
 
 
 def wait_for(repo: Path, names: Sequence[str], timeout_s: float | None = None,

@@ -22,13 +22,14 @@ anything else (only where ``lines`` is allowed, i.e. predict) and ``-`` (standar
 
 Rules common to all: text files are decoded with the given encoding and a byte-order
 mark is dropped; blank lines of a table are skipped; header names (CSV, TSV, Parquet)
-are stripped of surrounding spaces (logged); a column name given twice is an error naming it; a row with
-more or fewer fields than the header is an error naming its line (and the separator it
-seems to use); a file without data rows is an error naming the header it found; a row
-that repeats the header (files joined with ``cat``) is dropped and logged. The required
-columns' values are ``str``, a missing value (JSON ``null``, Parquet null) ``""``; the
-other columns' are ``str`` too, or with ``typed`` the file's own values (JSON numbers,
-booleans and null; Parquet's as pyarrow gives them), so that an ``id`` joins back.
+are stripped of surrounding spaces (logged); a column name given twice is an error
+naming it; a row with more or fewer fields than the header is an error naming its line
+(and the separator it seems to use); a file without data rows is an error naming the
+header it found; a row that repeats the header (files joined with ``cat``) is dropped
+and logged. The required columns' values are ``str``, a missing value (JSON ``null``,
+Parquet null) ``""``; the other columns' are ``str`` too, or with ``typed`` the file's
+own values (JSON numbers, booleans and null; Parquet's as pyarrow gives them), so that
+an ``id`` joins back.
 
 Errors are :class:`TableError`: they name the file, the line (text files) or row
 (Parquet) and the column, and say what to do.
@@ -286,7 +287,7 @@ class Table:
 
     # ------------------------------------------------------------------- rows
 
-    def rows(self) -> Iterator[tuple[int, dict[str, str]]]:
+    def rows(self) -> Iterator[tuple[int, dict[str, Any]]]:
         """``(data row number from 1, {column: value})`` in file order, lazily.
 
         Raises:
@@ -458,17 +459,6 @@ class Table:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def read_table(path: str | Path, *, required: Mapping[str, str], encoding: str = "utf-8",
-               separator: str = "auto") -> list[tuple[int, dict[str, str]]]:
-    """Every row of a table file, as :meth:`Table.rows` gives them.
-
-    Raises:
-        TableError: see :class:`Table`.
-    """
-    with Table(path, required=required, encoding=encoding, separator=separator) as table:
-        return list(table.rows())
 
 
 # ---------------------------------------------------------------------------- helpers

@@ -43,8 +43,16 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import Trainer, TrainerCallback, TrainingArguments, set_seed
+from transformers import (
+    PrinterCallback,
+    ProgressCallback,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+    set_seed,
+)
 from transformers.trainer_utils import IntervalStrategy
+from transformers.utils import logging as hf_logging
 
 from lorasent.artifacts import (
     atomic_dir,
@@ -373,6 +381,13 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
                 eval_batch_size=train.per_device_train_batch_size,
                 validation=([r["text"] for r in validation],
                             [r["label_id"] for r in validation]))
+            if not hf_logging.is_progress_bar_enabled():
+                # No terminal (lorasent.cli turns transformers' bars off): the log dicts
+                # as plain lines, not a bar redrawn with carriage returns. Swapped here
+                # rather than through TrainingArguments.disable_tqdm, which dvclive
+                # records in metrics/train/params.yaml: a log file changes no output.
+                trainer.remove_callback(ProgressCallback)
+                trainer.add_callback(PrinterCallback)
             try:
                 trainer.train()
             except torch.OutOfMemoryError as err:

@@ -1,0 +1,158 @@
+"""The programs lorasent runs (dvc, git): found beside the running Python without an
+activated venv, named as programs when missing; a mistyped revision gets the names it could
+have meant (issue 17, items 1 and 10). Fast: a tiny git + DVC repo, no training."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from lorasent import programs
+from lorasent.cli import _user_errors
+from lorasent.cli import compare as compare_command
+from lorasent.compare import _check_revisions, compare
+from lorasent.errors import LorasentError
+
+BESIDE = Path(sys.executable).parent
+# PATH without the venv (as without `source .venv/bin/activate`): git still on it, no dvc
+NO_VENV_PATH = os.pathsep.join(d for d in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep)
+                               if d and not (Path(d) / "dvc").exists())
+GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com",
+       "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false", "-c", "tag.gpgsign=false"]
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> Path:
+    """A git + DVC repo: branches main and balanced-weight, tag v1, experiment lr-sweep."""
+    root = tmp_path_factory.mktemp("revs")
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+
+    def run(*argv: str) -> str:
+        return subprocess.run(argv, cwd=root, env=env, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    run(*GIT, "init", "-q")
+    run(str(BESIDE / "dvc"), "init", "-q")
+    run(*GIT, "add", "-A")
+    run(*GIT, "commit", "-q", "-m", "dvc init")
+    run(*GIT, "branch", "balanced-weight")
+    run(*GIT, "tag", "v1")
+    head = run(*GIT, "rev-parse", "HEAD")
+    # what `dvc exp run -n lr-sweep` leaves: refs/exps/<baseline[:2]>/<baseline[2:]>/<name>
+    run(*GIT, "update-ref", f"refs/exps/{head[:2]}/{head[2:]}/lr-sweep", "HEAD")
+    return root
+
+
+# ------------------------------------------------------------ item 1: dvc not on PATH
+
+
+def test_dvc_is_found_beside_python_without_an_activated_venv(monkeypatch):
+    monkeypatch.setenv("PATH", NO_VENV_PATH)
+    assert shutil.which("dvc") is None
+    assert programs.program("dvc") == str(BESIDE / "dvc")
+    assert programs.program("git") == shutil.which("git", path=NO_VENV_PATH)  # then PATH
+    path = programs.environment()["PATH"].split(os.pathsep)
+    assert path == [str(BESIDE), *NO_VENV_PATH.split(os.pathsep)]  # for dvc's `lorasent ...`
+
+
+def test_compare_runs_dvc_without_an_activated_venv(repo, monkeypatch):
+    """`.venv/bin/lorasent compare` with the venv off PATH gets as far as DVC's answer
+    (no metrics here), not `dvc: not found; run the earlier stages first`."""
+    monkeypatch.setenv("PATH", NO_VENV_PATH)
+    monkeypatch.chdir(repo)
+    result = CliRunner().invoke(compare_command, ["HEAD", "workspace"])
+    assert result.exit_code == 1
+    assert "neither HEAD nor workspace has metrics/eval.json" in result.output
+    assert "not found" not in result.output
+
+
+def _no_program(monkeypatch):
+    monkeypatch.setattr(programs.shutil, "which", lambda name, path=None: None)
+
+
+def test_a_missing_program_is_named_with_how_to_get_it(monkeypatch, tmp_path):
+    _no_program(monkeypatch)
+    with pytest.raises(LorasentError) as err:
+        programs.program("dvc")
+    assert str(err.value) == (
+        f"dvc: program not found, neither beside this Python ({BESIDE}) nor on PATH; "
+        "`make setup` installs it into .venv; then run .venv/bin/lorasent, or activate .venv "
+        "(source .venv/bin/activate)")
+    with pytest.raises(LorasentError, match=r"^git: program not found.*apt-get install git"):
+        programs.program("git")
+    # through the CLI: a program, not a stage to run first
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(compare_command, ["HEAD", "workspace"])
+    assert result.exit_code == 1
+    assert "error: git: program not found" in result.output
+    assert "earlier stages" not in result.output
+
+
+@click.command()
+@click.argument("what")
+@_user_errors
+def _fails(what: str) -> None:
+    if what == "program":
+        subprocess.run(["lorasent-no-such-program", "--version"], check=False)
+    elif what == "folder":
+        subprocess.run(["git", "--version"], cwd="no-such-folder", check=False)
+    else:
+        Path("data/split/test.jsonl").read_text()
+
+
+def test_user_errors_tell_a_missing_program_from_a_missing_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(_fails, ["program"])
+    assert result.exit_code == 1
+    assert "error: lorasent-no-such-program: program not found, neither beside" in result.output
+    assert "earlier stages" not in result.output
+    result = CliRunner().invoke(_fails, ["file"])
+    assert "error: data/split/test.jsonl: not found; run the earlier stages first (dvc repro)" \
+        in result.output
+    result = CliRunner().invoke(_fails, ["folder"])
+    assert "no-such-folder: not found" in result.output
+    assert "program" not in result.output
+
+
+# --------------------------------------------------------- item 10: a mistyped revision
+
+
+def test_a_mistyped_revision_gets_the_names_it_could_have_meant(repo):
+    with pytest.raises(LorasentError) as err:
+        compare("balanced-wieght", "workspace", repo=repo)
+    assert str(err.value) == (
+        "compare: unknown revision 'balanced-wieght' (A); did you mean 'balanced-weight'? "
+        "Experiments: lr-sweep; branches: balanced-weight, main; tags: v1 "
+        "(`git log --oneline` lists the commits)")
+    assert "unknown Git revision" not in str(err.value)  # lorasent's own, not DVC's
+    with pytest.raises(LorasentError, match=r"'lr-swep' \(B\); did you mean 'lr-sweep'\?"):
+        compare("main", "lr-swep", repo=repo)
+    with pytest.raises(LorasentError, match=r"^compare: unknown revision 'zzz' \(A\): not a "
+                                            r"commit, branch, tag or experiment here\. "
+                                            r"Experiments: lr-sweep;"):
+        compare("zzz", "workspace", repo=repo)
+
+
+def test_known_revisions_pass_the_check(repo):
+    _check_revisions(repo, {"A": ["main", "v1", "HEAD~0", "lr-sweep"],
+                            "B": ["balanced-weight", "workspace"]})
+
+
+def test_a_mistyped_revision_through_make_compare(repo, monkeypatch):
+    monkeypatch.chdir(repo)
+    result = CliRunner().invoke(compare_command, ["main", "lr-swep"])
+    assert result.exit_code == 1
+    assert result.output.startswith("lorasent compare: error: compare: unknown revision "
+                                    "'lr-swep' (B); did you mean 'lr-sweep'?")
+
+
+def test_compare_outside_a_git_repository(tmp_path):
+    with pytest.raises(LorasentError, match="is not in a git repository"):
+        compare("HEAD", "workspace", repo=tmp_path)
