@@ -56,8 +56,9 @@ run: $(STAMP)  ## Set up if needed, then run the pipeline (dvc repro); CONFIG=co
 smoke: $(STAMP)  ## A 2-minute run of all five stages on a tiny split (configs/smoke.yaml); changes params.yaml
 	$(BIN)/lorasent preset configs/smoke.yaml
 	$(BIN)/dvc repro
-	@echo "smoke: params.yaml, dvc.lock and metrics/ now hold the smoke run;" \
-		"git checkout params.yaml dvc.lock metrics returns to the committed ones"
+	@echo "smoke: params.yaml, dvc.lock, metrics/ and the DVC outputs (models/adapter, data/split)" \
+		"now hold the smoke run (ignore DVC's git add hint above); back to the committed run:" \
+		"git checkout params.yaml dvc.lock metrics && $(BIN)/dvc checkout"
 
 test: $(STAMP) browser  ## Set up if needed, then run all tests (the slow ones take a few minutes)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -75,7 +75,10 @@ def test_single_files_get_the_usual_mode(tmp_path, umask_022):
 # ----------------------------------------------------------------- a missing adapter
 
 def _invoke(args, cwd, monkeypatch):
+    """With the venv activated (dvc on PATH): the messages name plain `dvc`."""
     monkeypatch.chdir(cwd)
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}"
+                               f"{os.environ.get('PATH', '')}")
     return CliRunner().invoke(main, args)
 
 

@@ -53,6 +53,20 @@ def repo(tmp_path_factory) -> Path:
 # ------------------------------------------------------------ item 1: dvc not on PATH
 
 
+def test_advice_names_dvc_as_it_is_typed_here(monkeypatch, tmp_path):
+    from lorasent.predict import AdapterFolderError, check_adapter_folder
+
+    monkeypatch.setenv("PATH", NO_VENV_PATH)
+    monkeypatch.chdir(BESIDE.parent.parent)  # the project that holds the venv
+    typed = programs.as_typed("dvc")
+    assert typed == str((BESIDE / "dvc").relative_to(Path.cwd()))  # .venv/bin/dvc
+    with pytest.raises(AdapterFolderError) as err:
+        check_adapter_folder(tmp_path / "none")
+    assert f"get it back with `{typed} checkout models/adapter`" in str(err.value)
+    monkeypatch.setenv("PATH", f"{BESIDE}{os.pathsep}{NO_VENV_PATH}")
+    assert programs.as_typed("dvc") == "dvc"
+
+
 def test_dvc_is_found_beside_python_without_an_activated_venv(monkeypatch):
     monkeypatch.setenv("PATH", NO_VENV_PATH)
     assert shutil.which("dvc") is None
@@ -149,7 +163,7 @@ def test_a_mistyped_revision_through_make_compare(repo, monkeypatch):
     monkeypatch.chdir(repo)
     result = CliRunner().invoke(compare_command, ["main", "lr-swep"])
     assert result.exit_code == 1
-    assert result.output.startswith("lorasent compare: error: compare: unknown revision "
+    assert result.output.startswith("lorasent compare: error: unknown revision "
                                     "'lr-swep' (B); did you mean 'lr-sweep'?")
 
 

@@ -49,7 +49,9 @@ def _user_errors(func: Callable) -> Callable:
                 name = missing_program(err)  # a program that could not start: not a stage's
                 err = (not_found(name) if name else
                        f"{err.filename}: not found; run the earlier stages first (dvc repro)")
-            click.echo(f"lorasent {func.__name__}: error: {err}", err=True)
+            # a message that names the command itself ("compare: ...") is not prefixed twice
+            message = str(err).removeprefix(f"{func.__name__}: ")
+            click.echo(f"lorasent {func.__name__}: error: {message}", err=True)
             sys.exit(1)
 
     return wrapper

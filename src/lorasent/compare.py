@@ -642,10 +642,11 @@ def _paired(p: PairedComparison) -> list[str]:
              f"[{_fmt(p.delta_macro_f1_ci[0], signed=True)}, "
              f"{_fmt(p.delta_macro_f1_ci[1], signed=True)}]"]]
     lines = _table(["B − A", "value", "paired bootstrap 95% interval"], rows)
+    noise = ("" if p.only_a_right + p.only_b_right == 0 else
+             f" Differences in accuracy smaller than about {p.resolution:.3f} cannot be told "
+             "apart from noise with these rows.")
     lines += ["", f"McNemar's exact test on the {p.rows} rows: {p.only_b_right} right only in B, "
-                  f"{p.only_a_right} right only in A, p = {p.p_value:.4g}. Differences in "
-                  f"accuracy smaller than about {p.resolution:.3f} cannot be told apart from "
-                  "noise with these rows.", ""]
+                  f"{p.only_a_right} right only in A, p = {p.p_value:.4g}.{noise}", ""]
     lines += _table(["actual class", "rows B fixed (A wrong, B right)",
                      "rows B broke (A right, B wrong)"],
                     ([label, str(f["fixed"]), str(f["broken"])] for label, f in p.flips.items()))

@@ -60,10 +60,14 @@ class AdapterFolderError(LorasentError):
     the message says which, and how to get the adapter back."""
 
 
-RESTORE_ADAPTER = (
-    f"get it back with `dvc checkout {ADAPTER_DIR}` (from DVC's cache, if a train run "
-    "finished before), `dvc exp apply <name>` (an experiment's adapter; `dvc exp show` "
-    "lists them) or `dvc repro` (retrains)")
+def restore_adapter() -> str:
+    """The ways to get ``models/adapter`` back, with ``dvc`` as it is typed here."""
+    from lorasent.programs import as_typed
+
+    dvc = as_typed("dvc")
+    return (f"get it back with `{dvc} checkout {ADAPTER_DIR}` (from DVC's cache, if a train "
+            f"run finished before), `{dvc} exp apply <name>` (an experiment's adapter; "
+            f"`{dvc} exp show` lists them) or `{dvc} repro` (retrains)")
 
 
 def check_adapter_folder(adapter_dir: str | Path) -> None:
@@ -78,16 +82,16 @@ def check_adapter_folder(adapter_dir: str | Path) -> None:
         raise AdapterFolderError(
             f"{path}: no such folder. The train stage writes the adapter to {ADAPTER_DIR}, "
             f"and DVC removes that folder when a train run is interrupted; "
-            f"{RESTORE_ADAPTER}")
+            f"{restore_adapter()}")
     if not path.is_dir():
         raise AdapterFolderError(f"{path}: a file, not a folder; point --adapter at the "
                                  f"folder the train stage writes ({ADAPTER_DIR})")
     names = sorted(p.name for p in path.iterdir())
     if not names:
-        raise AdapterFolderError(f"{path}: an empty folder, not an adapter; {RESTORE_ADAPTER}")
+        raise AdapterFolderError(f"{path}: an empty folder, not an adapter; {restore_adapter()}")
     if ADAPTER_RECORD not in names:
         shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
-        way = (RESTORE_ADAPTER if path.resolve() == ADAPTER_DIR.resolve() else
+        way = (restore_adapter() if path.resolve() == ADAPTER_DIR.resolve() else
                f"point --adapter at the folder the train stage writes ({ADAPTER_DIR})")
         raise AdapterFolderError(
             f"{path}: a folder, but not an adapter trained by lorasent: it has no "

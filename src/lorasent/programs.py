@@ -38,6 +38,19 @@ def program(name: str) -> str:
     return found
 
 
+def as_typed(name: str) -> str:
+    """How a user types the program ``name`` here: the bare name when it is on PATH,
+    else its path beside this Python (relative to the current folder when inside it),
+    e.g. ``.venv/bin/dvc`` for a venv that is not activated."""
+    beside = shutil.which(name, path=str(Path(sys.executable).parent))
+    if beside is None or shutil.which(name) is not None:
+        return name
+    try:
+        return str(Path(beside).relative_to(Path.cwd()))
+    except ValueError:
+        return beside
+
+
 def environment() -> dict[str, str]:
     """The environment to run a program in: this one, with the running Python's folder
     first on PATH, so that the commands DVC runs in turn (the stages' ``lorasent ...``, a
