@@ -380,10 +380,8 @@ def _dvc(repo: Path, *args: str, as_json: bool = True) -> Any:
                           env=environment())
     if done.returncode != 0:
         detail = (done.stderr or done.stdout).strip().splitlines()
-        hint = (" (`git log --oneline` and `dvc exp list --all-commits --name-only` list the "
-                "revisions and experiments)" if "unknown Git revision" in done.stderr else "")
         raise LorasentError(f"compare: `dvc {' '.join(args)}` failed in {repo.resolve()}: "
-                            + " ".join(detail[-3:]) + hint)
+                            + " ".join(detail[-3:]))  # unknown revisions: _check_revisions
     return json.loads(done.stdout or "{}") if as_json else done.stdout
 
 
@@ -448,10 +446,9 @@ def _commits(repo: Path, *revs: str) -> dict[str, str]:
     for rev in revs:
         for cmd in (["rev-parse", "--short", "--verify", "-q", f"{rev}^{{commit}}"],
                     ["for-each-ref", "--format=%(objectname:short)", f"refs/exps/*/*/{rev}"]):
-            done = subprocess.run([program("git"), *cmd], cwd=repo, capture_output=True,
-                                  text=True)
-            if done.returncode == 0 and done.stdout.strip():
-                found[rev] = done.stdout.split()[0]
+            lines = _git_lines(repo, *cmd)
+            if lines:
+                found[rev] = lines[0].strip()
                 break
     return found
 
