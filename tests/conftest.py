@@ -110,4 +110,5 @@ def train_in(folder: Path, params: Params, model_dir: Path, split_dir: Path):
     return run_train(base=params.base, prompt=params.prompt, train=params.train,
                      params_record=params.model_dump(mode="json"), model_dir=model_dir,
                      split_dir=split_dir, adapter_dir=folder / "adapter",
-                     live_dir=folder / "live", provenance_dir=folder / "provenance")
+                     live_dir=folder / "live", provenance_dir=folder / "provenance",
+                     checkpoint_dir=folder / "checkpoints")

@@ -4,6 +4,7 @@ pipeline in 2 CPU processes (gloo) against the same adapter evaluated in one."""
 import csv
 import io
 import json
+import re
 import sys
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from lorasent.errors import LorasentError
 from lorasent.launch import launch_command, needs_launch
 from lorasent.params import parse_params
-from tiny_repo import make_tiny_repo, run, set_params
+from tiny_repo import kill_after_checkpoint, make_tiny_repo, run, set_params
 
 
 def test_one_process_runs_in_place(params):
@@ -57,7 +58,8 @@ def _predictions(root, name):
 
 @pytest.mark.slow
 def test_two_gloo_processes_train_and_score_as_one(tmp_path, packaged_model_dir):
-    root = make_tiny_repo(tmp_path / "repo", {"base": {"num_processes": 2}})
+    root = make_tiny_repo(tmp_path / "repo", {"base": {"num_processes": 2},
+                                              "train": {"save_steps": 1}})
     for stage in ("baseline", "train", "evaluate"):
         record = _read(root, f"metrics/provenance/{stage}.json")
         assert (record["status"], record["processes"]) == ("ok", 2), stage
@@ -86,6 +88,20 @@ def test_two_gloo_processes_train_and_score_as_one(tmp_path, packaged_model_dir)
                     # fp32 sums in another thread layout (1 thread a process against 2 in
                     # one): seen up to 3e-6 apart, each rounded to 6 decimals in the file
                     assert float(a[key]) == pytest.approx(float(b[key]), abs=1e-5)
+
+    # an experiment killed after its second checkpoint, run again: it resumes in 2
+    # processes and ends with the adapter of an uninterrupted run of the same params
+    set_params(root, {"base": {"num_processes": 2}})
+    kill_after_checkpoint(root, 2, "dvc", "exp", "run", "-S", "train.learning_rate=0.0001")
+    out = run(root, "dvc", "exp", "run", logs=True)
+    assert re.search(r"train: resuming from step [23] of 3", out), out
+    train = _read(root, "metrics/provenance/train.json")
+    assert (train["resumed_from_step"], train["processes"]) in ((2, 2), (3, 2))
+    assert not (root / "checkpoints").exists()
+    resumed = (root / "models/adapter/adapter_model.safetensors").read_bytes()
+    run(root, "lorasent", "train")  # the same params, uninterrupted
+    assert _read(root, "metrics/provenance/train.json")["resumed_from_step"] is None
+    assert (root / "models/adapter/adapter_model.safetensors").read_bytes() == resumed
 
 
 @pytest.mark.parametrize("name, kind, machines", [("multi-gpu", "MULTI_GPU", 1),

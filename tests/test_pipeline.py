@@ -1,22 +1,31 @@
 """End to end: `dvc repro` on a copy of the repo, real packaged corpus and Gemma, tiny sizes."""
 
 import json
-import os
-import signal
+import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from tiny_repo import GIT, LABELS, PLANTED_TOKEN, env, exp_named, make_tiny_repo, run, set_params
+from tiny_repo import (
+    GIT,
+    LABELS,
+    PLANTED_TOKEN,
+    env,
+    exp_named,
+    kill_after_checkpoint,
+    make_tiny_repo,
+    run,
+    set_params,
+)
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory, packaged_model_dir):
-    return make_tiny_repo(tmp_path_factory.mktemp("lorasent-repo"))
+    # a checkpoint after every step, for the kill-and-resume tests
+    return make_tiny_repo(tmp_path_factory.mktemp("lorasent-repo"), {"train": {"save_steps": 1}})
 
 
 def read(root: Path, name: str):
@@ -151,30 +160,25 @@ def test_failed_stage_keeps_the_last_good_metrics(repo):
     assert json.loads(run(repo, "dvc", "status", "--json")) == {}
 
 
-def test_killed_training_reruns_to_the_same_outputs(repo):
+def test_killed_training_resumes_to_the_same_outputs(repo):
     adapter = {p.name: p.read_bytes() for p in (repo / "models/adapter").iterdir()}
     kept = {name: (repo / name).read_bytes() for name in
-            ("metrics/eval.json", "metrics/train/plots/metrics/loss.tsv")}
-    proc = subprocess.Popen(["dvc", "repro", "--force", "--single-item", "train"], cwd=repo,
-                            env=env(), start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    while not list((repo / "metrics").glob(".train.*.tmp")):  # the Trainer is starting
-        assert proc.poll() is None, "train ended before it could be killed"
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+            ("metrics/eval.json", "metrics/train/plots/metrics/loss.tsv",
+             "metrics/train/plots/metrics/train/loss.tsv")}
+    kill_after_checkpoint(repo, 2, "dvc", "repro", "--force", "--single-item", "train")
     # killed mid-run: the history went to a temporary name, the metrics are untouched
     assert list((repo / "metrics").glob(".train.*.tmp"))
     assert {name: (repo / name).read_bytes() for name in kept} == kept
 
-    out = run(repo, "dvc", "repro")
-    assert "Running stage 'train'" in out  # restarted cleanly, from the start
+    out = run(repo, "dvc", "repro", logs=True)
+    assert re.search(r"train: resuming from step [23] of 3 \(checkpoints/checkpoint-[23]\)",
+                     out), out
+    # the adapter, the loss history and the whole run's mean loss of an uninterrupted run
     assert {p.name: p.read_bytes() for p in (repo / "models/adapter").iterdir()} == adapter
     assert {name: (repo / name).read_bytes() for name in kept} == kept
+    assert read(repo, "metrics/provenance/train.json")["resumed_from_step"] in (2, 3)
     leftovers = [*repo.glob("metrics/.*.tmp"), *repo.glob("models/.*.tmp"),
-                 *repo.glob("models/.trainer")]
+                 *repo.glob("checkpoints")]
     assert leftovers == []
     assert json.loads(run(repo, "dvc", "status", "--json")) == {}
 
@@ -214,7 +218,17 @@ def test_evaluate_only_param_reruns_only_evaluate(repo):
 
 
 def test_lora_rank_reruns_train_and_evaluate_only(repo):
-    assert _rerun(repo, {"train": {"lora": {"r": 16}}}) == ["train", "evaluate"]
+    # a killed training's checkpoints are of another training once a train param changes
+    kill_after_checkpoint(repo, 2, "dvc", "repro", "--force", "--single-item", "train")
+    set_params(repo, {"train": {"lora": {"r": 16}}})
+    out = run(repo, "dvc", "repro", logs=True)
+    assert [line.split("'")[1] for line in out.splitlines()
+            if line.startswith("Running stage")] == ["train", "evaluate"]
+    assert "resuming" not in out
+    assert ("train: removed checkpoints/checkpoint-2 (from another training: its params, "
+            "data, base model or code differ)") in out
+    assert not (repo / "checkpoints").exists()
+    assert read(repo, "metrics/provenance/train.json")["resumed_from_step"] is None
     assert read(repo, "models/adapter/lorasent.json")["params"]["train"]["lora"]["r"] == 16
 
 

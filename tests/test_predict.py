@@ -49,7 +49,8 @@ def trained(tmp_path_factory, packaged_model_dir, repo_params_raw):
                  metrics_path=root / "baseline.json",
                  predictions_path=root / "baseline_predictions.csv", **paths)
     run_train(base=params.base, prompt=params.prompt, train=params.train, params_record=record,
-              adapter_dir=root / "adapter", live_dir=root / "train", **paths)
+              adapter_dir=root / "adapter", live_dir=root / "train",
+              checkpoint_dir=root / "checkpoints", **paths)
     run_evaluate(base=params.base, prompt=params.prompt, evaluate=params.evaluate,
                  params_record=record, adapter_dir=root / "adapter",
                  baseline_path=root / "baseline.json",

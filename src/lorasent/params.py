@@ -154,6 +154,8 @@ class TrainParams(_Section):
     max_grad_norm: PositiveFloat
     class_weighting: Literal["none", "balanced"]
     logging_steps: PositiveInt
+    save_steps: Annotated[int, Field(ge=0)]
+    resume: Literal["auto", "never"]
     eval_strategy: Literal["no", "epoch"]
     load_best_model_at_end: bool
     auto_find_batch_size: bool

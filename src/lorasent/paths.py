@@ -9,6 +9,7 @@ RAW_DIR = Path("data/raw")                  # fetch: dataset.jsonl + manifest.js
 BASE_MODEL_DIR = Path("models/base")        # fetch: HF folder + manifest.json
 SPLIT_DIR = Path("data/split")              # split: {train,validation,test}.jsonl
 ADAPTER_DIR = Path("models/adapter")        # train: LoRA adapter + lorasent.json
+CHECKPOINT_DIR = Path("checkpoints")        # train: resumable checkpoints (git-ignored)
 
 METRICS_DIR = Path("metrics")               # small files kept in git
 DATA_REPORT = METRICS_DIR / "data.json"                          # split

@@ -33,11 +33,16 @@ record.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import importlib
 import json
+import logging
 import os
 import shutil
 import time
+import zipfile
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +56,8 @@ from transformers import (
     TrainingArguments,
     set_seed,
 )
-from transformers.trainer_utils import IntervalStrategy
+from transformers.trainer_pt_utils import LengthGroupedSampler
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, IntervalStrategy
 from transformers.utils import logging as hf_logging
 
 from lorasent.artifacts import (
@@ -63,7 +69,7 @@ from lorasent.artifacts import (
     write_json,
 )
 from lorasent.errors import LorasentError
-from lorasent.launch import is_main
+from lorasent.launch import barrier, is_main, rank_and_world
 from lorasent.metrics import classification_metrics
 from lorasent.modeling import load_model_and_prompt
 from lorasent.params import BaseParams, PromptParams, TrainParams
@@ -71,12 +77,15 @@ from lorasent.paths import (
     ADAPTER_DIR,
     ADAPTER_RECORD,
     BASE_MODEL_DIR,
+    CHECKPOINT_DIR,
     MANIFEST,
     PROVENANCE_DIR,
     SPLIT_DIR,
     TRAIN_LIVE_DIR,
 )
 from lorasent.scoring import Encoder, PromptEncoder, score_texts
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -121,6 +130,21 @@ class LorasentTrainer(Trainer):
                 "clipping (train.max_grad_norm)")
         return (loss, None) if return_outputs else loss
 
+    def _get_train_sampler(self, train_dataset=None):
+        """Length-grouped batches (``group_by_length``), in an order that a resumed run
+        draws again (:class:`EpochSeededSampler`, seeded with ``data_seed``)."""
+        dataset = self.train_dataset if train_dataset is None else train_dataset
+        return EpochSeededSampler(
+            self.args.train_batch_size * self.args.gradient_accumulation_steps,
+            lengths=list(dataset[self.args.length_column_name]), seed=self.args.data_seed)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Trainer's closing record gives ``train_loss`` over the steps of this call only
+        (after a resume, not the whole run); it gets :func:`mean_loss` of the history."""
+        if "train_loss" in logs:
+            logs = {**logs, "train_loss": mean_loss(self.state.log_history)}
+        super().log(logs, start_time)
+
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
         texts, y = self.validation
         self.model.eval()
@@ -134,6 +158,27 @@ class LorasentTrainer(Trainer):
         self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control,
                                                          metrics)
         return metrics
+
+
+class EpochSeededSampler(LengthGroupedSampler):
+    """transformers' length-grouped order, drawn for each epoch from its own generator.
+
+    The stock sampler draws from torch's global generator when an epoch starts, so the
+    order of the epoch a run resumes in would come from the resumed run's RNG, not from
+    the interrupted one's. Here epoch ``e`` is always shuffled by a generator seeded with
+    numpy's ``SeedSequence([seed, e])`` (well-mixed, so seed 43's first epoch is not seed
+    42's second). Trainer calls ``set_epoch`` before each epoch, through accelerate's
+    data loader in every process, so all processes draw the same order.
+    """
+
+    def __init__(self, batch_size: int, lengths: list[int], seed: int):
+        super().__init__(batch_size, lengths=lengths)
+        self.seed = seed
+        self.set_epoch(0)
+
+    def set_epoch(self, epoch: int) -> None:
+        state = np.random.SeedSequence([self.seed, epoch]).generate_state(1, np.uint64)[0]
+        self.generator = torch.Generator().manual_seed(int(state))
 
 
 class NonFiniteLossError(LorasentError, FloatingPointError):
@@ -197,36 +242,160 @@ def _live(folder: Path):
 
 
 class LogLastStep(TrainerCallback):
-    """Logs the loss at the last optimiser step too.
+    """Logs the loss at the last optimiser step, and at every checkpoint's step, too.
 
     Trainer's ``DefaultFlowCallback`` logs at step 1 (``logging_first_step``) and every
     ``logging_steps``. When ``max_steps`` is not a multiple of ``logging_steps``, the last
     steps' loss was never logged, and the run's final loss was an earlier one: with 3 steps
     and ``logging_steps`` 10, step 1's, the same for every LoRA rank ``r``, because LoRA's
-    B starts at zero. Every process takes it, since logging averages the loss across them.
+    B starts at zero. A resumed run's first record averages the steps since its
+    checkpoint, so a checkpoint's step is always logged (``DefaultFlowCallback``, called
+    first, has already set ``should_save``): the history then resumes exactly as it would
+    have gone on. Every process takes it, since logging averages the loss across them.
     """
 
     def on_step_end(self, args, state, control, **kwargs):
-        if (args.logging_strategy == IntervalStrategy.STEPS
-                and state.global_step >= state.max_steps):
+        if args.logging_strategy == IntervalStrategy.STEPS and (
+                state.global_step >= state.max_steps or control.should_save):
+            control.should_log = True
+        return control
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        if control.should_save:
             control.should_log = True
         return control
 
 
 def _step_aligned_dvclive(live):
-    """transformers' dvclive callback, logging at the optimiser step.
+    """transformers' dvclive callback, logging at the optimiser step, and the whole run
+    when it resumes from a checkpoint.
 
     The stock callback counts log events (0, 1, 2, ...); a loss curve's x axis should be
-    the optimiser step, so each event is logged at ``state.global_step``.
+    the optimiser step, so each event is logged at its ``step``. A resumed run's history
+    starts with the records its checkpoint holds (``state.log_history``), so that
+    ``metrics/train`` is the one an uninterrupted run writes.
     """
     from transformers.integrations import DVCLiveCallback
 
     class StepAlignedDVCLiveCallback(DVCLiveCallback):
-        def on_log(self, args, state, control, **kwargs):
-            live.step = state.global_step
-            super().on_log(args, state, control, **kwargs)
+        def on_train_begin(self, args, state, control, **kwargs):
+            super().on_train_begin(args, state, control, **kwargs)
+            for record in state.log_history:  # empty unless resumed
+                self._log_at(record["step"], args, state, control,
+                             {k: v for k, v in record.items() if k != "step"})
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            self._log_at(state.global_step, args, state, control, logs)
+
+        def _log_at(self, step, args, state, control, logs):
+            live.step = step
+            super().on_log(args, state, control, logs=logs)
 
     return StepAlignedDVCLiveCallback(live=live)
+
+
+def mean_loss(log_history: list[dict[str, Any]]) -> float | None:
+    """The mean training loss per optimiser step over a run's loss records: each record's
+    ``loss`` (the mean since the previous record) weighted by its steps. With the last
+    step logged (:class:`LogLastStep`) it is Trainer's ``train_loss`` of an uninterrupted
+    run, up to float rounding; unlike that, it also covers the steps before a resume."""
+    total, last = 0.0, 0
+    for record in log_history:
+        if "loss" in record:
+            total += record["loss"] * (record["step"] - last)
+            last = record["step"]
+    return total / last if last else None
+
+
+# The modules whose code the adapter depends on: the train stage's deps in dvc.yaml.
+TRAIN_CODE = ("train", "scoring", "metrics", "modeling", "environment", "launch")
+CHECKPOINT_RECORD = "lorasent-checkpoint.json"
+
+
+def training_key(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
+                 inputs: dict[str, str], setting: dict[str, Any]) -> str:
+    """SHA-256 (64 hex digits) of everything a training's steps depend on; a checkpoint
+    is resumed only by a run with the same key.
+
+    It covers the train stage's params (``base``, ``prompt`` and ``train``, as dvc.yaml
+    lists them) less ``train.save_steps`` and ``train.resume``, which change when
+    checkpoints are written and read, not what is trained; ``inputs``, the SHA-256 of the
+    splits, the base model and an accelerate config; the code of :data:`TRAIN_CODE`; the
+    versions of torch, transformers, peft and accelerate; and ``setting``: device, dtype
+    and processes, which change the numbers and the RNG states a checkpoint holds.
+    """
+    record = {
+        "params": {"base": base.model_dump(mode="json"), "prompt": prompt.model_dump(mode="json"),
+                   "train": train.model_dump(mode="json", exclude={"save_steps", "resume"})},
+        "inputs": inputs,
+        "code": {name: sha256_file(importlib.import_module(f"lorasent.{name}").__file__)
+                 for name in TRAIN_CODE},
+        "packages": {name: metadata.version(name)
+                     for name in ("torch", "transformers", "peft", "accelerate")},
+        "setting": setting,
+    }
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+
+
+class Checkpoints(TrainerCallback):
+    """One training's checkpoints: Trainer's ``checkpoint-<step>`` folders in ``folder``.
+
+    Trainer writes each (adapter, optimiser, scheduler, every process's RNG state, then
+    ``trainer_state.json``) and keeps the last two (``save_total_limit``); this callback
+    then adds :data:`CHECKPOINT_RECORD`, ``{"key": training_key, "step": N}``. A folder
+    without it (killed while saving), without an RNG state, or with another key is
+    never resumed.
+    """
+
+    def __init__(self, folder: Path, key: str, processes: int):
+        self.folder, self.key, self.processes = folder, key, processes
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            write_json(self.folder / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+                       / CHECKPOINT_RECORD, {"key": self.key, "step": state.global_step})
+
+    def found(self) -> list[Path]:
+        """The checkpoint folders, by step."""
+        steps = {}
+        for path in self.folder.glob(f"{PREFIX_CHECKPOINT_DIR}-*"):
+            step = path.name.rsplit("-", 1)[1]
+            if step.isdigit() and path.is_dir():
+                steps[int(step)] = path
+        return [steps[step] for step in sorted(steps)]
+
+    def why_not(self, path: Path) -> str | None:
+        """Why the checkpoint at ``path`` cannot be resumed; None when it can."""
+        try:
+            record = read_json(path / CHECKPOINT_RECORD)
+            read_json(path / "trainer_state.json")
+        except (OSError, ValueError):
+            return "incomplete: the run was stopped while saving it"
+        if record.get("key") != self.key:
+            return "from another training: its params, data, base model or code differ"
+        rng = (["rng_state.pth"] if self.processes == 1
+               else [f"rng_state_{i}.pth" for i in range(self.processes)])
+        if not all(zipfile.is_zipfile(path / name) for name in rng):
+            return "incomplete: a process's RNG state is missing"
+        return None
+
+    def prepare(self, resume: bool) -> Path | None:
+        """The checkpoint to resume from, or None. The main process first removes every
+        checkpoint that cannot be resumed (all of them when not ``resume``) and says
+        why; the others wait for it."""
+        if is_main():
+            for path in self.found():
+                why = self.why_not(path) if resume else "train.resume is never"
+                if why:
+                    shutil.rmtree(path, ignore_errors=True)
+                    logger.info("train: removed %s (%s)", path, why)
+        barrier()
+        usable = [path for path in self.found() if resume and self.why_not(path) is None]
+        return usable[-1] if usable else None
+
+    def remove(self) -> None:
+        """Remove the folder: the adapter is saved."""
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _sort_target_modules(config_path: Path) -> None:
@@ -250,9 +419,9 @@ def _out_of_memory(train: TrainParams, device: torch.device, err: Exception) -> 
             f"the Trainer halve the batch until it fits ({str(err).splitlines()[0]})")
 
 
-def _checkpoint_step(path: str | None) -> int | None:
+def _checkpoint_step(path: str | Path | None) -> int | None:
     """The step of Trainer's ``.../checkpoint-<step>`` folder, or None."""
-    return int(path.rsplit("-", 1)[1]) if path else None
+    return int(str(path).rsplit("-", 1)[1]) if path else None
 
 
 def class_weights(scheme: str, label_ids: list[int], num_labels: int) -> np.ndarray:
@@ -274,12 +443,20 @@ def class_weights(scheme: str, label_ids: list[int], num_labels: int) -> np.ndar
 def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
               params_record: dict[str, Any], model_dir: Path = BASE_MODEL_DIR,
               split_dir: Path = SPLIT_DIR, adapter_dir: Path = ADAPTER_DIR,
-              live_dir: Path = TRAIN_LIVE_DIR,
-              provenance_dir: Path = PROVENANCE_DIR) -> TrainResult:
+              live_dir: Path = TRAIN_LIVE_DIR, provenance_dir: Path = PROVENANCE_DIR,
+              checkpoint_dir: Path = CHECKPOINT_DIR) -> TrainResult:
     """Train a LoRA adapter and write it with its record to ``adapter_dir``.
 
     The validation split (``train.eval_strategy: epoch``) is scored
     ``train.per_device_train_batch_size`` texts at a time.
+
+    Every ``train.save_steps`` optimiser steps (and after each epoch with
+    ``train.load_best_model_at_end``) Trainer saves a checkpoint in ``checkpoint_dir``;
+    with ``train.resume: auto`` a run whose :func:`training_key` matches a complete one
+    goes on from the last, through Trainer's ``resume_from_checkpoint`` (adapter,
+    optimiser, scheduler, RNG states, position in the data), and ends with the adapter
+    an uninterrupted run writes. The folder is removed once the adapter is saved; a
+    failed or killed run leaves it for the next.
 
     Raises:
         LorasentError: an empty training split or validation split that
@@ -324,6 +501,11 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
     total = sum(p.numel() for p in model.parameters())
 
     base_manifest = read_json(model_dir / MANIFEST)
+    inputs = {"model": base_manifest["sha256"], "train.jsonl": sha256_file(train_path)}
+    if validation:
+        inputs["validation.jsonl"] = sha256_file(split_dir / "validation.jsonl")
+    if train.accelerate_config:
+        inputs["accelerate_config"] = sha256_file(train.accelerate_config)
     record = {
         "mode": train.mode,
         "labels": labels,
@@ -339,20 +521,26 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
             "template": prompt.template})
     else:
         record["head"] = sorted(model.modules_to_save or ())
-    # Trainer wants an output_dir; only the epochs' checkpoints that load_best_model_at_end
-    # compares go there, and it is removed after. A fixed name keeps the arguments that
-    # dvclive records (metrics/train/params.yaml) stable.
     # The loss history goes to a temporary folder that replaces metrics/train only when
     # the adapter is saved: a failed run leaves the last good history and adapter.
     # In a launched run (lorasent.launch) every process trains; only the main one writes.
+    # The checkpoints' folder has a fixed name, so that the arguments dvclive records
+    # (metrics/train/params.yaml) stay the same; the key is inside each checkpoint.
     main = is_main()
-    work = adapter_dir.parent / ".trainer"
-    if main:
-        shutil.rmtree(work, ignore_errors=True)  # a killed run's checkpoints are not resumed
+    processes = rank_and_world()[1]
+    checkpoints = Checkpoints(checkpoint_dir, processes=processes, key=training_key(
+        base=base, prompt=prompt, train=train, inputs=inputs,
+        setting={"device": device.type, "dtype": str(model.dtype), "processes": processes}))
+    resume_from = checkpoints.prepare(resume=train.resume == "auto")
+    if resume_from and main:
+        state = read_json(resume_from / "trainer_state.json")
+        logger.info("train: resuming from step %d of %d (%s); to start over, delete %s or "
+                    "set train.resume: never", state["global_step"], state["max_steps"],
+                    resume_from, checkpoint_dir)
     with atomic_dir(live_dir) if main else contextlib.nullcontext() as live_tmp:
         try:
             args = TrainingArguments(
-                output_dir=str(work), seed=base.seed, data_seed=base.seed,
+                output_dir=str(checkpoint_dir), seed=base.seed, data_seed=base.seed,
                 learning_rate=train.learning_rate, num_train_epochs=train.num_train_epochs,
                 max_steps=train.max_steps,
                 per_device_train_batch_size=train.per_device_train_batch_size,
@@ -361,7 +549,9 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
                 weight_decay=train.weight_decay, max_grad_norm=train.max_grad_norm,
                 logging_steps=train.logging_steps, logging_first_step=True,
                 eval_strategy=train.eval_strategy,
-                save_strategy="epoch" if train.load_best_model_at_end else "no",
+                save_strategy=("epoch" if train.load_best_model_at_end
+                               else "steps" if train.save_steps else "no"),
+                save_steps=train.save_steps or None, save_total_limit=2,
                 load_best_model_at_end=train.load_best_model_at_end,
                 metric_for_best_model="accuracy", greater_is_better=True,
                 report_to="none", remove_unused_columns=False,
@@ -375,8 +565,8 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
                 # scores the validation texts itself.
                 eval_dataset=datasets.Dataset.from_list(examples[:1]) if validation else None,
                 data_collator=encoder.collate,
-                callbacks=[LogLastStep(), *([_step_aligned_dvclive(_live(live_tmp))]
-                                            if main else [])],
+                callbacks=[LogLastStep(), checkpoints,
+                           *([_step_aligned_dvclive(_live(live_tmp))] if main else [])],
                 encoder=encoder, labels=labels,
                 eval_batch_size=train.per_device_train_batch_size,
                 validation=([r["text"] for r in validation],
@@ -389,12 +579,13 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
                 trainer.remove_callback(ProgressCallback)
                 trainer.add_callback(PrinterCallback)
             try:
-                trainer.train()
+                trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
             except torch.OutOfMemoryError as err:
                 raise LorasentError(_out_of_memory(train, device, err)) from err
         finally:
-            if main:
-                shutil.rmtree(work, ignore_errors=True)
+            if main:  # Trainer makes the folder even when it saves nothing
+                with contextlib.suppress(OSError):
+                    checkpoint_dir.rmdir()
         # every process takes part (FSDP gathers the shards); the main one saves
         state_dict = trainer.accelerator.get_state_dict(trainer.model)
         if main:
@@ -402,6 +593,8 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
                 model.save_pretrained(tmp, state_dict=state_dict, safe_serialization=True)
                 _sort_target_modules(tmp / "adapter_config.json")
                 write_json(tmp / ADAPTER_RECORD, record)
+    if main:
+        checkpoints.remove()
 
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     final_loss = losses[-1] if losses else None
@@ -409,9 +602,11 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
         write_json(provenance_dir / "train.json", provenance(
             stage="train", params=params_record, device=device,
             wall_time_s=time.perf_counter() - started,
-            inputs={"model": base_manifest["sha256"], "train.jsonl": sha256_file(train_path)},
+            inputs=inputs,
             extra={"trainable_parameters": trainable, "total_parameters": total,
-                   "steps": trainer.state.global_step, "train_rows": len(rows),
+                   "steps": trainer.state.global_step,
+                   "resumed_from_step": _checkpoint_step(resume_from),
+                   "train_rows": len(rows),
                    "effective_batch_size": train.per_device_train_batch_size
                    * train.gradient_accumulation_steps * trainer.args.world_size,
                    "final_loss": final_loss,
