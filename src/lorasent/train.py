@@ -39,7 +39,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -48,6 +48,8 @@ from transformers import (
     ProgressCallback,
     Trainer,
     TrainerCallback,
+    TrainerControl,
+    TrainerState,
     TrainingArguments,
     set_seed,
 )
@@ -78,6 +80,10 @@ from lorasent.paths import (
 )
 from lorasent.scoring import Encoder, PromptEncoder, score_texts
 
+if TYPE_CHECKING:
+    from dvclive.live import Live
+    from peft import PeftModel
+
 
 @dataclass(frozen=True)
 class TrainResult:
@@ -102,13 +108,16 @@ class LorasentTrainer(Trainer):
 
     loss_is_scaled_for_ga = False
 
-    def __init__(self, *args, encoder: Encoder, validation: tuple[list[str], list[int]],
-                 labels: list[str], eval_batch_size: int, **kwargs):
+    def __init__(self, *args: Any, encoder: Encoder, validation: tuple[list[str], list[int]],
+                 labels: list[str], eval_batch_size: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.encoder, self.validation = encoder, validation
         self.class_names, self.eval_batch_size = labels, eval_batch_size
 
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+    def compute_loss(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor],
+                     return_outputs: bool = False,
+                     num_items_in_batch: torch.Tensor | int | None = None,
+                     ) -> torch.Tensor | tuple[torch.Tensor, None]:
         loss = self.encoder.loss(model, inputs)
         if not torch.isfinite(loss):
             raise NonFiniteLossError(
@@ -121,8 +130,10 @@ class LorasentTrainer(Trainer):
                 "clipping (train.max_grad_norm)")
         return (loss, None) if return_outputs else loss
 
-    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
+    def evaluate(self, eval_dataset: object = None, ignore_keys: list[str] | None = None,
+                 metric_key_prefix: str = "eval") -> dict[str, float]:
         texts, y = self.validation
+        assert self.model is not None  # Trainer types it optional; run_train always gives one
         self.model.eval()
         scores = score_texts(self.model, self.encoder, texts, self.eval_batch_size,
                              desc="validation")
@@ -144,7 +155,7 @@ class HeadNotSavedError(LorasentError):
     """A seq_cls model has new weights that the adapter would not save."""
 
 
-def check_head_saved(model: torch.nn.Module, newly_initialized: list[str]) -> None:
+def check_head_saved(model: PeftModel, newly_initialized: list[str]) -> None:
     """Refuse a peft model whose newly initialised weights would not be saved.
 
     ``AutoModelForSequenceClassification`` initialises the head at random. peft trains
@@ -175,7 +186,7 @@ def check_head_saved(model: torch.nn.Module, newly_initialized: list[str]) -> No
             f"{modules} to train.lora.modules_to_save")
 
 
-def _live(folder: Path):
+def _live(folder: Path) -> Live:
     """dvclive's ``Live`` writing the history to ``folder``.
 
     Under ``dvc exp run`` dvclive would ``git add`` its folder when training ends. Here
@@ -186,7 +197,7 @@ def _live(folder: Path):
     experiment is running (it reads that from ``DVC_EXP_BASELINE_REV``, only when the
     ``Live`` is made).
     """
-    from dvclive import Live
+    from dvclive.live import Live
 
     hidden = os.environ.pop("DVC_EXP_BASELINE_REV", None)
     try:
@@ -206,25 +217,29 @@ class LogLastStep(TrainerCallback):
     B starts at zero. Every process takes it, since logging averages the loss across them.
     """
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def on_step_end(self, args: TrainingArguments, state: TrainerState,
+                    control: TrainerControl, **kwargs: Any) -> TrainerControl:
         if (args.logging_strategy == IntervalStrategy.STEPS
                 and state.global_step >= state.max_steps):
             control.should_log = True
         return control
 
 
-def _step_aligned_dvclive(live):
+def _step_aligned_dvclive(live: Live) -> TrainerCallback:
     """transformers' dvclive callback, logging at the optimiser step.
 
     The stock callback counts log events (0, 1, 2, ...); a loss curve's x axis should be
     the optimiser step, so each event is logged at ``state.global_step``.
     """
-    from transformers.integrations import DVCLiveCallback
+    from transformers.integrations.integration_utils import DVCLiveCallback
 
     class StepAlignedDVCLiveCallback(DVCLiveCallback):
-        def on_log(self, args, state, control, **kwargs):
+        def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                   model: torch.nn.Module | None = None, logs: dict[str, float] | None = None,
+                   **kwargs: Any) -> None:
             live.step = state.global_step
-            super().on_log(args, state, control, **kwargs)
+            super().on_log(  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
+                args, state, control, model=model, logs=logs, **kwargs)
 
     return StepAlignedDVCLiveCallback(live=live)
 
@@ -316,7 +331,9 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
 
     model = get_peft_model(model.train(), LoraConfig(
         task_type="SEQ_CLS" if train.mode == "seq_cls" else "CAUSAL_LM", r=train.lora.r,
-        lora_alpha=train.lora.lora_alpha, lora_dropout=train.lora.lora_dropout,
+        # peft annotates lora_alpha int but scales by alpha / r, so the float params allow works
+        lora_alpha=train.lora.lora_alpha,  # type: ignore[arg-type]
+        lora_dropout=train.lora.lora_dropout,
         target_modules=list(train.lora.target_modules),
         modules_to_save=list(train.lora.modules_to_save) or None))
     check_head_saved(model, newly_initialized)
@@ -324,7 +341,7 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
     total = sum(p.numel() for p in model.parameters())
 
     base_manifest = read_json(model_dir / MANIFEST)
-    record = {
+    record: dict[str, Any] = {
         "mode": train.mode,
         "labels": labels,
         "label2id": {label: i for i, label in enumerate(labels)},
@@ -376,7 +393,7 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
                 eval_dataset=datasets.Dataset.from_list(examples[:1]) if validation else None,
                 data_collator=encoder.collate,
                 callbacks=[LogLastStep(), *([_step_aligned_dvclive(_live(live_tmp))]
-                                            if main else [])],
+                                            if live_tmp is not None else [])],
                 encoder=encoder, labels=labels,
                 eval_batch_size=train.per_device_train_batch_size,
                 validation=([r["text"] for r in validation],
@@ -399,7 +416,7 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
         state_dict = trainer.accelerator.get_state_dict(trainer.model)
         if main:
             with atomic_dir(adapter_dir) as tmp:
-                model.save_pretrained(tmp, state_dict=state_dict, safe_serialization=True)
+                model.save_pretrained(str(tmp), state_dict=state_dict, safe_serialization=True)
                 _sort_target_modules(tmp / "adapter_config.json")
                 write_json(tmp / ADAPTER_RECORD, record)
 
