@@ -108,8 +108,10 @@ OUT ?=
 compare: $(STAMP)  ## Is B better than A? Verdict, intervals, per-class, plots: A=<rev> B=<rev> [OUT=dir]
 	$(BIN)/lorasent compare '$(A)' '$(B)' $(if $(OUT),--out $(OUT))
 
-lint: $(STAMP)  ## Lint the code (ruff) and both Dockerfiles (hadolint)
+# mypy reads its settings, and the files to check (src/ and tests/), from pyproject.toml.
+lint: $(STAMP)  ## Lint and type-check the code (ruff, mypy) and both Dockerfiles (hadolint)
 	$(BIN)/ruff check src tests
+	$(BIN)/mypy
 	$(BIN)/hadolint docker/rocm/Dockerfile docker/cpu/Dockerfile
 
 doctor: $(STAMP)  ## Report torch, the GPU and the libraries; check params.yaml's needs

@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from lorasent.params import Params, parse_params, read_yaml
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedTokenizerBase
+
+    from lorasent.train import TrainResult
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = REPO / "tests" / "data" / "cases"
 
 
 @pytest.fixture(scope="session")
-def repo_params_raw() -> dict:
+def repo_params_raw() -> dict[str, Any]:
     """params.yaml of the repo, as a plain dict read as DVC reads it (YAML 1.2); copy it
     before changing it."""
     path = REPO / "params.yaml"
@@ -22,12 +30,12 @@ def repo_params_raw() -> dict:
 
 
 @pytest.fixture
-def params_raw(repo_params_raw) -> dict:
+def params_raw(repo_params_raw: dict[str, Any]) -> dict[str, Any]:
     return copy.deepcopy(repo_params_raw)
 
 
 @pytest.fixture
-def params(params_raw) -> Params:
+def params(params_raw: dict[str, Any]) -> Params:
     return parse_params(params_raw)
 
 
@@ -40,7 +48,7 @@ def packaged_model_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def gemma(packaged_model_dir):
+def gemma(packaged_model_dir: Path) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     """``(model, tokenizer)``: the real packaged Gemma 3 270M, fp32, on the CPU."""
     import torch
 
@@ -65,7 +73,7 @@ def minilm_folder() -> Path:
 
 
 @pytest.fixture(scope="session")
-def minilm_dir(tmp_path_factory) -> Path:
+def minilm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """MiniLM-L6 fetched as a base model folder (with manifest.json)."""
     from lorasent.fetch import fetch_model
 
@@ -75,7 +83,7 @@ def minilm_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def split_dir(tmp_path_factory) -> Path:
+def split_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Eight labelled tweets as train and test splits, four as validation."""
     from lorasent.artifacts import atomic_write_text, jsonl_text
 
@@ -91,7 +99,7 @@ def split_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def minilm_params(repo_params_raw):
+def minilm_params(repo_params_raw: dict[str, Any]) -> Callable[..., Params]:
     """``(**train) -> Params``: MiniLM in seq_cls mode, 2 steps, with train overrides."""
     from lorasent.params import merge
 
@@ -103,7 +111,7 @@ def minilm_params(repo_params_raw):
     return lambda **train: parse_params(merge(merge(repo_params_raw, preset), {"train": train}))
 
 
-def train_in(folder: Path, params: Params, model_dir: Path, split_dir: Path):
+def train_in(folder: Path, params: Params, model_dir: Path, split_dir: Path) -> TrainResult:
     """:func:`lorasent.train.run_train` writing everything under ``folder``."""
     from lorasent.train import run_train
 

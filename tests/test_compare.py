@@ -1,9 +1,11 @@
 """The report's pieces that need no repo: DVC's plot specs made still, cell formats."""
 
+from typing import Any
+
 from lorasent.compare import _fmt, _labels, _slug, _static
 
 
-def _confusion(facet: dict) -> dict:
+def _confusion(facet: dict[str, Any]) -> dict[str, Any]:
     return {"facet": facet, "params": [{"name": "showValues", "bind": {"input": "checkbox"}}],
             "spec": {}}
 
@@ -35,7 +37,7 @@ def test_cells():
 def test_classes_follow_base_labels_then_the_metrics():
     params = {"params.yaml": {"base.labels": {"old": "['neg', 'pos']",  # DVC's repr
                                               "new": "['neg', 'pos', 'neu']"}}}
-    evals = {"per_class.other.f1": {}, "per_class.neg.f1": {}}
+    evals: dict[str, Any] = {"per_class.other.f1": {}, "per_class.neg.f1": {}}
     assert _labels(params, evals) == ["neg", "pos", "neu", "other"]
 
 

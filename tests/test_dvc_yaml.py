@@ -2,6 +2,7 @@
 
 import shlex
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -23,7 +24,7 @@ def test_five_stages_in_order():
 def test_command_resolves_to_a_cli_command(stage):
     argv = shlex.split(DVC["stages"][stage]["cmd"])
     assert argv[0] == "lorasent"
-    assert main.get_command(None, argv[1]) is not None
+    assert main.get_command(click.Context(main), argv[1]) is not None
     result = CliRunner().invoke(main, [*argv[1:], "--help"])
     assert result.exit_code == 0, result.output
     assert "--params" in result.output

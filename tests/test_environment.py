@@ -2,6 +2,7 @@
 
 import json
 import logging
+from typing import Any
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ from lorasent.environment import (
     require_environment,
 )
 
-OK = {"device": "cpu", "precision": "fp32", "attn_implementation": "sdpa",
+OK: dict[str, Any] = {"device": "cpu", "precision": "fp32", "attn_implementation": "sdpa",
       "model": "packaged:gemma-3-270m"}
 
 

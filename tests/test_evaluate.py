@@ -1,6 +1,7 @@
 """An adapter is refused with another base model, other labels, prompt or mode."""
 
 import json
+from typing import Any
 
 import pytest
 
@@ -8,9 +9,10 @@ from lorasent.modeling import AdapterMismatchError, check_adapter
 from lorasent.params import PromptParams
 
 LABELS = ["negative", "neutral", "positive"]
-RECORD = {"mode": "generative", "labels": LABELS, "template": "Tweet: {text}\nSentiment:",
-          "label_words": [" negative", " neutral", " positive"], "max_length": 128,
-          "base_model": {"source": "packaged:gemma-3-270m", "sha256": "a" * 64}}
+RECORD: dict[str, Any] = {
+    "mode": "generative", "labels": LABELS, "template": "Tweet: {text}\nSentiment:",
+    "label_words": [" negative", " neutral", " positive"], "max_length": 128,
+    "base_model": {"source": "packaged:gemma-3-270m", "sha256": "a" * 64}}
 
 
 @pytest.fixture

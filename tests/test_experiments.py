@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil
@@ -130,7 +131,7 @@ def test_a_worker_deaf_to_control_messages_neither_blocks_nor_outlives_the_sweep
     assert _stop_workers(root, timeout_s=30) == ["dvc-exp-worker-1"]
 
 
-def _exp(root: Path, name: str) -> dict:
+def _exp(root: Path, name: str) -> dict[str, Any]:
     shown = json.loads(run(root, "dvc", "exp", "show", "--json"))
     return next(exp_named(shown, name))
 

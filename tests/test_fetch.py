@@ -141,7 +141,7 @@ def test_hub_dataset_maps_class_ids_to_names(monkeypatch):
         {"text": ["great", "awful"], "label": [1, 0]},
         features=datasets.Features({"text": datasets.Value("string"),
                                     "label": datasets.ClassLabel(names=["neg", "pos"])}))
-    seen = {}
+    seen: dict[str, str] = {}
 
     def fake_load(name, split):
         seen.update(name=name, split=split)

@@ -4,6 +4,7 @@ a data source that is not there. Each message must point the right way."""
 import json
 import os
 import shutil
+import subprocess
 
 import pytest
 import torch
@@ -161,11 +162,13 @@ def test_params_choice_resolves_as_the_stages_do(monkeypatch):
 
 def test_launched_stage_with_params_elsewhere_runs_in_the_project(project, elsewhere,
                                                                   monkeypatch):
-    from lorasent import launch
-
     started = []
-    monkeypatch.setattr(launch.subprocess, "run", lambda cmd: started.append(
-        (cmd, os.getcwd())) or type("Done", (), {"returncode": 0}))
+
+    def run(cmd):
+        started.append((cmd, os.getcwd()))
+        return type("Done", (), {"returncode": 0})
+
+    monkeypatch.setattr(subprocess, "run", run)  # the one lorasent.launch calls
     update_params({"base": {"num_processes": 2}}, project / "params.yaml")
     result = CliRunner().invoke(main, ["evaluate", "--params", "../project/params.yaml"])
     assert result.exit_code == 0, result.output

@@ -139,7 +139,8 @@ def test_table_shows_the_note_of_an_empty_text():
 def render_terminal(raw: bytes) -> list[str]:
     """The lines a terminal shows after ``raw``: carriage returns overwrite, ``ESC[A``
     moves up a line, other escape sequences are dropped."""
-    screen, row, col = [[]], 0, 0
+    screen: list[list[str]] = [[]]
+    row, col = 0, 0
     text = raw.decode("utf-8", "replace")
     i = 0
     while i < len(text):
@@ -310,5 +311,7 @@ def test_model_card_gives_no_numbers_of_another_adapter(project, change):
 
 def test_export_readme_snippet_reads_its_own_folder(project):
     card = export_readme(RECORD, project / "models" / "adapter")
-    snippet = re.search(r"```python\n(.*?)```", card, re.S).group(1)
+    found = re.search(r"```python\n(.*?)```", card, re.S)
+    assert found is not None
+    snippet = found.group(1)
     assert 'path = "."' in snippet and str(project) not in snippet

@@ -2,6 +2,7 @@
 
 import difflib
 import shutil
+from typing import Any
 
 import pytest
 
@@ -159,7 +160,7 @@ def test_seq_cls_needs_no_label_words(params_raw):
 
 
 def test_merge_replaces_label_keyed_maps_whole():
-    base = {"prompt": {"label_words": {"a": "x", "b": "y"}, "max_length": 8},
+    base: dict[str, Any] = {"prompt": {"label_words": {"a": "x", "b": "y"}, "max_length": 8},
             "base": {"label_aliases": {"n": "a"}}}
     merged = merge(base, {"prompt": {"label_words": {"a": "z"}}, "base": {"label_aliases": {}}})
     assert merged == {"prompt": {"label_words": {"a": "z"}, "max_length": 8},

@@ -5,6 +5,7 @@ import json
 import os
 import re
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
@@ -78,6 +79,7 @@ def test_predict_equals_evaluate_on_the_test_split(trained, loaded):
     expected = _evaluate_predictions(trained)
     assert [p.label for p in got] == [row["predicted"] for row in expected]
     for p, row in zip(got, expected, strict=True):
+        assert p.probabilities is not None
         for label in record["labels"]:
             assert p.probabilities[label] == pytest.approx(float(row[f"p_{label}"]), abs=1e-5)
 
@@ -146,6 +148,7 @@ def test_empty_and_very_long_texts_get_defined_results(loaded):
     assert (empty.label, empty.probabilities, empty.note) == (None, None, "empty text")
     assert blank.label is None
     assert long.label in record["labels"] and len(long.text) == 10_000
+    assert long.probabilities is not None
     assert sum(long.probabilities.values()) == pytest.approx(1.0)
 
 
@@ -221,9 +224,11 @@ def test_export_loads_with_plain_transformers_and_predicts_the_same(trained, loa
     moved = tmp_path / "moved" / "model"
     moved.parent.mkdir()
     out.rename(moved)
-    snippet = re.search(r"```python\n(.*?)```", (moved / "README.md").read_text(), re.S).group(1)
+    found = re.search(r"```python\n(.*?)```", (moved / "README.md").read_text(), re.S)
+    assert found is not None
+    snippet = found.group(1)
     assert str(out) not in snippet
-    namespace = {}
+    namespace: dict[str, Any] = {}
     cwd = os.getcwd()
     os.chdir(moved)
     try:

@@ -88,7 +88,7 @@ def test_compare_runs_dvc_without_an_activated_venv(repo, monkeypatch):
 
 
 def _no_program(monkeypatch):
-    monkeypatch.setattr(programs.shutil, "which", lambda name, path=None: None)
+    monkeypatch.setattr(shutil, "which", lambda name, path=None: None)  # programs' shutil
 
 
 def test_a_missing_program_is_named_with_how_to_get_it(monkeypatch, tmp_path):

@@ -1,5 +1,7 @@
 """`lorasent seeds` without a repo: how it follows DVC's queue (end to end: test_experiments)."""
 
+from pathlib import Path
+
 import pytest
 
 from lorasent import seeds
@@ -17,9 +19,9 @@ def _follow(monkeypatch, screens, restarts=None):
     shown = iter(screens)
     monkeypatch.setattr(seeds, "_dvc", lambda repo, *args, as_json=True: next(shown))
     monkeypatch.setattr(seeds, "POLL_S", 0)
-    lines = []
+    lines: list[str] = []
     restart = None if restarts is None else (lambda: restarts.append(1))
-    found = seeds.wait_for(".", ["a-seed42", "a-seed43"], progress=lines.append,
+    found = seeds.wait_for(Path("."), ["a-seed42", "a-seed43"], progress=lines.append,
                            restart=restart)
     return found, lines
 
@@ -39,7 +41,7 @@ def test_a_queue_left_without_a_worker_gets_one_again(monkeypatch):
     """A worker that stops with runs still queued (it took an earlier `dvc queue stop`):
     three looks without a worker start one again."""
     stuck = _queue("1 a-seed42 07:26 PM Success", "2 a-seed43 07:26 PM Queued", workers=0)
-    restarts = []
+    restarts: list[int] = []
     found, lines = _follow(monkeypatch, [stuck] * 3 + [
         _queue("1 a-seed42 07:26 PM Success", "2 a-seed43 07:26 PM Success", workers=1)],
         restarts)

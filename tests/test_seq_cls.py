@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from safetensors import safe_open
-from transformers import AutoModelForSequenceClassification, AutoTokenizer
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel
 
 from conftest import LABELS, minilm_folder, train_in
 from lorasent.fetch import fetch_model
@@ -69,15 +69,16 @@ def test_decoder_without_pad_token_gets_eos_on_tokenizer_and_config(tmp_path,
     for p in packaged_model_dir.iterdir():
         if not p.name.startswith("tokenizer"):
             (tmp_path / p.name).symlink_to(p)
-    tokenizer = AutoTokenizer.from_pretrained(packaged_model_dir)
-    tokenizer.pad_token = None
-    tokenizer.save_pretrained(tmp_path)
+    original = AutoTokenizer.from_pretrained(packaged_model_dir)
+    original.pad_token = None
+    original.save_pretrained(tmp_path)
     assert AutoTokenizer.from_pretrained(tmp_path).pad_token is None
 
     model, tokenizer, _ = load_base_model(tmp_path, device="cpu", precision="fp32",
                                           attn_implementation="sdpa", mode="seq_cls",
                                           labels=LABELS)
     assert tokenizer.pad_token == tokenizer.eos_token
+    assert isinstance(model, PreTrainedModel)
     assert model.config.pad_token_id == tokenizer.eos_token_id == 1
     encoder = TextEncoder(tokenizer, 64, 3)
     seqs = [encoder.encode(t) for t in TEXTS]

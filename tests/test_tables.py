@@ -402,7 +402,7 @@ def test_unknown_suffix_is_refused_for_fetch(tmp_path):
 # emoji, right-to-left script, zero-width and other invisible characters.
 TRICKY = ',;\t|"\'\n\r\r\n 😀👍🏽 שלום مرحبا \u200b\u200d\u200e\u2028\ufeff\\'
 texts = st.text(alphabet=st.sampled_from(TRICKY) | st.characters(
-    blacklist_categories=("Cs",)), max_size=40)
+    blacklist_categories=["Cs"]), max_size=40)
 rows_strategy = st.lists(st.tuples(texts, texts), min_size=1, max_size=8)
 
 

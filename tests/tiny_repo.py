@@ -10,7 +10,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -26,7 +28,7 @@ LABELS = ["negative", "neutral", "positive"]
 PLANTED_TOKEN = "hf_lorasentPlantedTokenNeverWritten0123456789"
 
 
-def env() -> dict:
+def env() -> dict[str, str]:
     return {**os.environ, "HF_TOKEN": PLANTED_TOKEN, "HUGGING_FACE_HUB_TOKEN": PLANTED_TOKEN,
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
 
@@ -40,8 +42,10 @@ def run(cwd: Path, *argv: str, timeout_s: float = 1800, logs: bool = False) -> s
                               stderr=subprocess.STDOUT if logs else subprocess.PIPE,
                               text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:
+        # what the command wrote so far: bytes, whatever text= said
+        out, err = (b.decode(errors="replace") if b else "" for b in (exc.stdout, exc.stderr))
         raise AssertionError(f"{argv} still running after {timeout_s:.0f} s:\n"
-                             f"{exc.stdout}\n{exc.stderr}") from None
+                             f"{out}\n{err}") from None
     assert done.returncode == 0, f"{argv} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
@@ -65,7 +69,7 @@ def kill_after_checkpoint(cwd: Path, step: int, *argv: str, timeout_s: float = 6
     proc.wait()
 
 
-def set_params(root: Path, changes: dict) -> None:
+def set_params(root: Path, changes: dict[str, Any]) -> None:
     """``changes`` merged into ``root``'s params.yaml, validated, in the layout DVC
     writes (so that a later ``dvc exp run -S`` changes only its key's line)."""
     from lorasent.params import update_params
@@ -88,7 +92,7 @@ def copy_repo(dest: Path) -> Path:
 GIT = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
 
 
-def make_tiny_repo(dest: Path, changes: dict | None = None) -> Path:
+def make_tiny_repo(dest: Path, changes: dict[str, Any] | None = None) -> Path:
     """``dest`` as a git repo holding this repo at tiny sizes (and ``changes`` to its
     params), after one ``dvc repro`` (its outputs uncommitted)."""
     root = copy_repo(dest)
@@ -102,7 +106,7 @@ def make_tiny_repo(dest: Path, changes: dict | None = None) -> Path:
     return root
 
 
-def exp_named(node, name):
+def exp_named(node: object, name: str) -> Iterator[dict[str, Any]]:
     """The entries of `dvc exp show --json` output named ``name`` that hold its data."""
     if isinstance(node, dict):
         if node.get("name") == name and "data" in node:

@@ -19,9 +19,12 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from lorasent.paths import PROVENANCE_DIR
+
+if TYPE_CHECKING:
+    import torch
 
 # Packages whose versions go into every provenance record.
 TRACKED_PACKAGES = (
@@ -205,15 +208,15 @@ def machine_load(wall_time_s: float) -> dict[str, Any]:
             "busy": load > BUSY_LOAD_PER_CORE * cores}
 
 
-def provenance(*, stage: str, params: dict[str, Any], device: Any, wall_time_s: float,
-               inputs: dict[str, str], extra: dict[str, Any] | None = None,
-               status: str = "ok") -> dict[str, Any]:
+def provenance(*, stage: str, params: dict[str, Any], device: torch.device | str | None,
+               wall_time_s: float, inputs: dict[str, str],
+               extra: dict[str, Any] | None = None, status: str = "ok") -> dict[str, Any]:
     """The record written beside a stage's metrics.
 
     Args:
         stage: the stage's name.
         params: the resolved params (all sections), as plain data.
-        device: the torch device the stage ran on.
+        device: the torch device the stage ran on (None: resolve ``auto``).
         wall_time_s: the stage's wall time in seconds.
         inputs: ``{name: sha256}`` of the data and model the stage read.
         extra: stage-specific facts (e.g. trainable parameters).

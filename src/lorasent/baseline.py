@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from lorasent.artifacts import (
     atomic_write_text,
@@ -83,9 +84,10 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
     majority, majority_acc = majority_baseline([r["label_id"] for r in train], y_test,
                                                len(labels))
 
-    report = {"majority_class": labels[majority], "majority_accuracy": majority_acc}
+    report: dict[str, Any] = {"majority_class": labels[majority],
+                              "majority_accuracy": majority_acc}
     if mode == "seq_cls":
-        device = "cpu"  # no model is loaded
+        device = torch.device("cpu")  # no model is loaded
         scores = np.full((len(test), len(labels)), -np.inf, dtype=np.float32)
         scores[:, majority] = 0.0  # the majority class with probability 1
         report.update(zero_shot=None, zero_shot_note=SEQ_CLS_NO_ZERO_SHOT)

@@ -50,10 +50,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from lorasent.scoring import PromptEncoder
 
 # Targets of issue 8 (measured there on 2 CPU cores, Gemma 270M, batch 8, ~50 tokens).
 TARGETS = {"train_vs_seed002": 10.0, "train_vs_plain_trainer": 3.0,
@@ -66,7 +72,7 @@ LABELS = ["negative", "neutral", "positive"]
 # generation 22x and 26x), so the ratios no longer compare.
 BUSY_LOAD = 0.5
 # google/gemma-2b's config.json (GemmaForCausalLM), for random-weight GPU runs.
-GEMMA_2B_CONFIG = {
+GEMMA_2B_CONFIG: dict[str, Any] = {
     "model_type": "gemma", "architectures": ["GemmaForCausalLM"], "vocab_size": 256000,
     "hidden_size": 2048, "intermediate_size": 16384, "num_hidden_layers": 18,
     "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256,
@@ -126,7 +132,8 @@ def _peak_memory(device: torch.device) -> dict[str, int]:
     return out
 
 
-def _load(model_name: str, device: torch.device):
+def _load(model_name: str, device: torch.device,
+          ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, PromptEncoder]:
     """``(model, tokenizer, encoder)``: real packaged Gemma on the CPU; random weights
     from the config on a GPU (see the module docstring)."""
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -164,10 +171,19 @@ def _load(model_name: str, device: torch.device):
             lambda module, args: (args[0] % vocab, *args[1:]))
         encoder = dataclasses.replace(encoder, label_ids=tuple(
             tuple(i % vocab for i in ids) for ids in encoder.label_ids))
-    return model.to(device), tokenizer, encoder
+    # transformers wraps `to` in functools.wraps(Module.to): typeshed's _Wrapped then takes
+    # the device for `self`.
+    return model.to(device), tokenizer, encoder  # type: ignore[arg-type]
 
 
-def _vocab_safe(ids: torch.Tensor, model) -> torch.Tensor:
+def _decode(tokenizer: PreTrainedTokenizerBase, ids: list[int] | torch.Tensor,
+            skip_special_tokens: bool = False) -> str:
+    text = tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+    assert isinstance(text, str)  # one sequence decodes to one string, a batch to a list
+    return text
+
+
+def _vocab_safe(ids: torch.Tensor, model: PreTrainedModel) -> torch.Tensor:
     """Token ids of the Gemma 3 tokenizer folded into the model's vocabulary: the same
     cost, whatever the ids (see :func:`_load`)."""
     return ids % model.config.vocab_size
@@ -182,9 +198,9 @@ def bench_train(model_name: str, device: torch.device, batch_size: int, warmup: 
 
     from lorasent.scoring import label_token_loss
 
-    model, tokenizer, encoder = _load(model_name, device)
+    base_model, tokenizer, encoder = _load(model_name, device)
     examples = _examples(batch_size)
-    model = get_peft_model(model, LoraConfig(
+    model = get_peft_model(base_model, LoraConfig(
         task_type="CAUSAL_LM", r=8, lora_alpha=16, lora_dropout=0.1,
         target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                         "down_proj"]))
@@ -195,27 +211,29 @@ def bench_train(model_name: str, device: torch.device, batch_size: int, warmup: 
                                 "weight": 1.0} for e in examples])
     project = {k: v.to(device) for k, v in project.items()}
     real_tokens = int(project["attention_mask"].sum()) + batch_size  # + the label token
-    full_texts = [tokenizer.decode(encoder.encode(e["text"]), skip_special_tokens=True)
-                  + encoder.tokenizer.decode(encoder.label_ids[e["label_id"]])
+    full_texts = [_decode(tokenizer, encoder.encode(e["text"]), skip_special_tokens=True)
+                  + _decode(encoder.tokenizer, list(encoder.label_ids[e["label_id"]]))
                   for e in examples]
 
-    def lm_batch(**padding):
+    def lm_batch(**padding: Any) -> dict[str, torch.Tensor]:
         enc = tokenizer(full_texts, return_tensors="pt", truncation=True, **padding)
         labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
         return {"input_ids": enc["input_ids"].to(device),
                 "attention_mask": enc["attention_mask"].to(device),
-                "labels": torch.where(labels >= 0, _vocab_safe(labels, model), labels).to(device)}
+                "labels": torch.where(labels >= 0, _vocab_safe(labels, base_model),
+                                      labels).to(device)}
 
     seed002 = lm_batch(padding="max_length", max_length=256)
     plain = lm_batch(padding=True)
     floor = {"input_ids": project["input_ids"], "attention_mask": project["attention_mask"],
              "position_ids": project["position_ids"]}
     decoder = model.get_base_model().model
+    assert isinstance(decoder, torch.nn.Module)  # the transformer under the LM head
 
     memory: dict[str, dict[str, int]] = {}
 
-    def step(name, loss_fn):
-        def run():
+    def step(name: str, loss_fn: Callable[[], torch.Tensor]) -> Callable[[], None]:
+        def run() -> None:
             loss = loss_fn()
             loss.backward()
             optimizer.step()
@@ -255,25 +273,28 @@ def bench_eval(model_name: str, device: torch.device, n: int, batch_size: int,
                rounds: int = 3) -> dict[str, Any]:
     """Examples/s (median of ``rounds`` interleaved rounds, after one warm-up pass of the
     project's way) and accuracy of label scoring and of seed 000's generate-and-match."""
+    from transformers import GenerationMixin
+
     from lorasent.scoring import score_texts
 
     model, tokenizer, encoder = _load(model_name, device)
     model.eval()
+    assert isinstance(model, GenerationMixin)  # a causal LM: seed 000's way generates
     examples = _examples(n, seed=1)
     texts, gold = [e["text"] for e in examples], [e["label_id"] for e in examples]
-    words = [tokenizer.decode(ids).strip().lower() for ids in encoder.label_ids]
+    words = [_decode(tokenizer, list(ids)).strip().lower() for ids in encoder.label_ids]
 
-    def project():
+    def project() -> list[int]:
         return score_texts(model, encoder, texts, batch_size, desc="bench").argmax(1).tolist()
 
     @torch.inference_mode()
-    def seed000():
+    def seed000() -> list[int]:
         preds = []
         for text in texts:
             ids = torch.tensor([encoder.encode(text)], device=device)
             out = model.generate(input_ids=ids, max_new_tokens=1,
                                  do_sample=False, pad_token_id=tokenizer.pad_token_id)
-            answer = tokenizer.decode(out[0, -1:], skip_special_tokens=True).strip().lower()
+            answer = _decode(tokenizer, out[0, -1:], skip_special_tokens=True).strip().lower()
             # seed 000: exact label, then "contains", else the middle class
             match = [k for k, w in enumerate(words) if answer == w or (answer and w in answer)]
             preds.append(match[0] if match else LABELS.index("neutral"))
@@ -310,7 +331,7 @@ def bench_pipeline(repo: Path) -> dict[str, Any]:
                 shutil.copy2(repo / name, root / name)
         params = root / "params.yaml"
 
-        def run(*argv):
+        def run(*argv: str) -> float:
             start = time.perf_counter()
             subprocess.run(argv, cwd=root, env=env, check=True, capture_output=True)
             return time.perf_counter() - start

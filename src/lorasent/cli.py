@@ -16,6 +16,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
 
 import click
 
@@ -28,7 +29,11 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
 
 
-def _user_errors(func: Callable) -> Callable:
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _user_errors(func: Callable[P, R]) -> Callable[P, R]:
     """Print a user error's message (no traceback) and exit with status 1.
 
     A missing file is one an earlier stage writes (the message says to run them); a
@@ -37,20 +42,21 @@ def _user_errors(func: Callable) -> Callable:
     """
 
     @functools.wraps(func)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return func(*args, **kwargs)
         except (LorasentError, FileNotFoundError) as err:
             if os.environ.get("LORASENT_DEBUG"):
                 raise
+            text = str(err)
             if isinstance(err, FileNotFoundError):
                 from lorasent.programs import missing_program, not_found
 
                 name = missing_program(err)  # a program that could not start: not a stage's
-                err = (not_found(name) if name else
-                       f"{err.filename}: not found; run the earlier stages first (dvc repro)")
+                text = (not_found(name) if name else
+                        f"{err.filename}: not found; run the earlier stages first (dvc repro)")
             # a message that names the command itself ("compare: ...") is not prefixed twice
-            message = str(err).removeprefix(f"{func.__name__}: ")
+            message = text.removeprefix(f"{func.__name__}: ")
             click.echo(f"lorasent {func.__name__}: error: {message}", err=True)
             sys.exit(1)
 
@@ -109,7 +115,7 @@ def _stage(func: Callable[[Params], str]) -> click.Command:
     return click.command(name=func.__name__)(_user_errors(command))
 
 
-def _record(params: Params) -> dict:
+def _record(params: Params) -> dict[str, Any]:
     return params.model_dump(mode="json")
 
 
@@ -256,9 +262,8 @@ def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_pat
                                          itertools.chain(first, rows), batch_size,
                                          progress=not to_terminal)
         if output_path is None:
-            if to_terminal:
-                predictions = list(predictions)
-            write_predictions(predictions, record["labels"], sys.stdout, fmt)
+            write_predictions(list(predictions) if to_terminal else predictions,
+                              record["labels"], sys.stdout, fmt)
             return
         from lorasent.artifacts import atomic_open
 
@@ -351,7 +356,7 @@ def doctor(params_path: Path, as_json: bool) -> None:
             elif key.endswith("_bytes"):
                 key, value = key.removesuffix("_bytes"), f"{value / 2**30:.1f} GiB"
             click.echo(f"{key:>14}: {value}")
-        if params is None:
+        if params is None or choice is None:  # both set, or neither
             click.echo(f"\n{skipped}")
         else:
             click.echo(f"\n{params_path} chooses here:")

@@ -43,7 +43,7 @@ import fnmatch
 import json
 import re
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -319,7 +319,9 @@ def _compare_groups(repo: Path, spec_a: str, spec_b: str, group_a: list[str],
         if missing:
             raise LorasentError(f"compare: {', '.join(missing)} in group {name} has no "
                                 f"{EVAL_METRICS}; did its experiment fail? (dvc queue logs)")
-    tests = {key: group_comparison(name, *([s.evals[key] for s in sides[n]] for n in "AB"))
+    evals = {name: [s.evals for s in runs if s.evals is not None]  # all of them, checked above
+             for name, runs in sides.items()}
+    tests = {key: group_comparison(name, *([e[key] for e in evals[n]] for n in "AB"))
              for key, name in (("accuracy", "accuracy"), ("macro_f1", "macro-F1"))}
     warnings = [f"{name} {s.rev}: {w}" for name, runs in sides.items() for s in runs
                 for w in run_warnings(s.evals or {})]
@@ -327,7 +329,8 @@ def _compare_groups(repo: Path, spec_a: str, spec_b: str, group_a: list[str],
         warnings.append(f"{min(len(group_a), len(group_b))} runs on a side give Welch's t-test "
                         "little power: only large differences can show; 3 to 5 seeds a side "
                         "tell more")
-    rows = {s.rev: s.evals.get("test_rows") for runs in sides.values() for s in runs}
+    rows = {s.rev: e.get("test_rows") for name, runs in sides.items()
+            for s, e in zip(runs, evals[name], strict=True)}
     review = Review(group_verdict(tests["accuracy"]), warnings, [])
     params = _dvc(repo, "params", "diff", group_a[0], group_b[0], "--json")
     changed = [(key, v) for keys in params.values() for key, v in keys.items()
@@ -456,7 +459,7 @@ def _commits(repo: Path, *revs: str) -> dict[str, str]:
 # ----------------------------------------------------------------------------- plots
 
 
-def _render_png(specs: list[dict], folder: Path) -> list[str]:
+def _render_png(specs: list[dict[str, Any]], folder: Path) -> list[str]:
     """Draw each Vega-Lite spec of one plot to ``<plot name>.png`` in ``folder``; returns
     the file names."""
     import vl_convert
@@ -499,8 +502,8 @@ def _confusion_pngs(sides: tuple[Side, Side], labels: list[str],
              for s in sides],
     }
     images = {}
-    for title, found in matrices.items():
-        found = [(f"{side} ({s.rev})", m) for side, (s, m) in zip("AB", found, strict=True) if m]
+    for title, pairs in matrices.items():
+        found = [(f"{side} ({s.rev})", m) for side, (s, m) in zip("AB", pairs, strict=True) if m]
         if not found:
             continue
         order = labels or list(found[0][1])
@@ -534,7 +537,7 @@ def _confusion_pngs(sides: tuple[Side, Side], labels: list[str],
     return images
 
 
-def _static(spec: dict) -> dict:
+def _static(spec: dict[str, Any]) -> dict[str, Any]:
     """DVC's interactive spec made right for a still image.
 
     - A confusion matrix shows its counts: the ``showValues`` checkbox, which does
@@ -555,7 +558,7 @@ def _static(spec: dict) -> dict:
     return spec
 
 
-def _vl_version(spec: dict) -> str | None:
+def _vl_version(spec: dict[str, Any]) -> str | None:
     """The newest Vega-Lite vl-convert bundles with the major version of the spec's
     ``$schema`` (DVC writes v5 specs); None (vl-convert's default) when unknown."""
     import vl_convert
@@ -569,9 +572,9 @@ def _vl_version(spec: dict) -> str | None:
 # ---------------------------------------------------------------------------- report
 
 
-def _markdown(rev_a: str, rev_b: str, commits: dict[str, str], params: dict, metrics: dict,
-              images: dict[str, list[str]], metrics_md: str, sides: tuple[Side, Side],
-              review: Review, texts: dict[str, str] | str) -> str:
+def _markdown(rev_a: str, rev_b: str, commits: dict[str, str], params: dict[str, Any],
+              metrics: dict[str, Any], images: dict[str, list[str]], metrics_md: str,
+              sides: tuple[Side, Side], review: Review, texts: dict[str, str] | str) -> str:
     evals = metrics.get(str(EVAL_METRICS), {})
     a, b = (f"{rev} ({commits[rev]})" if rev in commits else rev for rev in (rev_a, rev_b))
     lines = [f"# lorasent: {rev_a} vs {rev_b}", "", review.summary(),
@@ -714,7 +717,7 @@ def _clip(text: str, limit: int = 200) -> str:
     return re.sub(r"([\\`*_\[\]#!~])", r"\\\1", html.escape(text, quote=False))
 
 
-def _labels(params: dict, evals: dict) -> list[str]:
+def _labels(params: dict[str, Any], evals: dict[str, Any]) -> list[str]:
     """The classes in ``base.labels`` order (A's, then any that only B has); those of
     the per-class metrics when params.yaml has no labels."""
     from lorasent.params import read_yaml
@@ -729,14 +732,14 @@ def _labels(params: dict, evals: dict) -> list[str]:
     return list(dict.fromkeys(ordered))
 
 
-def _row(diff: dict | None) -> list[str]:
+def _row(diff: dict[str, Any] | None) -> list[str]:
     """``[A, B, Δ]`` cells of one ``dvc metrics diff`` entry."""
     if not diff:
         return ["—", "—", "—"]
     return [_fmt(diff.get("old")), _fmt(diff.get("new")), _fmt(diff.get("diff"), signed=True)]
 
 
-def _pair(diff: dict) -> str:
+def _pair(diff: dict[str, Any]) -> str:
     old, new = _fmt(diff.get("old")), _fmt(diff.get("new"))
     return old if old == new else f"{old} (A), {new} (B)"
 
@@ -762,13 +765,17 @@ def _html(text: str, folder: Path, title: str) -> str:
     import html
 
     from markdown_it import MarkdownIt
+    from markdown_it.renderer import RendererHTML
+    from markdown_it.token import Token
+    from markdown_it.utils import EnvType, OptionsDict
 
     md = MarkdownIt("commonmark", {"html": True}).enable("table")
 
-    def image(renderer, tokens, idx, options, env):
+    def image(renderer: RendererHTML, tokens: Sequence[Token], idx: int, options: OptionsDict,
+              env: EnvType) -> str:
         token = tokens[idx]
-        src = token.attrGet("src")
-        if src and (folder / src).is_file():
+        src = token.attrGet("src")  # a str for an image; attributes may also hold numbers
+        if isinstance(src, str) and src and (folder / src).is_file():
             data = base64.b64encode((folder / src).read_bytes()).decode("ascii")
             token.attrSet("src", f"data:image/png;base64,{data}")
         return renderer.image(tokens, idx, options, env)

@@ -15,10 +15,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from sklearn.metrics import accuracy_score, confusion_matrix, precision_recall_fscore_support
 
+# Class ids as callers hold them: a list read from a split, or an array such as
+# ``scores.argmax(1)``. Functions taking them convert once, with ``np.asarray``.
+ClassIds = Sequence[int] | npt.NDArray[np.integer]
 
-def classification_metrics(y_true: Sequence[int], y_pred: Sequence[int],
+
+def classification_metrics(y_true: ClassIds, y_pred: ClassIds,
                            labels: Sequence[str]) -> dict[str, Any]:
     """Accuracy, macro-F1, per-class scores and the confusion matrix.
 
@@ -35,21 +40,21 @@ def classification_metrics(y_true: Sequence[int], y_pred: Sequence[int],
     Raises:
         ValueError: empty input, unequal lengths, or an id outside ``[0, K)``.
     """
-    y_true = np.asarray(y_true, dtype=np.int64)
-    y_pred = np.asarray(y_pred, dtype=np.int64)
+    true = np.asarray(y_true, dtype=np.int64)
+    pred = np.asarray(y_pred, dtype=np.int64)
     k = len(labels)
-    if y_true.size == 0 or y_true.shape != y_pred.shape:
-        raise ValueError(f"need equal, non-empty y_true and y_pred; got {y_true.shape} and "
-                         f"{y_pred.shape}")
-    for name, ids in (("y_true", y_true), ("y_pred", y_pred)):
-        if ids.min() < 0 or ids.max() >= k:
-            raise ValueError(f"{name} holds ids outside [0, {k}): {sorted(set(ids.tolist()))}")
+    if true.size == 0 or true.shape != pred.shape:
+        raise ValueError(f"need equal, non-empty y_true and y_pred; got {true.shape} and "
+                         f"{pred.shape}")
+    for name, found in (("y_true", true), ("y_pred", pred)):
+        if found.min() < 0 or found.max() >= k:
+            raise ValueError(f"{name} holds ids outside [0, {k}): {sorted(set(found.tolist()))}")
     ids = list(range(k))
     precision, recall, f1, support = precision_recall_fscore_support(
-        y_true, y_pred, labels=ids, zero_division=0)
-    cm = confusion_matrix(y_true, y_pred, labels=ids)
+        true, pred, labels=ids, zero_division=0)
+    cm = confusion_matrix(true, pred, labels=ids)
     return {
-        "accuracy": float(accuracy_score(y_true, y_pred)),
+        "accuracy": float(accuracy_score(true, pred)),
         "macro_f1": float(np.mean(f1)),
         "per_class": {
             label: {"precision": float(precision[i]), "recall": float(recall[i]),

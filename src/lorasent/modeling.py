@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
@@ -45,7 +46,9 @@ def load_causal_lm(model_dir: str | Path, *, dtype: torch.dtype, attn_implementa
         model_dir, dtype=dtype, attn_implementation=attn_implementation,
         use_safetensors=True, trust_remote_code=trust_remote_code)
     model.config.pad_token_id = pad_token_id
-    return model.to(device).eval()
+    # transformers wraps `to` in functools.wraps(Module.to): typeshed's _Wrapped then takes
+    # the device for `self`.
+    return model.to(device).eval()  # type: ignore[arg-type]
 
 
 def load_seq_cls(model_dir: str | Path, *, labels: list[str], dtype: torch.dtype,
@@ -98,7 +101,8 @@ def load_adapter(base: torch.nn.Module, adapter_dir: str | Path) -> torch.nn.Mod
 def load_base_model(model_dir: str | Path, *, device: str, precision: str,
                     attn_implementation: str, model: str = "", mode: str = "generative",
                     labels: list[str] | None = None, for_adapter: bool = False,
-                    trust_remote_code: bool = False):
+                    trust_remote_code: bool = False,
+                    ) -> tuple[torch.nn.Module, PreTrainedTokenizerBase, torch.device]:
     """Tokenizer and base model on the resolved device and dtype: the causal LM, or in
     ``seq_cls`` mode the model with a fresh head for ``labels`` (``for_adapter``: an
     adapter will replace the head, so its random initialisation is not reported).
@@ -118,10 +122,10 @@ def load_base_model(model_dir: str | Path, *, device: str, precision: str,
     kwargs = dict(dtype=dtype, attn_implementation=attn_implementation, device=torch_device,
                   pad_token_id=tokenizer.pad_token_id, trust_remote_code=trust_remote_code)
     if mode == "seq_cls":
-        model = load_seq_cls(model_dir, labels=list(labels or ()), quiet=for_adapter, **kwargs)
+        loaded = load_seq_cls(model_dir, labels=list(labels or ()), quiet=for_adapter, **kwargs)
     else:
-        model = load_causal_lm(model_dir, **kwargs)
-    return model, tokenizer, torch_device
+        loaded = load_causal_lm(model_dir, **kwargs)
+    return loaded, tokenizer, torch_device
 
 
 def make_encoder(tokenizer: PreTrainedTokenizerBase, *, mode: str, num_labels: int,
@@ -139,7 +143,8 @@ def make_encoder(tokenizer: PreTrainedTokenizerBase, *, mode: str, num_labels: i
 
 
 def load_model_and_prompt(model_dir: str | Path, *, base: BaseParams, prompt: PromptParams,
-                          mode: str = "generative"):
+                          mode: str = "generative",
+                          ) -> tuple[torch.nn.Module, Encoder, torch.device]:
     """The base model as :func:`load_base_model` gives it, and the encoder that baseline,
     train and evaluate all share (label words in ``base.labels`` order).
 
@@ -161,7 +166,7 @@ class AdapterMismatchError(LorasentError):
     """The adapter was trained on another base model, or for other labels."""
 
 
-def read_adapter_record(adapter_dir: str | Path) -> dict:
+def read_adapter_record(adapter_dir: str | Path) -> dict[str, Any]:
     """The adapter's ``lorasent.json``: mode, labels, prompt, label words, max_length,
     base model source and hash, resolved params.
 
@@ -175,7 +180,7 @@ def read_adapter_record(adapter_dir: str | Path) -> dict:
     return read_json(path)
 
 
-def check_adapter(record: dict, *, model_dir: str | Path, adapter_dir: str | Path,
+def check_adapter(record: dict[str, Any], *, model_dir: str | Path, adapter_dir: str | Path,
                   labels: list[str] | None = None, prompt: PromptParams | None = None,
                   mode: str | None = None) -> None:
     """Refuse an adapter whose base model hash (or label order, prompt or mode) differs.
@@ -208,7 +213,7 @@ def check_adapter(record: dict, *, model_dir: str | Path, adapter_dir: str | Pat
             "than params.yaml's; run `dvc repro` to retrain")
 
 
-def _prompt_of(record: dict) -> tuple:
+def _prompt_of(record: dict[str, Any]) -> tuple[object, ...]:
     """What the adapter's input depends on: seq_cls reads max_length only."""
     if record["mode"] == "seq_cls":
         return (record["max_length"],)
@@ -218,7 +223,8 @@ def _prompt_of(record: dict) -> tuple:
 def load_trained_model(adapter_dir: str | Path, model_dir: str | Path, *,
                        device: str | None = None, precision: str | None = None,
                        labels: list[str] | None = None, prompt: PromptParams | None = None,
-                       mode: str | None = None):
+                       mode: str | None = None,
+                       ) -> tuple[torch.nn.Module, Encoder, dict[str, Any], torch.device]:
     """Base model + adapter (and its saved head in seq_cls mode), with the encoder the
     adapter was trained with.
 

@@ -294,8 +294,7 @@ def read_yaml(text: str, source: str | Path) -> Any:
 # The user's class names: the items of base.labels, the keys and values of the two
 # label-keyed maps. YAML reads some unquoted names as numbers, booleans or dates.
 def _labels_not_strings(raw: dict[str, Any]) -> list[str]:
-    base = raw.get("base") if isinstance(raw.get("base"), dict) else {}
-    prompt = raw.get("prompt") if isinstance(raw.get("prompt"), dict) else {}
+    base, prompt = _section(raw, "base"), _section(raw, "prompt")
     problems = []
     if isinstance(base.get("labels"), list | tuple):
         problems += [_not_a_string("base.labels", "label", v) for v in base["labels"]]
@@ -306,6 +305,12 @@ def _labels_not_strings(raw: dict[str, Any]) -> list[str]:
                 problems += [_not_a_string(path, "key", key),
                              _not_a_string(f"{path}.{key}", "value", value)]
     return [p for p in problems if p]
+
+
+def _section(raw: dict[str, Any], name: str) -> dict[str, Any]:
+    """``raw[name]`` if it is a mapping, else empty (validation names what is wrong)."""
+    value = raw.get(name)
+    return value if isinstance(value, dict) else {}
 
 
 def _not_a_string(path: str, what: str, value: Any) -> str | None:

@@ -125,7 +125,9 @@ class PromptEncoder:
         text_ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         keep = max(len(text_ids) - (len(ids) - self.prompt_budget), 0)
         while True:
-            ids = self._render(self.tokenizer.decode(text_ids[:keep]))
+            kept = self.tokenizer.decode(text_ids[:keep])
+            assert isinstance(kept, str)  # one sequence decodes to one string, a batch to a list
+            ids = self._render(kept)
             if len(ids) <= self.prompt_budget or keep == 0:
                 return ids
             keep = max(keep - max(len(ids) - self.prompt_budget, 1), 0)
@@ -178,7 +180,8 @@ class TextEncoder:
     def training_example(self, text: str, label_id: int) -> dict[str, Any]:
         return {"input_ids": self.encode(text), "labels": label_id}
 
-    def _pad(self, seqs: Sequence[Sequence[int]], device: torch.device | str = "cpu"):
+    def _pad(self, seqs: Sequence[Sequence[int]], device: torch.device | str = "cpu"
+             ) -> dict[str, torch.Tensor]:
         return pad_batch(seqs, self.tokenizer.pad_token_id, device,
                         side=self.tokenizer.padding_side)
 

@@ -148,7 +148,8 @@ def wait_for(repo: Path, names: Sequence[str], timeout_s: float | None = None,
             worker and no restart left.
     """
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    started, seen, idle_polls, restarts = time.monotonic(), {}, 0, len(names)
+    started, idle_polls, restarts = time.monotonic(), 0, len(names)
+    seen: dict[str, str] = {}
     while True:
         statuses, workers = {}, None
         for line in _dvc(repo, "queue", "status", as_json=False).splitlines():

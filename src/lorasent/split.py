@@ -79,7 +79,7 @@ def label_lookup(labels: Sequence[str], aliases: Mapping[str, str]) -> dict[str,
 
 def clean_rows(rows: Sequence[Mapping[str, Any]], labels: Sequence[str],
                aliases: Mapping[str, str], source: str = "the dataset",
-               ) -> tuple[list[dict[str, Any]], Counter, Counter]:
+               ) -> tuple[list[dict[str, Any]], Counter[str], Counter[tuple[str, str]]]:
     """Rules 1 and 2: drop empty rows, map labels onto ``labels``.
 
     Returns:
@@ -91,7 +91,9 @@ def clean_rows(rows: Sequence[Mapping[str, Any]], labels: Sequence[str],
     """
     lookup = label_lookup(labels, aliases)
     ids = {label: i for i, label in enumerate(labels)}
-    kept, dropped, remapped = [], Counter(), Counter()
+    kept: list[dict[str, Any]] = []
+    dropped: Counter[str] = Counter()
+    remapped: Counter[tuple[str, str]] = Counter()
     unknown: dict[str, list[int]] = {}
     for r in rows:
         text, raw = str(r["text"]), str(r["label"])
@@ -122,12 +124,13 @@ def clean_rows(rows: Sequence[Mapping[str, Any]], labels: Sequence[str],
     return kept, dropped, remapped
 
 
-def deduplicate(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], Counter]:
+def deduplicate(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], Counter[str]]:
     """Rule 3: one row per normalised text; texts with conflicting labels dropped."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault(normalise_text(r["text"]), []).append(r)
-    kept, dropped = [], Counter()
+    kept: list[dict[str, Any]] = []
+    dropped: Counter[str] = Counter()
     for copies in groups.values():
         if len({c["label_id"] for c in copies}) > 1:
             dropped["conflicting_label"] += len(copies)
@@ -168,7 +171,8 @@ def stratified_split(rows: Sequence[dict[str, Any]], counts: Mapping[str, int], 
     """
     from sklearn.model_selection import train_test_split
 
-    def cut(pool: list[dict[str, Any]], take: int, rest: int | None, what: str):
+    def cut(pool: list[dict[str, Any]], take: int, rest: int | None, what: str
+            ) -> list[list[dict[str, Any]]]:
         y = [r["label_id"] for r in pool]
         try:
             return train_test_split(pool, test_size=take, train_size=rest, stratify=y,

@@ -25,11 +25,15 @@ a reviewer reads are worded in ``lorasent.compare``.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import stats
+
+if TYPE_CHECKING:
+    from lorasent.metrics import ClassIds
 
 CONFIDENCE = 0.95
 RESAMPLES = 10_000
@@ -64,7 +68,8 @@ def macro_f1(y_true: np.ndarray, y_pred: np.ndarray, num_labels: int,
     return np.mean(f1, axis=0)
 
 
-def _bootstrap(samples: Sequence[np.ndarray], statistic) -> tuple[np.ndarray, np.ndarray]:
+def _bootstrap(samples: Sequence[np.ndarray], statistic: Callable[..., np.ndarray]
+               ) -> tuple[np.ndarray, np.ndarray]:
     """Percentile interval of a vectorised multi-valued ``statistic`` over paired rows.
 
     A statistic undefined on some resample (NaN) gives a NaN bound, which callers turn
@@ -84,8 +89,8 @@ def _finite(value: float) -> float | None:
     return float(value) if np.isfinite(value) else None
 
 
-def intervals(y_true: Sequence[int], y_pred: Sequence[int], num_labels: int,
-              reference_pred: Sequence[int] | None = None) -> dict[str, float | None]:
+def intervals(y_true: ClassIds, y_pred: ClassIds, num_labels: int,
+              reference_pred: ClassIds | None = None) -> dict[str, float | None]:
     """95% bootstrap intervals of accuracy, macro-F1 and the relative error reduction.
 
     Args:
@@ -106,7 +111,8 @@ def intervals(y_true: Sequence[int], y_pred: Sequence[int], num_labels: int,
     if reference_pred is not None:
         samples.append(np.asarray(reference_pred, dtype=np.int64))
 
-    def statistic(y, pred, *ref, axis=-1):
+    def statistic(y: np.ndarray, pred: np.ndarray, *ref: np.ndarray,
+                  axis: int = -1) -> np.ndarray:
         acc = accuracy(y, pred, axis)
         values = [acc, macro_f1(y, pred, num_labels, axis)]
         if ref:
@@ -159,7 +165,7 @@ class PairedComparison:
         return self.p_value < ALPHA and (low > 0 or high < 0)
 
 
-def paired_comparison(y_true: Sequence[int], pred_a: Sequence[int], pred_b: Sequence[int],
+def paired_comparison(y_true: ClassIds, pred_a: ClassIds, pred_b: ClassIds,
                       labels: Sequence[str]) -> PairedComparison:
     """Compare B's predictions with A's on the same rows (same order).
 
@@ -176,7 +182,7 @@ def paired_comparison(y_true: Sequence[int], pred_a: Sequence[int], pred_b: Sequ
         raise ValueError(f"need N > 0 rows in all three; got {len(y)}, {len(a)}, {len(b)}")
     k = len(labels)
 
-    def statistic(y, a, b, axis=-1):
+    def statistic(y: np.ndarray, a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
         return np.stack([accuracy(y, b, axis) - accuracy(y, a, axis),
                          macro_f1(y, b, k, axis) - macro_f1(y, a, k, axis)])
 

@@ -176,10 +176,11 @@ class Table:
             self.columns = [next(iter(self.required))]
             return
         if self.kind == "jsonl":
-            self._first = self._next_object()
-            if self._first is None:
+            first = self._next_object()
+            if first is None:
                 raise TableError(f"{self.source}: no data rows (no line holds a JSON object)")
-            self.columns = list(self._first[1])
+            self._first = first
+            self.columns = list(first[1])
         else:
             self._open_delimited(separator)
         self._check_required()
@@ -367,7 +368,7 @@ class Table:
         return None
 
     def _jsonl_rows(self) -> Iterator[dict[str, str]]:
-        item = self._first
+        item: tuple[int, dict[str, Any]] | None = self._first
         while item is not None:
             number, value = item
             missing = [c for c in self.required if c not in value]

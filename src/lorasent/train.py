@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib
+import inspect
 import json
 import logging
 import os
@@ -44,7 +45,7 @@ import zipfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -53,6 +54,8 @@ from transformers import (
     ProgressCallback,
     Trainer,
     TrainerCallback,
+    TrainerControl,
+    TrainerState,
     TrainingArguments,
     set_seed,
 )
@@ -86,6 +89,9 @@ from lorasent.paths import (
 from lorasent.scoring import Encoder, PromptEncoder, score_texts
 
 logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from dvclive.live import Live
+    from peft import PeftModel
 
 
 @dataclass(frozen=True)
@@ -111,13 +117,16 @@ class LorasentTrainer(Trainer):
 
     loss_is_scaled_for_ga = False
 
-    def __init__(self, *args, encoder: Encoder, validation: tuple[list[str], list[int]],
-                 labels: list[str], eval_batch_size: int, **kwargs):
+    def __init__(self, *args: Any, encoder: Encoder, validation: tuple[list[str], list[int]],
+                 labels: list[str], eval_batch_size: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.encoder, self.validation = encoder, validation
         self.class_names, self.eval_batch_size = labels, eval_batch_size
 
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+    def compute_loss(self, model: torch.nn.Module, inputs: dict[str, torch.Tensor],
+                     return_outputs: bool = False,
+                     num_items_in_batch: torch.Tensor | int | None = None,
+                     ) -> torch.Tensor | tuple[torch.Tensor, None]:
         loss = self.encoder.loss(model, inputs)
         if not torch.isfinite(loss):
             raise NonFiniteLossError(
@@ -130,23 +139,29 @@ class LorasentTrainer(Trainer):
                 "clipping (train.max_grad_norm)")
         return (loss, None) if return_outputs else loss
 
-    def _get_train_sampler(self, train_dataset=None):
+    def _get_train_sampler(self, train_dataset: object = None) -> EpochSeededSampler:
         """Length-grouped batches (``group_by_length``), in an order that a resumed run
-        draws again (:class:`EpochSeededSampler`, seeded with ``data_seed``)."""
+        draws again (:class:`EpochSeededSampler`, seeded with ``data_seed``, which
+        defaults to ``seed`` as in Trainer)."""
+        import datasets
+
         dataset = self.train_dataset if train_dataset is None else train_dataset
+        assert isinstance(dataset, datasets.Dataset)  # run_train gives one
+        seed = self.args.seed if self.args.data_seed is None else self.args.data_seed
         return EpochSeededSampler(
             self.args.train_batch_size * self.args.gradient_accumulation_steps,
-            lengths=list(dataset[self.args.length_column_name]), seed=self.args.data_seed)
+            lengths=list(dataset[self.args.length_column_name]), seed=seed)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Trainer's closing record gives ``train_loss`` over the steps of this call only
         (after a resume, not the whole run); it gets :func:`mean_loss` of the history."""
-        if "train_loss" in logs:
-            logs = {**logs, "train_loss": mean_loss(self.state.log_history)}
-        super().log(logs, start_time)
+        mean = mean_loss(self.state.log_history) if "train_loss" in logs else None
+        super().log(logs if mean is None else {**logs, "train_loss": mean}, start_time)
 
-    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix="eval"):
+    def evaluate(self, eval_dataset: object = None, ignore_keys: list[str] | None = None,
+                 metric_key_prefix: str = "eval") -> dict[str, float]:
         texts, y = self.validation
+        assert self.model is not None  # Trainer types it optional; run_train always gives one
         self.model.eval()
         scores = score_texts(self.model, self.encoder, texts, self.eval_batch_size,
                              desc="validation")
@@ -189,7 +204,7 @@ class HeadNotSavedError(LorasentError):
     """A seq_cls model has new weights that the adapter would not save."""
 
 
-def check_head_saved(model: torch.nn.Module, newly_initialized: list[str]) -> None:
+def check_head_saved(model: PeftModel, newly_initialized: list[str]) -> None:
     """Refuse a peft model whose newly initialised weights would not be saved.
 
     ``AutoModelForSequenceClassification`` initialises the head at random. peft trains
@@ -220,7 +235,7 @@ def check_head_saved(model: torch.nn.Module, newly_initialized: list[str]) -> No
             f"{modules} to train.lora.modules_to_save")
 
 
-def _live(folder: Path):
+def _live(folder: Path) -> Live:
     """dvclive's ``Live`` writing the history to ``folder``.
 
     Under ``dvc exp run`` dvclive would ``git add`` its folder when training ends. Here
@@ -231,7 +246,7 @@ def _live(folder: Path):
     experiment is running (it reads that from ``DVC_EXP_BASELINE_REV``, only when the
     ``Live`` is made).
     """
-    from dvclive import Live
+    from dvclive.live import Live
 
     hidden = os.environ.pop("DVC_EXP_BASELINE_REV", None)
     try:
@@ -254,19 +269,21 @@ class LogLastStep(TrainerCallback):
     have gone on. Every process takes it, since logging averages the loss across them.
     """
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def on_step_end(self, args: TrainingArguments, state: TrainerState,
+                    control: TrainerControl, **kwargs: Any) -> TrainerControl:
         if args.logging_strategy == IntervalStrategy.STEPS and (
                 state.global_step >= state.max_steps or control.should_save):
             control.should_log = True
         return control
 
-    def on_epoch_end(self, args, state, control, **kwargs):
+    def on_epoch_end(self, args: TrainingArguments, state: TrainerState,
+                     control: TrainerControl, **kwargs: Any) -> TrainerControl:
         if control.should_save:
             control.should_log = True
         return control
 
 
-def _step_aligned_dvclive(live):
+def _step_aligned_dvclive(live: Live) -> TrainerCallback:
     """transformers' dvclive callback, logging at the optimiser step, and the whole run
     when it resumes from a checkpoint.
 
@@ -275,21 +292,28 @@ def _step_aligned_dvclive(live):
     starts with the records its checkpoint holds (``state.log_history``), so that
     ``metrics/train`` is the one an uninterrupted run writes.
     """
-    from transformers.integrations import DVCLiveCallback
+    from transformers.integrations.integration_utils import DVCLiveCallback
 
     class StepAlignedDVCLiveCallback(DVCLiveCallback):
-        def on_train_begin(self, args, state, control, **kwargs):
-            super().on_train_begin(args, state, control, **kwargs)
+        def on_train_begin(self, args: TrainingArguments, state: TrainerState,
+                           control: TrainerControl, model: torch.nn.Module | None = None,
+                           **kwargs: Any) -> None:
+            super().on_train_begin(  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
+                args, state, control, model=model, **kwargs)
             for record in state.log_history:  # empty unless resumed
-                self._log_at(record["step"], args, state, control,
+                self._log_at(int(record["step"]), args, state, control,
                              {k: v for k, v in record.items() if k != "step"})
 
-        def on_log(self, args, state, control, logs=None, **kwargs):
+        def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                   model: torch.nn.Module | None = None, logs: dict[str, float] | None = None,
+                   **kwargs: Any) -> None:
             self._log_at(state.global_step, args, state, control, logs)
 
-        def _log_at(self, step, args, state, control, logs):
+        def _log_at(self, step: int, args: TrainingArguments, state: TrainerState,
+                    control: TrainerControl, logs: dict[str, float] | None) -> None:
             live.step = step
-            super().on_log(args, state, control, logs=logs)
+            super().on_log(  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
+                args, state, control, logs=logs)
 
     return StepAlignedDVCLiveCallback(live=live)
 
@@ -328,7 +352,7 @@ def training_key(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
         "params": {"base": base.model_dump(mode="json"), "prompt": prompt.model_dump(mode="json"),
                    "train": train.model_dump(mode="json", exclude={"save_steps", "resume"})},
         "inputs": inputs,
-        "code": {name: sha256_file(importlib.import_module(f"lorasent.{name}").__file__)
+        "code": {name: sha256_file(inspect.getfile(importlib.import_module(f"lorasent.{name}")))
                  for name in TRAIN_CODE},
         "packages": {name: metadata.version(name)
                      for name in ("torch", "transformers", "peft", "accelerate")},
@@ -350,7 +374,8 @@ class Checkpoints(TrainerCallback):
     def __init__(self, folder: Path, key: str, processes: int):
         self.folder, self.key, self.processes = folder, key, processes
 
-    def on_save(self, args, state, control, **kwargs):
+    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                **kwargs: Any) -> None:
         if state.is_world_process_zero:
             write_json(self.folder / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
                        / CHECKPOINT_RECORD, {"key": self.key, "step": state.global_step})
@@ -493,7 +518,9 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
 
     model = get_peft_model(model.train(), LoraConfig(
         task_type="SEQ_CLS" if train.mode == "seq_cls" else "CAUSAL_LM", r=train.lora.r,
-        lora_alpha=train.lora.lora_alpha, lora_dropout=train.lora.lora_dropout,
+        # peft annotates lora_alpha int but scales by alpha / r, so the float params allow works
+        lora_alpha=train.lora.lora_alpha,  # type: ignore[arg-type]
+        lora_dropout=train.lora.lora_dropout,
         target_modules=list(train.lora.target_modules),
         modules_to_save=list(train.lora.modules_to_save) or None))
     check_head_saved(model, newly_initialized)
@@ -506,7 +533,7 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
         inputs["validation.jsonl"] = sha256_file(split_dir / "validation.jsonl")
     if train.accelerate_config:
         inputs["accelerate_config"] = sha256_file(train.accelerate_config)
-    record = {
+    record: dict[str, Any] = {
         "mode": train.mode,
         "labels": labels,
         "label2id": {label: i for i, label in enumerate(labels)},
@@ -551,7 +578,7 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
                 eval_strategy=train.eval_strategy,
                 save_strategy=("epoch" if train.load_best_model_at_end
                                else "steps" if train.save_steps else "no"),
-                save_steps=train.save_steps or None, save_total_limit=2,
+                save_steps=train.save_steps, save_total_limit=2,
                 load_best_model_at_end=train.load_best_model_at_end,
                 metric_for_best_model="accuracy", greater_is_better=True,
                 report_to="none", remove_unused_columns=False,
@@ -566,7 +593,8 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
                 eval_dataset=datasets.Dataset.from_list(examples[:1]) if validation else None,
                 data_collator=encoder.collate,
                 callbacks=[LogLastStep(), checkpoints,
-                           *([_step_aligned_dvclive(_live(live_tmp))] if main else [])],
+                           *([_step_aligned_dvclive(_live(live_tmp))]
+                             if live_tmp is not None else [])],
                 encoder=encoder, labels=labels,
                 eval_batch_size=train.per_device_train_batch_size,
                 validation=([r["text"] for r in validation],
@@ -590,7 +618,7 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
         state_dict = trainer.accelerator.get_state_dict(trainer.model)
         if main:
             with atomic_dir(adapter_dir) as tmp:
-                model.save_pretrained(tmp, state_dict=state_dict, safe_serialization=True)
+                model.save_pretrained(str(tmp), state_dict=state_dict, safe_serialization=True)
                 _sort_target_modules(tmp / "adapter_config.json")
                 write_json(tmp / ADAPTER_RECORD, record)
     if main:
