@@ -47,9 +47,13 @@ setup: $(STAMP)  ## Create .venv with pinned dependencies (skipped when up to da
 
 # CONFIG=configs/<preset>.yaml merges that preset into params.yaml first (see configs/).
 CONFIG ?=
-run: $(STAMP)  ## Set up if needed, then run the pipeline (dvc repro); CONFIG=configs/x.yaml applies a preset first
+# With a default DVC remote (docs/sharing.md), `dvc repro --pull` takes every unchanged
+# stage's outputs from it instead of running the stage: a clone of a pushed run trains
+# nothing. Without one, --pull would fail, so it is left out.
+run: $(STAMP)  ## Set up if needed, then run the pipeline (dvc repro; --pull with a DVC remote); CONFIG=configs/x.yaml applies a preset first
 	$(if $(CONFIG),$(BIN)/lorasent preset $(CONFIG))
-	$(BIN)/dvc repro
+	if $(BIN)/dvc remote default >/dev/null 2>&1; then $(BIN)/dvc repro --pull; \
+	else $(BIN)/dvc repro; fi
 
 # A first run of all five stages in about two minutes on 2 cores: a tiny split, 4 steps.
 # It changes params.yaml (and, once run, dvc.lock and metrics/), and says so.
@@ -142,8 +146,14 @@ HF_CACHE ?= $(HOME)/.cache/huggingface
 # DOCKER_CMD replaces the command run in the container.
 DOCKER_ARGS ?=
 DOCKER_CMD ?= make run
+# A DVC remote's credentials, passed by name only: docker copies each one that is set
+# from this environment, so no value is written to a command line, a file or a layer.
+# The remote itself is in .dvc/config or .dvc/config.local, inside the mounted repo.
+REMOTE_ENV ?= AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN AWS_DEFAULT_REGION \
+	AWS_ENDPOINT_URL AZURE_STORAGE_ACCOUNT AZURE_STORAGE_KEY AZURE_STORAGE_CONNECTION_STRING \
+	AZURE_STORAGE_SAS_TOKEN GOOGLE_CLOUD_PROJECT
 DOCKER_RUN = docker run --rm --user "$$(id -u):$$(id -g)" -e HOME=/tmp \
-	--shm-size=16g -v "$(CURDIR)":/work -w /work \
+	--shm-size=16g -v "$(CURDIR)":/work -w /work $(foreach v,$(REMOTE_ENV),-e $(v)) \
 	$(if $(wildcard $(HF_CACHE)),-v "$(HF_CACHE)":/tmp/.cache/huggingface:ro) $(DOCKER_ARGS)
 
 docker-build:  ## Build the ROCm image (docker/rocm/Dockerfile)
