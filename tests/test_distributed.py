@@ -94,7 +94,7 @@ def test_two_gloo_processes_train_and_score_as_one(tmp_path, packaged_model_dir)
     set_params(root, {"base": {"num_processes": 2}})
     kill_after_checkpoint(root, 2, "dvc", "exp", "run", "-S", "train.learning_rate=0.0001")
     out = run(root, "dvc", "exp", "run", logs=True)
-    assert re.search(r"train: resuming from step [23] of 3", out), out
+    assert re.search(r"resuming from step [23] of 3", out), out
     train = _read(root, "metrics/provenance/train.json")
     assert (train["resumed_from_step"], train["processes"]) in ((2, 2), (3, 2))
     assert not (root / "checkpoints").exists()

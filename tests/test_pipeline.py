@@ -171,7 +171,7 @@ def test_killed_training_resumes_to_the_same_outputs(repo):
     assert {name: (repo / name).read_bytes() for name in kept} == kept
 
     out = run(repo, "dvc", "repro", logs=True)
-    assert re.search(r"train: resuming from step [23] of 3 \(checkpoints/checkpoint-[23]\)",
+    assert re.search(r"resuming from step [23] of 3 \(checkpoints/checkpoint-[23]\)",
                      out), out
     # the adapter, the loss history and the whole run's mean loss of an uninterrupted run
     assert {p.name: p.read_bytes() for p in (repo / "models/adapter").iterdir()} == adapter
@@ -225,7 +225,7 @@ def test_lora_rank_reruns_train_and_evaluate_only(repo):
     assert [line.split("'")[1] for line in out.splitlines()
             if line.startswith("Running stage")] == ["train", "evaluate"]
     assert "resuming" not in out
-    assert ("train: removed checkpoints/checkpoint-2 (from another training: its params, "
+    assert ("removed checkpoints/checkpoint-2 (from another training: its params, "
             "data, base model or code differ)") in out
     assert not (repo / "checkpoints").exists()
     assert read(repo, "metrics/provenance/train.json")["resumed_from_step"] is None

@@ -84,7 +84,7 @@ def test_a_stopped_run_resumes_to_the_adapter_of_an_uninterrupted_one(
     monkeypatch.setattr(Checkpoints, "on_save", real)
     with caplog.at_level(logging.INFO, logger="lorasent.train"):
         result = train_in(tmp_path / "resumed", params, minilm_dir, split_dir)
-    assert (f"train: resuming from step 6 of 12 ({tmp_path}/resumed/checkpoints/checkpoint-6)"
+    assert (f"resuming from step 6 of 12 ({tmp_path}/resumed/checkpoints/checkpoint-6)"
             in caplog.text)
     assert result.steps == 12
     whole, resumed = _files(tmp_path / "whole"), _files(tmp_path / "resumed")
@@ -126,11 +126,11 @@ def test_only_complete_checkpoints_of_the_same_training_are_resumed(tmp_path, ca
     assert [p.name for p in Checkpoints(folder, "k", 1).found()] == ["checkpoint-2",
                                                                        "checkpoint-4"]
     assert [r.getMessage() for r in caplog.records] == [
-        f"train: removed {folder}/checkpoint-6 (from another training: its params, data, "
+        f"removed {folder}/checkpoint-6 (from another training: its params, data, "
         "base model or code differ)",
-        f"train: removed {folder}/checkpoint-8 (incomplete: the run was stopped while saving "
+        f"removed {folder}/checkpoint-8 (incomplete: the run was stopped while saving "
         "it)",
-        f"train: removed {folder}/checkpoint-10 (incomplete: a process's RNG state is "
+        f"removed {folder}/checkpoint-10 (incomplete: a process's RNG state is "
         "missing)"]
     # two processes need both RNG states
     assert Checkpoints(folder, key="k", processes=2).why_not(last) == (

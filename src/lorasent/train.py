@@ -88,7 +88,7 @@ from lorasent.paths import (
 )
 from lorasent.scoring import Encoder, PromptEncoder, score_texts
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from dvclive.live import Live
     from peft import PeftModel
@@ -413,7 +413,7 @@ class Checkpoints(TrainerCallback):
                 why = self.why_not(path) if resume else "train.resume is never"
                 if why:
                     shutil.rmtree(path, ignore_errors=True)
-                    logger.info("train: removed %s (%s)", path, why)
+                    log.info("removed %s (%s)", path, why)
         barrier()
         usable = [path for path in self.found() if resume and self.why_not(path) is None]
         return usable[-1] if usable else None
@@ -561,7 +561,7 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
     resume_from = checkpoints.prepare(resume=train.resume == "auto")
     if resume_from and main:
         state = read_json(resume_from / "trainer_state.json")
-        logger.info("train: resuming from step %d of %d (%s); to start over, delete %s or "
+        log.info("resuming from step %d of %d (%s); to start over, delete %s or "
                     "set train.resume: never", state["global_step"], state["max_steps"],
                     resume_from, checkpoint_dir)
     with atomic_dir(live_dir) if main else contextlib.nullcontext() as live_tmp:
