@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from lorasent.bench import bench_eval, bench_train, main, markdown, summarise
+from lorasent.bench import LONG_TEMPLATE, bench_eval, bench_train, main, markdown, summarise
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
@@ -11,13 +11,24 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 def test_train_ways_on_a_tiny_gemma():
     result = bench_train("tiny", torch.device("cpu"), batch_size=8, warmup=0, steps=1)
     ways = result["ways"]
-    assert list(ways) == ["project", "seed002", "plain_trainer", "floor"]
+    assert list(ways) == ["project", "project_unshared", "seed002", "plain_trainer", "floor"]
     assert ways["seed002"]["tokens_in_batch"] == 8 * 256          # padded to max_length
     assert ways["plain_trainer"]["tokens_in_batch"] < 8 * 256     # dynamic padding
-    assert ways["project"]["tokens_in_batch"] == ways["floor"]["tokens_in_batch"]
+    width, shared = result["width"], result["shared_prefix_tokens"]
+    assert shared == 18                   # BOS and the instruction, up to "Tweet:"
+    assert ways["project_unshared"]["tokens_in_batch"] == ways["floor"]["tokens_in_batch"] \
+        == 8 * width
+    assert ways["project"]["tokens_in_batch"] == shared + 8 * (width - shared)
     for way in ways.values():
         assert way["seconds_per_step"] > 0 and way["peak_rss_bytes"] > 0
         assert way["examples_per_s"] == pytest.approx(8 / way["seconds_per_step"])
+
+
+def test_long_template_part_runs_the_project_ways_and_the_floor():
+    result = bench_train("tiny", torch.device("cpu"), batch_size=8, warmup=0, steps=1,
+                         template=LONG_TEMPLATE)
+    assert list(result["ways"]) == ["project", "project_unshared", "floor"]
+    assert result["shared_prefix_tokens"] == 70   # BOS and the 69-token instruction
 
 
 def test_eval_ways_on_a_tiny_gemma():
@@ -27,12 +38,20 @@ def test_eval_ways_on_a_tiny_gemma():
         assert way["accuracy"] in {k / 8 for k in range(9)}
 
 
-def _fake(project, seed002, plain, floor, eval_project, eval_seed000, noop):
-    ways = {name: {"seconds_per_step": s, "examples_per_s": 8 / s, "useful_tokens_per_s": 400 / s,
+def _ways(**seconds):
+    return {name: {"seconds_per_step": s, "examples_per_s": 8 / s, "useful_tokens_per_s": 400 / s,
                    "tokens_in_batch": 480, "peak_rss_bytes": 2**30 * (12 if s > 20 else 3)}
-            for name, s in (("project", project), ("seed002", seed002),
-                            ("plain_trainer", plain), ("floor", floor))}
-    return {"train": {"m": {"batch_size": 8, "steps": 3, "warmup": 1, "ways": ways}},
+            for name, s in seconds.items()}
+
+
+def _fake(project, seed002, floor, long_project, eval_project, eval_seed000, noop):
+    part = {"batch_size": 8, "steps": 3, "warmup": 1, "shared_prefix_tokens": 18, "width": 60}
+    return {"train": {"m": {**part, "ways": _ways(
+                project=project, project_unshared=2.3, seed002=seed002, plain_trainer=4.0,
+                floor=floor)}},
+            "train_long_template": {"m": {**part, "shared_prefix_tokens": 70, "width": 110,
+                                          "ways": _ways(project=long_project,
+                                                        project_unshared=2.4, floor=2.2)}},
             "eval": {"m": {"examples": 96, "peak_rss_bytes": 2**31, "ways": {
                 "project": {"examples_per_s": eval_project, "accuracy": 0.4},
                 "seed000": {"examples_per_s": eval_seed000, "accuracy": 0.35}}}},
@@ -40,26 +59,41 @@ def _fake(project, seed002, plain, floor, eval_project, eval_seed000, noop):
 
 
 def test_summary_ratios_and_verdicts():
-    results = _fake(2.5, 32.0, 8.5, 2.2, 10.0, 4.0, 3.1)
+    results = _fake(1.6, 32.0, 2.2, 1.2, 10.0, 4.0, 3.1)
     summary = summarise(results, torch.device("cpu"), None)
     r = summary["ratios"]["m"]
-    assert r["train_speedup_vs_seed002"] == pytest.approx(12.8)
-    assert r["train_speedup_vs_plain_trainer"] == pytest.approx(3.4)
-    assert r["train_time_vs_floor"] == pytest.approx(2.5 / 2.2)
+    assert r["train_speedup_vs_seed002"] == pytest.approx(20.0)
+    assert r["train_speedup_vs_plain_trainer"] == pytest.approx(2.5)
+    assert r["train_time_vs_floor"] == pytest.approx(1.6 / 2.2)
+    assert r["train_unshared_time_vs_floor"] == pytest.approx(2.3 / 2.2)
+    assert r["train_long_template_time_vs_floor"] == pytest.approx(1.2 / 2.2)
+    assert r["train_long_template_unshared_time_vs_floor"] == pytest.approx(2.4 / 2.2)
     assert r["eval_speedup_vs_seed000"] == pytest.approx(2.5)
     assert r["eval_accuracy_project_minus_seed000"] == pytest.approx(0.05)
+    assert summary["checks"]["m"] == {
+        "train >= 10x seed 002": True, "train step <= 0.75x the floor's time": True,
+        "eval >= 2.5x seed 000": True, "eval loses no accuracy": True,
+        "long template: train step <= 0.6x the floor's time": True}
     assert summary["all_targets_met"] is True
-    slow = summarise(_fake(2.5, 20.0, 8.5, 2.2, 10.0, 4.0, 6.0), torch.device("cpu"), None)
-    assert slow["checks"]["m"]["train >= 10x seed 002"] is False
+    slow = summarise(_fake(1.7, 15.0, 2.2, 1.4, 9.0, 4.0, 6.0), torch.device("cpu"), None)
+    assert slow["checks"]["m"] == {
+        "train >= 10x seed 002": False, "train step <= 0.75x the floor's time": False,
+        "eval >= 2.5x seed 000": False, "eval loses no accuracy": True,
+        "long template: train step <= 0.6x the floor's time": False}
     assert slow["checks"]["pipeline"]["no-op dvc repro < 5 s"] is False
     assert slow["all_targets_met"] is False
     table = markdown({"machine": {"cpu": "x", "cores": 2, "torch": "t", "device": "cpu"},
                       "results": results, "summary": summary})
-    assert "| seed002 | 32.00 | 0.25 | 12 | 480 | 12.80x faster |" in table
-    assert "| floor | 2.20 |" in table and "1.14x the floor's time" in table
+    assert "| seed002 | 32.00 | 0.25 | 12 | 480 | 20.00x faster |" in table
+    assert "| project_unshared | 2.30 | 3.48 | 174 | 480 | 1.44x faster |" in table
+    assert "| floor | 2.20 |" in table and "0.73x the floor's time" in table
+    assert "**Train step, m, batch 8, long template** (median of 3 steps, interleaved, " \
+        "after 1 warm-up round; 70 of 110 positions shared; peak RSS of the project's way: " \
+        "3.0 GiB; of the whole part: 3.0 GiB)" in table
+    assert "0.55x the floor's time" in table
     assert "- pipeline: no-op dvc repro < 5 s: met" in table
-    assert "peak RSS of the project's way: 3.0 GiB; of the whole part, with seed 002's way: " \
-        "12.0 GiB" in table
+    assert "18 of 60 positions shared; peak RSS of the project's way: 3.0 GiB; of the whole " \
+        "part, with seed 002's way: 12.0 GiB" in table
     assert "busy" not in table
     busy = markdown({"machine": {"cpu": "x", "cores": 2, "torch": "t", "device": "cpu",
                                  "load_average_1min_before": 1.0},

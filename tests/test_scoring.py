@@ -1,5 +1,7 @@
 """Label scoring on the real packaged Gemma 3 270M: exact, batched, multi-token."""
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -14,6 +16,7 @@ from lorasent.scoring import (
     score_batch,
     score_texts,
     shared_prefix,
+    training_prefix,
 )
 
 ZH_TEMPLATE = "判断下面这段话的情绪类别，只能回答“消极/中性/积极”之一。\n文本：{text}\n情绪："
@@ -222,3 +225,97 @@ def test_training_loss_puts_only_label_tokens_through_the_lm_head(gemma, zh):
     assert n_label_tokens == 5
     assert seen == [((5, model.config.hidden_size), True)] * 2
     assert loss.item() == pytest.approx(expected.item(), abs=1e-5)
+
+
+def test_training_prefix_stops_before_every_supervised_position():
+    def prefix(*examples, window=None):
+        return training_prefix(collate_training(
+            [{"input_ids": ids, "labels": labels} for ids, labels in examples], pad_id=0),
+            window)
+
+    assert prefix(([2, 7, 8, 9], [5]), ([2, 7, 8, 3, 4], [6])) == 3
+    # the same text twice: up to the position that predicts the label word's first token
+    assert prefix(([2, 7, 8, 9], [9, 5]), ([2, 7, 8, 9], [9, 6])) == 2
+    assert prefix(([2, 7, 8], [5]), ([2, 4, 8], [5])) == 1      # BOS alone
+    assert prefix(([5, 7], [5]), ([2, 7], [5])) == 0
+    assert prefix(([2, 7, 8, 9], [5]),) == 0                    # one example: nothing to share
+    # a sliding window narrower than the batch (5 columns) could lose the shared start
+    assert prefix(([2, 7, 8, 9], [5]), ([2, 7, 8, 3, 4], [6]), window=4) == 0
+    assert prefix(([2, 7, 8, 9], [5]), ([2, 7, 8, 3, 4], [6]), window=5) == 3
+
+
+@pytest.fixture(scope="module")
+def lora_gemma(gemma):
+    """A float64 copy of the Gemma with LoRA (dropout 0) on all seven projections, B drawn
+    at random rather than zero, so that every LoRA weight gets a gradient. float64, so
+    that a comparison within 1e-5 tests the computation, not float32's summation order
+    (which alone moves gradients of size 3 by about 1e-5)."""
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(copy.deepcopy(gemma[0]).double(), LoraConfig(
+        task_type="CAUSAL_LM", r=8, lora_alpha=16, lora_dropout=0.0,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                        "down_proj"]))
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if "lora_B" in name:
+                weight.copy_(torch.randn(weight.shape, generator=generator,
+                                         dtype=weight.dtype) * 0.02)
+    return model.train()
+
+
+def _loss_and_lora_grads(model, batch, share_prefix):
+    model.zero_grad(set_to_none=True)
+    loss = label_token_loss(model, batch, share_prefix=share_prefix)
+    loss.backward()
+    grads = {name: w.grad.clone() for name, w in model.named_parameters() if w.requires_grad}
+    model.zero_grad(set_to_none=True)
+    return loss.item(), grads
+
+
+@pytest.mark.parametrize(("template", "shared"), [(ZH_TEMPLATE, 25), ("{text}\n情绪：", 1)],
+                         ids=["instruction", "bos-only"])
+def test_shared_prefix_training_equals_the_unshared_loss_and_lora_gradients(
+        gemma, lora_gemma, template, shared):
+    """With dropout 0 the shared start is the same computation: the loss and every LoRA
+    gradient equal the plain path's, with two-token Chinese label words in the batch,
+    and when the examples share BOS alone."""
+    _, tokenizer = gemma
+    encoder = PromptEncoder.create(tokenizer, template, ZH_WORDS, max_length=96)
+    features = [{**encoder.training_example(t, k), "weight": w}
+                for t, k, w in zip(TEXTS, [0, 1, 2, 0], [1.0, 2.0, 0.5, 1.0], strict=True)]
+    batch = collate_training(features, tokenizer.pad_token_id)
+    assert training_prefix(batch) == shared
+    base = lora_gemma.get_base_model()
+    calls, hook = _counting_calls(base)
+    try:
+        loss, grads = _loss_and_lora_grads(lora_gemma, batch, share_prefix=True)
+        plain_loss, plain_grads = _loss_and_lora_grads(lora_gemma, batch, share_prefix=False)
+    finally:
+        hook.remove()
+    width = batch["input_ids"].shape[1]
+    assert calls == [(1, shared), (4, width - shared), (4, width)]
+    assert loss == pytest.approx(plain_loss, abs=1e-5)
+    assert len(grads) == 18 * 7 * 2 and grads.keys() == plain_grads.keys()
+    for name, grad in grads.items():
+        assert grad.abs().max() > 0, name
+        torch.testing.assert_close(grad, plain_grads[name], atol=1e-5, rtol=0, msg=name)
+
+
+def test_no_shared_training_prefix_when_the_batch_outgrows_the_sliding_window(
+        gemma, lora_gemma, zh, monkeypatch):
+    _, tokenizer = gemma
+    batch = collate_training([zh.training_example(t, k) for t, k in zip(TEXTS, [0, 1, 2, 0],
+                                                                         strict=True)],
+                             tokenizer.pad_token_id)
+    width = batch["input_ids"].shape[1]
+    monkeypatch.setattr(lora_gemma.config, "sliding_window", width - 1)
+    base = lora_gemma.get_base_model()
+    calls, hook = _counting_calls(base)
+    try:
+        with torch.inference_mode():
+            label_token_loss(lora_gemma, batch, share_prefix=True)
+    finally:
+        hook.remove()
+    assert calls == [(4, width)]

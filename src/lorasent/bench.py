@@ -10,14 +10,23 @@ same run, so the ratios hold on a noisy machine:
    rounds after ``--warmup`` rounds, a round being one step of each way in turn), LoRA
    r 8 on all seven projections, batch 8:
 
-   - ``project``: dynamic left padding, loss on the label word's tokens with logits only
-     there (:func:`lorasent.scoring.label_token_loss`);
+   - ``project``: the train stage's way (``train.share_prefix: true``): the tokens that
+     every example of the batch starts with run once, the rest of each example on
+     their key/value cache, dynamic left padding, loss on the label word's tokens with
+     logits only there (:func:`lorasent.scoring.label_token_loss`);
+   - ``project_unshared``: the same with ``train.share_prefix: false``, every example
+     whole;
    - ``seed002``: every example padded to 256 tokens, the causal-LM loss over the full
      vocabulary at every position (seed 002's ``padding="max_length"`` + ``labels``);
    - ``plain_trainer``: dynamic padding with the same full-vocabulary loss (what
      ``Trainer`` + ``DataCollatorForLanguageModeling`` do);
-   - ``floor``: the bare forward and backward of the decoder with LoRA on the same real
-     tokens, no LM head and no loss: what no training step can beat.
+   - ``floor``: the bare forward and backward of the decoder with LoRA on the same
+     batch, every example whole, no LM head and no loss: what no step that computes
+     every example's every token can beat. Sharing the prefix computes fewer.
+
+   Then the long-template part: the project's two ways and the floor again, on prompts
+   of :data:`LONG_TEMPLATE` (an instruction of 70 tokens), where the shared start is
+   most of each example.
 
 2. Evaluation: the project's label scoring (:func:`lorasent.scoring.score_texts`) against
    seed 000's way, one ``generate(max_new_tokens=1)`` per text and string matching with
@@ -62,9 +71,19 @@ if TYPE_CHECKING:
     from lorasent.scoring import PromptEncoder
 
 # Targets of issue 8 (measured there on 2 CPU cores, Gemma 270M, batch 8, ~50 tokens).
-TARGETS = {"train_vs_seed002": 10.0, "train_vs_plain_trainer": 3.0,
-           "train_vs_floor_max": 1.25, "eval_vs_seed000_cpu": 2.0, "eval_vs_seed000_gpu": 20.0,
-           "noop_repro_s_max": 5.0}
+# Issue 19 measures the step against the floor (the plain Trainer's 3x is dropped: the
+# floor itself is only about 2x faster than it on 2 CPU cores).
+TARGETS = {"train_vs_seed002": 10.0, "train_vs_floor_max": 0.75,
+           "train_long_template_vs_floor_max": 0.6, "eval_vs_seed000_cpu": 2.5,
+           "eval_vs_seed000_gpu": 20.0, "noop_repro_s_max": 5.0}
+# An instruction of 70 tokens in seed 000's style (the task, the only answers allowed,
+# how to read hard cases), in English: the shared start grows with the instruction.
+LONG_TEMPLATE = (
+    "Read the tweet below and judge the sentiment its author expresses. You may answer "
+    "with one word only: negative, neutral or positive. Sarcasm and complaints are "
+    "negative; news, questions and plain statements of fact are neutral; thanks, praise "
+    "and excitement are positive. If a tweet mixes feelings, answer with the one that "
+    "prevails.\nTweet: {text}\nSentiment:")
 LABELS = ["negative", "neutral", "positive"]
 # A 1-minute load average of this many per core before the run marks the machine busy:
 # under contention the ways slow unequally and not always alike (measured in two busy
@@ -132,10 +151,11 @@ def _peak_memory(device: torch.device) -> dict[str, int]:
     return out
 
 
-def _load(model_name: str, device: torch.device,
+def _load(model_name: str, device: torch.device, template: str | None = None,
           ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, PromptEncoder]:
     """``(model, tokenizer, encoder)``: real packaged Gemma on the CPU; random weights
-    from the config on a GPU (see the module docstring)."""
+    from the config on a GPU (see the module docstring). The encoder uses params.yaml's
+    prompt, or ``template`` instead of its template."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from lorasent.fetch import _packaged_gemma
@@ -162,7 +182,7 @@ def _load(model_name: str, device: torch.device,
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     model.config.pad_token_id = tokenizer.pad_token_id
     prompt = load_params(Path(__file__).resolve().parents[2] / "params.yaml").prompt
-    encoder = PromptEncoder.create(tokenizer, prompt.template,
+    encoder = PromptEncoder.create(tokenizer, template or prompt.template,
                                    [prompt.label_words[label] for label in LABELS],
                                    prompt.max_length)
     vocab = model.config.vocab_size
@@ -192,13 +212,17 @@ def _vocab_safe(ids: torch.Tensor, model: PreTrainedModel) -> torch.Tensor:
 # ------------------------------------------------------------------------------ parts
 
 def bench_train(model_name: str, device: torch.device, batch_size: int, warmup: int,
-                steps: int) -> dict[str, Any]:
-    """Median seconds per training step of each way; tokens and examples per second."""
+                steps: int, template: str | None = None) -> dict[str, Any]:
+    """Median seconds per training step of each way; tokens and examples per second.
+
+    With ``template`` (the long-template part) only the project's ways and the floor
+    run, on prompts of that template instead of params.yaml's.
+    """
     from peft import LoraConfig, get_peft_model
 
-    from lorasent.scoring import label_token_loss
+    from lorasent.scoring import label_token_loss, training_prefix
 
-    base_model, tokenizer, encoder = _load(model_name, device)
+    base_model, tokenizer, encoder = _load(model_name, device, template)
     examples = _examples(batch_size)
     model = get_peft_model(base_model, LoraConfig(
         task_type="CAUSAL_LM", r=8, lora_alpha=16, lora_dropout=0.1,
@@ -242,16 +266,24 @@ def bench_train(model_name: str, device: torch.device, batch_size: int, warmup: 
         return run
 
     losses = {
-        "project": lambda: label_token_loss(model, project),
+        "project": lambda: label_token_loss(model, project, share_prefix=True),
+        "project_unshared": lambda: label_token_loss(model, project),
         "seed002": lambda: model(**seed002, use_cache=False).loss,
         "plain_trainer": lambda: model(**plain, use_cache=False).loss,
         "floor": lambda: decoder(**floor, use_cache=False).last_hidden_state.float().mean(),
     }
-    tokens = {"project": real_tokens, "floor": real_tokens,
+    shared = training_prefix(project)
+    width = project["input_ids"].shape[1]
+    tokens = {"project": real_tokens, "project_unshared": real_tokens, "floor": real_tokens,
               "seed002": int(seed002["attention_mask"].sum()),
               "plain_trainer": int(plain["attention_mask"].sum())}
-    padded = {"project": project["input_ids"].numel(), "floor": project["input_ids"].numel(),
+    # positions the model computes: the shared start once, then each example's rest
+    padded = {"project": shared + batch_size * (width - shared),
+              "project_unshared": project["input_ids"].numel(),
+              "floor": project["input_ids"].numel(),
               "seed002": seed002["input_ids"].numel(), "plain_trainer": plain["input_ids"].numel()}
+    if template:
+        losses = {name: losses[name] for name in ("project", "project_unshared", "floor")}
     # The project goes first, so the peak memory after its first step is its own.
     times, _ = _interleaved({name: step(name, fn) for name, fn in losses.items()}, steps,
                             device, warmup)
@@ -266,7 +298,7 @@ def bench_train(model_name: str, device: torch.device, batch_size: int, warmup: 
         for name, r in results.items():
             r["model_flops_per_s"] = 6 * params * padded[name] / r["seconds_per_step"]
     return {"model": model_name, "batch_size": batch_size, "steps": steps, "warmup": warmup,
-            "ways": results}
+            "shared_prefix_tokens": shared, "width": width, "ways": results}
 
 
 def bench_eval(model_name: str, device: torch.device, n: int, batch_size: int,
@@ -312,6 +344,18 @@ def bench_eval(model_name: str, device: torch.device, n: int, batch_size: int,
             "ways": out, **_peak_memory(device)}
 
 
+def copy_tracked(repo: Path, dest: Path) -> None:
+    """Copy the git-tracked files of ``repo`` into ``dest`` (an existing folder), without
+    the committed run (``metrics/``, ``dvc.lock``), so that ``dvc repro`` there runs every
+    stage afresh."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=repo, capture_output=True,
+                            text=True, check=True).stdout
+    for name in filter(None, listed.split("\0")):
+        if (repo / name).is_file() and not name.startswith(("metrics/", "dvc.lock")):
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(repo / name, dest / name)
+
+
 def bench_pipeline(repo: Path) -> dict[str, Any]:
     """Seconds of a no-op ``dvc repro`` and of the rerun after an evaluate-only change, on
     a copy of the repo with tiny sizes (the real pipeline, 24 rows, 3 steps)."""
@@ -323,12 +367,7 @@ def bench_pipeline(repo: Path) -> dict[str, Any]:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     with tempfile.TemporaryDirectory(prefix="lorasent-bench-") as tmp:
         root = Path(tmp)
-        listed = subprocess.run(["git", "ls-files", "-z"], cwd=repo, capture_output=True,
-                                text=True, check=True).stdout
-        for name in filter(None, listed.split("\0")):
-            if (repo / name).is_file() and not name.startswith(("metrics/", "dvc.lock")):
-                (root / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(repo / name, root / name)
+        copy_tracked(repo, root)
         params = root / "params.yaml"
 
         def run(*argv: str) -> float:
@@ -350,6 +389,15 @@ def bench_pipeline(repo: Path) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------- main
+
+def no_gpu_message(flag: str = "--device cuda") -> str:
+    """What to say when ``flag`` asks for a GPU that torch does not see (also used by
+    ``lorasent.device_check``)."""
+    return (f"{flag}: torch {torch.__version__} sees no GPU (CUDA {torch.version.cuda}, "
+            f"HIP {torch.version.hip}). Install a CUDA or ROCm build of torch on a machine "
+            "with a GPU (docs/rocm.md, \"AMD GPUs (ROCm)\"); `lorasent doctor` shows what "
+            "torch sees.")
+
 
 def _part(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Run one part in a fresh process, so that its peak memory is its own."""
@@ -382,7 +430,14 @@ def summarise(results: dict[str, Any], device: torch.device,
         w = {k: v["seconds_per_step"] for k, v in part["ways"].items()}
         ratios[model] = {"train_speedup_vs_seed002": w["seed002"] / w["project"],
                          "train_speedup_vs_plain_trainer": w["plain_trainer"] / w["project"],
-                         "train_time_vs_floor": w["project"] / w["floor"]}
+                         "train_time_vs_floor": w["project"] / w["floor"],
+                         "train_unshared_time_vs_floor": w["project_unshared"] / w["floor"]}
+        long = results.get("train_long_template", {}).get(model)
+        if long:
+            w = {k: v["seconds_per_step"] for k, v in long["ways"].items()}
+            ratios[model]["train_long_template_time_vs_floor"] = w["project"] / w["floor"]
+            ratios[model]["train_long_template_unshared_time_vs_floor"] = (
+                w["project_unshared"] / w["floor"])
         e = results["eval"][model]["ways"]
         ratios[model]["eval_speedup_vs_seed000"] = (e["project"]["examples_per_s"]
                                                     / e["seed000"]["examples_per_s"])
@@ -394,13 +449,15 @@ def summarise(results: dict[str, Any], device: torch.device,
         checks[model] = {
             f"train >= {TARGETS['train_vs_seed002']:g}x seed 002":
                 r["train_speedup_vs_seed002"] >= TARGETS["train_vs_seed002"],
-            f"train >= {TARGETS['train_vs_plain_trainer']:g}x plain Trainer":
-                r["train_speedup_vs_plain_trainer"] >= TARGETS["train_vs_plain_trainer"],
-            f"train within {TARGETS['train_vs_floor_max']:g}x of the floor":
+            f"train step <= {TARGETS['train_vs_floor_max']:g}x the floor's time":
                 r["train_time_vs_floor"] <= TARGETS["train_vs_floor_max"],
             f"eval >= {eval_target:g}x seed 000": r["eval_speedup_vs_seed000"] >= eval_target,
             "eval loses no accuracy": r["eval_accuracy_project_minus_seed000"] >= 0,
         }
+        if "train_long_template_time_vs_floor" in r:
+            target = TARGETS["train_long_template_vs_floor_max"]
+            checks[model][f"long template: train step <= {target:g}x the floor's time"] = (
+                r["train_long_template_time_vs_floor"] <= target)
         if peak_tflops and device.type == "cuda":
             flops = part["ways"]["project"]["model_flops_per_s"]
             ratios[model]["train_mfu"] = flops / (peak_tflops * 1e12)
@@ -409,6 +466,29 @@ def summarise(results: dict[str, Any], device: torch.device,
                               results["pipeline"]["noop_repro_s"] < TARGETS["noop_repro_s_max"]}
     return {"ratios": ratios, "targets": TARGETS, "checks": checks,
             "all_targets_met": all(v for c in checks.values() for v in c.values())}
+
+
+def _train_table(title: str, part: dict[str, Any], largest: str) -> list[str]:
+    """A train part's table: each way against the project's (shared-prefix) way, the
+    floor as the project's time over the floor's."""
+    ways = part["ways"]
+    peak = max(w["peak_rss_bytes"] for w in ways.values()) / 2**30
+    lines = [f"**{title}** (median of {part['steps']} steps, interleaved, after "
+             f"{part['warmup']} warm-up round{'' if part['warmup'] == 1 else 's'}; "
+             f"{part['shared_prefix_tokens']} of {part['width']} positions shared; peak RSS "
+             f"of the project's way: {ways['project']['peak_rss_bytes'] / 2**30:.1f} GiB; "
+             f"of the whole part{', ' + largest if largest else ''}: {peak:.1f} GiB)", "",
+             "| way | s / step | examples / s | useful tokens / s | tokens in batch "
+             "| project is |",
+             "|---|---|---|---|---|---|"]
+    project = ways["project"]["seconds_per_step"]
+    for name, w in ways.items():
+        rel = ("—" if name == "project" else
+               f"{w['seconds_per_step'] / project:.2f}x faster" if name != "floor"
+               else f"{project / w['seconds_per_step']:.2f}x the floor's time")
+        lines.append(f"| {name} | {w['seconds_per_step']:.2f} | {w['examples_per_s']:.2f} | "
+                     f"{w['useful_tokens_per_s']:.0f} | {w['tokens_in_batch']} | {rel} |")
+    return [*lines, ""]
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -422,27 +502,16 @@ def markdown(report: dict[str, Any]) -> str:
                   f"{m['cores']} cores before the run). Shared cores slow the ways by "
                   "different factors, in either direction, so the ratios below are not "
                   "comparable with an idle machine's; rerun on an idle one.", ""]
+    long_parts = report["results"].get("train_long_template", {})
     for model, part in report["results"]["train"].items():
-        lines += [f"**Train step, {model}, batch {part['batch_size']}** (median of "
-                  f"{part['steps']} steps, interleaved, after {part['warmup']} warm-up "
-                  f"round{'' if part['warmup'] == 1 else 's'}; "
-                  "peak RSS of the project's way: "
-                  f"{part['ways']['project']['peak_rss_bytes'] / 2**30:.1f} GiB; of the whole "
-                  "part, with seed 002's way: "
-                  f"{max(w['peak_rss_bytes'] for w in part['ways'].values()) / 2**30:.1f} GiB)",
-                  "",
-                  "| way | s / step | examples / s | useful tokens / s | tokens in batch "
-                  "| project is |",
-                  "|---|---|---|---|---|---|"]
-        project = part["ways"]["project"]["seconds_per_step"]
-        for name, w in part["ways"].items():
-            rel = ("—" if name == "project" else
-                   f"{w['seconds_per_step'] / project:.2f}x faster" if name != "floor"
-                   else f"{project / w['seconds_per_step']:.2f}x the floor's time")
-            lines.append(f"| {name} | {w['seconds_per_step']:.2f} | {w['examples_per_s']:.2f} | "
-                         f"{w['useful_tokens_per_s']:.0f} | {w['tokens_in_batch']} | {rel} |")
+        lines += _train_table(f"Train step, {model}, batch {part['batch_size']}", part,
+                              "with seed 002's way")
+        if model in long_parts:
+            lines += _train_table(f"Train step, {model}, batch "
+                                  f"{long_parts[model]['batch_size']}, long template",
+                                  long_parts[model], "")
         e = report["results"]["eval"][model]
-        lines += ["", f"**Evaluation, {model}, {e['examples']} tweets** (median of "
+        lines += [f"**Evaluation, {model}, {e['examples']} tweets** (median of "
                   f"{e.get('rounds', 1)} interleaved rounds; peak RSS "
                   f"{e['peak_rss_bytes'] / 2**30:.1f} GiB)", "",
                   "| way | examples / s | accuracy (zero-shot) |", "|---|---|---|"]
@@ -479,19 +548,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("bench"),
                         help="folder for results.json and results.md (default: bench, "
                              "the committed results)")
-    parser.add_argument("--part", choices=["train", "eval"], help=argparse.SUPPRESS)
+    parser.add_argument("--part", choices=["train", "train_long_template", "eval"],
+                        help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
-        parser.error(f"--device cuda: torch {torch.__version__} sees no GPU (CUDA "
-                     f"{torch.version.cuda}, HIP {torch.version.hip}). Install a CUDA or ROCm "
-                     "build of torch on a machine with a GPU (README, \"AMD GPUs (ROCm)\"); "
-                     "`lorasent doctor` shows what torch sees.")
+        parser.error(no_gpu_message())
 
     if args.part:  # a child process: one part, JSON on the last line of stdout
         model = args.model or "gemma-3-270m"
-        result = (bench_train(model, device, 8, args.warmup, args.steps) if args.part == "train"
-                  else bench_eval(model, device, args.eval_examples, 16))
+        result = (bench_eval(model, device, args.eval_examples, 16) if args.part == "eval"
+                  else bench_train(model, device, 8, args.warmup, args.steps,
+                                   LONG_TEMPLATE if args.part == "train_long_template" else None))
         print(json.dumps(result))
         return
 
@@ -499,11 +567,13 @@ def main(argv: list[str] | None = None) -> None:
         ["gemma-3-270m", "gemma-2b"] if device.type == "cuda" else ["gemma-3-270m"])
     load_before = os.getloadavg()[0]  # before the bench loads the machine itself
     started = time.perf_counter()
-    results: dict[str, Any] = {"train": {}, "eval": {}}
+    results: dict[str, Any] = {"train": {}, "train_long_template": {}, "eval": {}}
     for model in models:
         args.model = model
         print(f"bench: training step, {model} ...", flush=True)
         results["train"][model] = _part("train", args)
+        print(f"bench: training step, {model}, long template ...", flush=True)
+        results["train_long_template"][model] = _part("train_long_template", args)
         print(f"bench: evaluation, {model} ...", flush=True)
         results["eval"][model] = _part("eval", args)
     if not args.no_pipeline:

@@ -153,6 +153,7 @@ class TrainParams(_Section):
     weight_decay: Annotated[float, Field(ge=0)]
     max_grad_norm: PositiveFloat
     class_weighting: Literal["none", "balanced"]
+    share_prefix: bool
     logging_steps: PositiveInt
     save_steps: Annotated[int, Field(ge=0)]
     resume: Literal["auto", "never"]

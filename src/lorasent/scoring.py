@@ -80,12 +80,15 @@ class PromptEncoder:
         template: the prompt with ``{text}`` where the text goes.
         label_ids: token ids of each class's label word, in class-id order.
         max_length: most tokens of prompt plus label word, in tokens.
+        share_prefix: the training loss runs the tokens that a batch's examples share
+            once (``train.share_prefix``; see :func:`label_token_loss`).
     """
 
     tokenizer: PreTrainedTokenizerBase
     template: str
     label_ids: tuple[tuple[int, ...], ...]
     max_length: int
+    share_prefix: bool = False
 
     @classmethod
     def create(cls, tokenizer: PreTrainedTokenizerBase, template: str,
@@ -148,9 +151,8 @@ class PromptEncoder:
     def collate(self, features: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
         return collate_training(features, self.tokenizer.pad_token_id)
 
-    @staticmethod
-    def loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return label_token_loss(model, batch)
+    def loss(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return label_token_loss(model, batch, share_prefix=self.share_prefix)
 
 
 @dataclass(frozen=True)
@@ -360,7 +362,37 @@ def collate_training(features: Sequence[dict[str, Any]], pad_id: int) -> dict[st
     return batch
 
 
-def label_token_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+def training_prefix(batch: dict[str, torch.Tensor], window: int | None = None) -> int:
+    """Number of leading tokens that every example of a left-padded training batch shares
+    (BOS and the template's instruction), short of each one's supervised positions.
+
+    0 for a batch of one example, and when ``window`` (a sliding-window model's, Gemma
+    3's) is smaller than the batch's width: the shared layout puts the padding between
+    the shared tokens and the rest, and the window counts padding too, so a token could
+    lose sight of the shared start.
+
+    Args:
+        batch: ``input_ids``, ``attention_mask`` (int64, (B, T), left-padded) and
+            ``labels`` (int64, (B, L), right-aligned) of :func:`collate_training`.
+        window: the model's ``config.sliding_window``, in tokens, or None.
+    """
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    width = ids.shape[1]
+    if len(ids) < 2 or window is not None and width > window:
+        return 0
+    lengths = mask.sum(-1)
+    # Row i's real tokens moved to the start; a position may be shared when it lies
+    # before every row's supervised ones (the logits of those come from the rest).
+    columns = torch.arange(width, device=ids.device)
+    starts = (width - lengths)[:, None]
+    aligned = ids.gather(1, (columns + starts).clamp(max=width - 1))
+    limit = int((lengths - (batch["labels"] != IGNORE_INDEX).sum(-1)).min())
+    same = (aligned == aligned[:1]).all(0)[:max(limit, 0)]
+    return int(same.cumprod(0).sum())
+
+
+def label_token_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor],
+                     share_prefix: bool = False) -> torch.Tensor:
     """Weighted cross-entropy of the label-word tokens only.
 
     Logits are computed only at the N supervised positions of the last L (L = longest
@@ -371,6 +403,16 @@ def label_token_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> 
     ``logits_to_keep=L`` leaves a strided view that autograd multiplies against the whole
     vocabulary once per example (a batched product): 13% of a step on 2 CPU cores.
 
+    With ``share_prefix``, the S tokens that every example starts with
+    (:func:`training_prefix`: BOS and the template's instruction) go through the model
+    once, as a batch of 1 with autograd on; their key/value cache is repeated for the B
+    examples and the rest of each example runs on top of it, left-padded after the
+    shared part, with positions counting real tokens only (as :func:`score_batch` does).
+    Causal attention makes this the same computation: the shared tokens' gradients are
+    the sum of the B examples'. What differs is only that a dropout mask (LoRA's
+    ``lora_dropout``) on the shared tokens is drawn once for the batch rather than per
+    example. With no shared tokens beyond what fits (S = 0) it is the plain path.
+
     Each token's loss is weighted by its example's ``weight`` (class weighting); the
     result is ``sum(w * nll) / sum(w)`` over the batch's label tokens.
 
@@ -379,10 +421,33 @@ def label_token_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> 
     """
     labels, weight = batch["labels"], batch["weight"]
     supervised = labels != IGNORE_INDEX
-    keep = torch.zeros_like(batch["attention_mask"], dtype=torch.bool)
+    ids, mask, positions = batch["input_ids"], batch["attention_mask"], batch["position_ids"]
+    shared = 0
+    if share_prefix:
+        from accelerate.utils import extract_model_from_parallel
+
+        # Trainer hands over the model wrapped for data parallelism in a launched run
+        config = extract_model_from_parallel(model).config
+        shared = training_prefix(batch, getattr(config, "sliding_window", None))
+    cache = None
+    if shared:
+        width = ids.shape[1]
+        start = width - int(mask[0].sum())
+        prefix = ids[:1, start:start + shared]
+        cache = model(input_ids=prefix, position_ids=positions[:1, start:start + shared],
+                      use_cache=True, logits_to_keep=torch.zeros_like(prefix, dtype=torch.bool)
+                      ).cache
+        cache.batch_repeat_interleave(len(ids))
+        # Drop each row's first S real tokens: column j of the rest is column j of the
+        # row while in its padding, column j + S after.
+        columns = torch.arange(width - shared, device=ids.device)
+        index = columns + shared * (columns >= (width - mask.sum(-1))[:, None])
+        ids, mask, positions = (t.gather(1, index) for t in (ids, mask, positions))
+        mask = torch.cat([torch.ones_like(mask[:, :shared]), mask], -1)
+    keep = torch.zeros_like(ids, dtype=torch.bool)
     keep[:, -labels.shape[1]:] = supervised
-    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                position_ids=batch["position_ids"], logits_to_keep=keep, use_cache=False)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                logits_to_keep=keep, cache=cache, use_cache=False)
     logp = out.logits.float().log_softmax(-1)  # (N, vocab), supervised tokens in row order
     nll = -logp.gather(-1, labels[supervised].unsqueeze(-1)).squeeze(-1)
     w = weight.to(logp.dtype).unsqueeze(-1).expand_as(labels)[supervised]

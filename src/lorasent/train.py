@@ -4,7 +4,9 @@ Usage: ``lorasent train [--params params.yaml]``
 
 Generative mode (seed 000's way): each example is ``prompt(text) + label word``; the
 loss is the cross-entropy of the label word's tokens only (see
-:func:`lorasent.scoring.label_token_loss`). Sequence-classification mode (seed 002's
+:func:`lorasent.scoring.label_token_loss`); with ``train.share_prefix`` the tokens that
+every example of a batch starts with (BOS, the instruction) run once per batch, the
+rest of each example on their key/value cache. Sequence-classification mode (seed 002's
 way): the text goes into a fresh classification head; peft's ``SEQ_CLS`` task trains
 the head in full (``modules_to_save``) and saves it with the adapter, and
 :func:`check_head_saved` refuses a model whose other new weights would not be saved.
@@ -33,6 +35,7 @@ record.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import importlib
 import inspect
@@ -509,6 +512,8 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
     model, encoder, device = load_model_and_prompt(model_dir, base=base, prompt=prompt,
                                                    mode=train.mode)
     newly_initialized = getattr(model, "newly_initialized", [])
+    if isinstance(encoder, PromptEncoder):
+        encoder = dataclasses.replace(encoder, share_prefix=train.share_prefix)
     weights = class_weights(train.class_weighting, [r["label_id"] for r in rows], len(labels))
     examples = []
     for r in rows:
