@@ -2,7 +2,6 @@
 parts' outcomes and exit status, the no-GPU refusal, and the make target."""
 
 import json
-import os
 import subprocess
 import time
 
@@ -250,17 +249,13 @@ def test_doctor_json_is_read():
 
 
 # The real pipeline twice, on the CPU both times, at the smallest sizes: the same
-# predictions to the last row (agreement exactly 1.0). It took 91 s on 2 cores, more than
-# this file's budget: run it with LORASENT_TEST_DEVICE_CHECK_PIPELINE=1.
+# predictions to the last row (agreement exactly 1.0). 91 s on 2 cores.
 TINY_RUN = {"split": {"train_size": 8, "validation_size": 0, "test_size": 16},
             "train": {"max_steps": 1, "per_device_train_batch_size": 8},
             "evaluate": {"batch_size": 16}}
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("LORASENT_TEST_DEVICE_CHECK_PIPELINE"),
-                    reason="two real pipeline runs, 91 s on 2 cores; set "
-                    "LORASENT_TEST_DEVICE_CHECK_PIPELINE=1 to run it")
 def test_pipeline_on_the_cpu_twice_agrees_exactly():
     started = time.perf_counter()
     out = compare_pipelines(REPO, ("cpu", "cpu"), TINY_RUN)

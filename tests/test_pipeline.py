@@ -130,6 +130,9 @@ def test_repro_again_is_a_no_op(repo):
 
 
 def test_running_twice_gives_identical_metrics(repo):
+    # trained the default way: the prompt's shared start once per batch, LoRA dropout on
+    trained = read(repo, "models/adapter/lorasent.json")["params"]["train"]
+    assert trained["share_prefix"] is True and trained["lora"]["lora_dropout"] > 0
     before = {name: (repo / name).read_bytes() for name in
               ("metrics/baseline.json", "metrics/eval.json", "metrics/predictions.csv")}
     adapter = {p.name: p.read_bytes() for p in (repo / "models/adapter").iterdir()}
