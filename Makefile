@@ -62,9 +62,10 @@ smoke: $(STAMP)  ## A 2-minute run of all five stages on a tiny split (configs/s
 	$(BIN)/dvc repro
 	@echo "smoke: params.yaml, dvc.lock, metrics/ and the DVC outputs (models/adapter, data/split)" \
 		"now hold the smoke run (ignore DVC's git add hint above); back to the committed run:" \
-		"git checkout params.yaml dvc.lock metrics && $(BIN)/dvc checkout"
+		"git checkout params.yaml dvc.lock metrics, then make run (or $(BIN)/dvc checkout" \
+		"where make run has built the committed outputs before)"
 
-test: $(STAMP) browser  ## Set up if needed, then run all tests (the slow ones take a few minutes)
+test: $(STAMP) browser  ## Set up if needed, then run all tests (about 25 minutes on 2 cores)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The report test opens report.html in headless Chromium. Debian's package; as root or
