@@ -180,6 +180,9 @@ def test_killed_training_resumes_to_the_same_outputs(repo):
     assert {p.name: p.read_bytes() for p in (repo / "models/adapter").iterdir()} == adapter
     assert {name: (repo / name).read_bytes() for name in kept} == kept
     assert read(repo, "metrics/provenance/train.json")["resumed_from_step"] in (2, 3)
+    assert "train.share_prefix: the 18 tokens every prompt starts with (BOS and the " \
+        "instruction) run once per batch\n" in out
+    assert read(repo, "metrics/provenance/train.json")["shared_start_tokens"] == 18
     leftovers = [*repo.glob("metrics/.*.tmp"), *repo.glob("models/.*.tmp"),
                  *repo.glob("checkpoints")]
     assert leftovers == []

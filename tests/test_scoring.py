@@ -244,6 +244,16 @@ def test_training_prefix_stops_before_every_supervised_position():
     assert prefix(([2, 7, 8, 9], [5]), ([2, 7, 8, 3, 4], [6]), window=5) == 3
 
 
+def test_template_start_is_bos_and_the_instruction(gemma, zh, params):
+    _, tokenizer = gemma
+    assert zh.template_start() == 25
+    prompt = params.prompt
+    default = PromptEncoder.create(tokenizer, prompt.template,
+                                   [prompt.label_words[label] for label in params.base.labels],
+                                   prompt.max_length)
+    assert default.template_start() == 18    # up to "Tweet:"; the space joins the text
+
+
 @pytest.fixture(scope="module")
 def lora_gemma(gemma):
     """A float64 copy of the Gemma with LoRA (dropout 0) on all seven projections, B drawn

@@ -140,6 +140,13 @@ class PromptEncoder:
         word = list(self.label_ids[label_id])
         return {"input_ids": self.encode(text) + word[:-1], "labels": word}
 
+    def template_start(self) -> int:
+        """Tokens that prompts start with whatever their text (BOS and the template up to
+        ``{text}``): those that the prompts of two words share. A word can take the
+        template's last characters into its first token (Gemma joins the space after
+        ``Tweet:`` to the word); a batch's prompts may share more (texts starting alike)."""
+        return shared_prefix([self.encode("a"), self.encode("b")])
+
     @property
     def num_labels(self) -> int:
         return len(self.label_ids)

@@ -512,8 +512,16 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
     model, encoder, device = load_model_and_prompt(model_dir, base=base, prompt=prompt,
                                                    mode=train.mode)
     newly_initialized = getattr(model, "newly_initialized", [])
+    shared_start = None
     if isinstance(encoder, PromptEncoder):
         encoder = dataclasses.replace(encoder, share_prefix=train.share_prefix)
+        if train.share_prefix:
+            shared_start = encoder.template_start()
+            window = getattr(model.config, "sliding_window", None)
+            log.info("train.share_prefix: the %d tokens every prompt starts with (BOS and the "
+                     "instruction) run once per batch%s", shared_start,
+                     f", except in batches wider than the model's sliding window ({window} "
+                     "tokens)" if window is not None and prompt.max_length > window else "")
     weights = class_weights(train.class_weighting, [r["label_id"] for r in rows], len(labels))
     examples = []
     for r in rows:
@@ -639,6 +647,7 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
             extra={"trainable_parameters": trainable, "total_parameters": total,
                    "steps": trainer.state.global_step,
                    "resumed_from_step": _checkpoint_step(resume_from),
+                   "shared_start_tokens": shared_start,
                    "train_rows": len(rows),
                    "effective_batch_size": train.per_device_train_batch_size
                    * train.gradient_accumulation_steps * trainer.args.world_size,
