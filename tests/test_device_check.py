@@ -64,15 +64,16 @@ def test_agreement_threshold_and_unmatched_rows():
     missing = compare_predictions(_csv(rows), _csv(rows[:-1]))
     assert missing["agreement"] == 1.0 and missing["only_in_a"] == 1
     assert not agreement_passes(missing)                          # a row that did not join
-    empty = compare_predictions(HEADER, HEADER)
-    assert empty["rows"] == 0 and empty["agreement"] is None and not agreement_passes(empty)
+    with pytest.raises(LorasentError, match="^b: no data rows, only the header"):
+        compare_predictions(_csv(rows), HEADER)
 
 
 def test_a_file_without_ids_or_with_a_repeated_id_is_refused():
     with pytest.raises(LorasentError, match="no `id` column"):
         compare_predictions("actual,predicted\nneutral,neutral\n", _csv([]))
-    with pytest.raises(LorasentError, match="b: a row id appears twice"):
-        compare_predictions(_csv([]), _csv([("r1", "neutral", "neutral")] * 2))
+    with pytest.raises(LorasentError, match="^b: id r1 is on line 2 and line 3;"):
+        compare_predictions(_csv([("r1", "neutral", "neutral"), ("r2", "neutral", "neutral")]),
+                            _csv([("r1", "neutral", "neutral")] * 2))
 
 
 def _bench():

@@ -101,15 +101,19 @@ def test_a_stopped_run_resumes_to_the_adapter_of_an_uninterrupted_one(
 
 
 def _checkpoint(folder, step, key, rng=("rng_state.pth",), state=True):
+    """A checkpoint folder holding every file Trainer resumes from, with tiny contents."""
     import torch
+    from safetensors.torch import save_file
 
     path = folder / f"checkpoint-{step}"
     path.mkdir(parents=True)
     if key:
         (path / CHECKPOINT_RECORD).write_text(json.dumps({"key": key, "step": step}))
     if state:
-        (path / "trainer_state.json").write_text(json.dumps({"global_step": step}))
-    for name in rng:
+        (path / "trainer_state.json").write_text(
+            json.dumps({"global_step": step, "max_steps": 12}))
+    save_file({"lora_A": torch.zeros(2, 2)}, path / "adapter_model.safetensors")
+    for name in ("optimizer.pt", "scheduler.pt", *rng):
         torch.save({"python": None}, path / name)
     return path
 
@@ -130,16 +134,17 @@ def test_only_complete_checkpoints_of_the_same_training_are_resumed(tmp_path, ca
         "base model or code differ)",
         f"removed {folder}/checkpoint-8 (incomplete: the run was stopped while saving "
         "it)",
-        f"removed {folder}/checkpoint-10 (incomplete: a process's RNG state is "
-        "missing)"]
+        f"set aside {folder}/checkpoint-10 as {folder}/damaged-checkpoint-10 (damaged: "
+        "rng_state.pth is cut short or corrupt (BadZipFile: File is not a zip file)); it "
+        "is never resumed and kept for inspection: delete it when done"]
     # two processes need both RNG states
     assert Checkpoints(folder, key="k", processes=2).why_not(last) == (
-        "incomplete: a process's RNG state is missing")
+        "damaged: rng_state_0.pth, rng_state_1.pth missing")
     two = _checkpoint(tmp_path / "two", 2, "k", rng=("rng_state_0.pth", "rng_state_1.pth"))
     assert Checkpoints(two.parent, key="k", processes=2).why_not(two) is None
     # train.resume: never removes them all
     assert Checkpoints(folder, key="k", processes=1).prepare(resume=False) is None
-    assert list(folder.iterdir()) == []
+    assert [p.name for p in folder.iterdir()] == ["damaged-checkpoint-10"]
 
 
 def test_the_training_key_changes_with_what_is_trained_only(params):

@@ -8,6 +8,7 @@ user would take as done.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import glob
 import hashlib
 import json
@@ -21,6 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from lorasent.errors import LorasentError
 from lorasent.paths import PROVENANCE_DIR
 
 if TYPE_CHECKING:
@@ -56,7 +58,7 @@ def atomic_open(path: str | Path) -> Iterator[TextIO]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp, lock = _temporary(path, folder=False)
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
@@ -65,18 +67,70 @@ def atomic_open(path: str | Path) -> Iterator[TextIO]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    finally:
+        os.close(lock)  # held until the rename: never taken for a killed run's leftover
 
 
 def remove_stale_temporaries(path: str | Path) -> list[Path]:
     """Remove the temporary siblings (``.<name>.*.tmp``) of ``path`` that a killed run
     (SIGKILL, power loss) left behind; returns what was removed. A finished or failed
     run removes its own, so these are never taken for outputs, but they would clutter
-    ``git status``."""
+    ``git status``.
+
+    A temporary that a running writer still holds (:func:`atomic_open` and
+    :func:`atomic_dir` keep an exclusive ``flock`` on theirs until the rename, and the
+    kernel drops it when that process dies) is left alone: two runs writing the same
+    output at once (two ``lorasent predict --output out.csv``) each finish, the last
+    rename wins, instead of one deleting the other's file half-way.
+    """
     path = Path(path)
-    stale = sorted(path.parent.glob(f".{glob.escape(path.name)}.*.tmp"))
-    for p in stale:
-        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    stale = []
+    for p in sorted(path.parent.glob(f".{glob.escape(path.name)}.*.tmp")):
+        try:
+            fd = os.open(p, os.O_RDONLY)
+        except OSError:  # renamed into place meanwhile, or not ours to read
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: a running writer's
+            os.close(fd)
+            continue
+        try:
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+            stale.append(p)
+        finally:
+            os.close(fd)
     return stale
+
+
+def _temporary(path: Path, *, folder: bool) -> tuple[int, str, int]:
+    """A new temporary file or folder beside ``path`` (``.<name>.*.tmp``), with an
+    exclusive ``flock`` held on it: ``(file descriptor or -1, its path, lock
+    descriptor)``. The caller closes the lock descriptor once it has renamed or removed
+    the temporary. One that another run's :func:`remove_stale_temporaries` removed
+    between its creation and the lock is made again."""
+    while True:
+        if folder:
+            fd, tmp = -1, tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp",
+                                           dir=path.parent)
+        else:
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
+                                       dir=path.parent)
+        try:
+            lock = os.open(tmp, os.O_RDONLY)
+        except FileNotFoundError:
+            if fd >= 0:
+                os.close(fd)
+            continue
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if os.path.samestat(os.fstat(lock), os.stat(tmp)):
+                return fd, tmp, lock
+        except FileNotFoundError:
+            pass
+        os.close(lock)
+        if fd >= 0:
+            os.close(fd)
 
 
 def _umask() -> int:
@@ -125,7 +179,8 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    _, name, lock = _temporary(path, folder=True)
+    tmp = Path(name)
     try:
         yield tmp
         usual_modes(tmp)
@@ -135,6 +190,253 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+        os.close(lock)
+
+
+# ------------------------------------------------------------------ output folders
+
+OUTPUT_MARKER = ".lorasent-output"  # left in every folder a command replaces as a whole
+LISTED_FILES = 10_000  # files counted in a folder about to be replaced, at most
+
+
+class OutputPathError(LorasentError):
+    """An output folder or file whose replacement would destroy what is there: the
+    current folder, the repository or a folder holding it, git- or DVC-tracked paths, a
+    folder the command did not write, the input itself. The message names the path,
+    the option, and whether ``--force`` overrides it."""
+
+
+def marker_text(command: str) -> str:
+    """The content of the :data:`OUTPUT_MARKER` that ``lorasent <command>`` leaves."""
+    return (f"lorasent {command}\nThis folder was written by `lorasent {command}`, which "
+            "replaces it as a whole when run again with the same folder.\n")
+
+
+@contextlib.contextmanager
+def output_dir(path: str | Path, *, command: str) -> Iterator[Path]:
+    """:func:`atomic_dir` for a folder a user named (``--out``): the temporary folder
+    holds the :data:`OUTPUT_MARKER` of ``command`` from the start, so that the same
+    command replaces its own output again without ``--force``
+    (:func:`check_output_folder`)."""
+    with atomic_dir(path) as tmp:
+        (tmp / OUTPUT_MARKER).write_text(marker_text(command), encoding="utf-8")
+        yield tmp
+
+
+def _files(n: int) -> str:
+    return f"{n} file" if n == 1 else f"{n} files"
+
+
+def _within(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _repo_roots(*starts: Path) -> list[Path]:
+    """The folders holding ``.git`` or ``.dvc`` among ``starts`` and their parents
+    (resolved), innermost first."""
+    roots: list[Path] = []
+    for start in starts:
+        for folder in (start, *start.parents):
+            if ((folder / ".git").exists() or (folder / ".dvc").is_dir()) and \
+                    folder not in roots:
+                roots.append(folder)
+    return roots
+
+
+def _git(root: Path, *args: str) -> list[str]:
+    """``git -C root <args>``'s NUL-separated output; empty when git is missing or
+    ``root`` is no git work tree (then nothing there is git-tracked)."""
+    git = shutil.which("git")
+    if git is None:
+        return []
+    try:
+        done = subprocess.run([git, "-C", str(root), *args], capture_output=True,
+                              timeout=60, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [p for p in done.stdout.decode("utf-8", "surrogateescape").split("\0") if p]
+
+
+def _yaml(path: Path) -> Any:
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        return YAML(typ="safe", pure=True).load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, YAMLError):
+        return None  # DVC cannot read it either: it tracks nothing through it
+
+
+def _out_paths(entries: Any) -> Iterator[str]:
+    """The paths of a ``outs``/``metrics``/``plots`` list of dvc.yaml, dvc.lock or a
+    ``.dvc`` file: strings, ``{path: {options}}`` or ``{path: ..., md5: ...}``."""
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, str):
+            yield entry
+        elif isinstance(entry, dict):
+            if isinstance(entry.get("path"), str):
+                yield entry["path"]
+            elif len(entry) == 1 and isinstance(next(iter(entry)), str):
+                yield next(iter(entry))
+
+
+def dvc_outputs(root: Path) -> dict[Path, str]:
+    """``{resolved output path: where it is declared}`` of the DVC project at ``root``:
+    the ``outs``, ``metrics`` and ``plots`` of each stage of ``dvc.yaml`` and ``dvc.lock``
+    (relative to the stage's ``wdir``), and the ``outs`` of every git-tracked ``.dvc``
+    file. A file that is not valid YAML declares nothing (DVC fails on it too)."""
+    found: dict[Path, str] = {}
+    for name in ("dvc.yaml", "dvc.lock"):
+        data = _yaml(root / name) if (root / name).is_file() else None
+        stages = data.get("stages") if isinstance(data, dict) else None
+        for stage, spec in (stages.items() if isinstance(stages, dict) else ()):
+            if not isinstance(spec, dict):
+                continue
+            wdir = root / str(spec.get("wdir", "."))
+            for key in ("outs", "metrics", "plots"):
+                for out in _out_paths(spec.get(key)):
+                    found.setdefault((wdir / out).resolve(), f"{name}, stage {stage}")
+    for name in _git(root, "ls-files", "-z", "--", "*.dvc"):
+        data = _yaml(root / name)
+        for out in _out_paths(data.get("outs") if isinstance(data, dict) else None):
+            found.setdefault(((root / name).parent / out).resolve(), name)
+    return found
+
+
+def _contents(folder: Path) -> tuple[list[Path], list[Path], list[Path]]:
+    """``(files, nested repositories, .dvc files)`` below ``folder``, sorted, at most
+    :data:`LISTED_FILES` files looked at."""
+    files: list[Path] = []
+    repos: list[Path] = []
+    dvc_files: list[Path] = []
+    for root, dirs, names in os.walk(folder):
+        dirs.sort()
+        here = Path(root)
+        if ".git" in dirs or ".git" in names or ".dvc" in dirs:
+            repos.append(here)
+        dvc_files += [here / n for n in sorted(names) if n.endswith(".dvc")]
+        files += [here / n for n in sorted(names)]
+        if len(files) >= LISTED_FILES:
+            break
+    return files, repos, dvc_files
+
+
+def check_output_folder(path: str | Path, *, command: str, force: bool,
+                        option: str = "--out") -> None:
+    """Refuse, before any work is done, an output folder whose replacement would destroy
+    what is there (``lorasent <command>`` replaces the whole folder, :func:`output_dir`).
+
+    Refused even with ``force``: the current folder or one holding it, the filesystem
+    root, ``$HOME`` or a folder holding it, a repository root (a folder with ``.git`` or
+    ``.dvc``: the current folder's, the output's, or one inside the output) or a folder
+    holding one, a symbolic link, a file. Refused unless ``force``: a folder holding a
+    git-tracked path or a DVC output (or inside one: ``dvc.yaml``, ``dvc.lock``, ``.dvc``
+    files), and a non-empty folder without the :data:`OUTPUT_MARKER` of ``command``. A
+    folder that does not exist yet, or an empty one, is fine.
+
+    Raises:
+        OutputPathError: one line naming ``option``, the folder, what it holds (counts
+            and an example path) and whether ``--force`` overrides it.
+    """
+    path = Path(path)
+    where = f"{option} {path}"
+    never = "choose another folder (--force does not override this)"
+    if path.is_symlink():
+        raise OutputPathError(f"{where}: a symbolic link (to {os.readlink(path)}); "
+                              f"{command} replaces the folder it writes, so give the path "
+                              f"of a real folder, or a new one")
+    if path.exists() and not path.is_dir():
+        raise OutputPathError(f"{where}: a file, not a folder; {never}")
+    full, cwd, home = path.resolve(), Path.cwd().resolve(), Path.home().resolve()
+    if full.parent == full:
+        raise OutputPathError(f"{where}: the filesystem root; {never}")
+    if _within(cwd, full):
+        what = ("the current folder" if full == cwd
+                else f"a folder holding the current folder ({cwd})")
+        raise OutputPathError(f"{where}: refusing to replace {what}: {command} replaces the "
+                              f"whole folder it writes; {never}")
+    if _within(home, full):
+        what = "your home folder" if full == home else f"{full}, which holds your home folder"
+        raise OutputPathError(f"{where}: refusing to replace {what}; {never}")
+    existing = next(p for p in (full, *full.parents) if p.exists())
+    roots = _repo_roots(cwd, existing)
+    for root in roots:
+        if _within(root, full):
+            what = ("the root of the repository" if root == full
+                    else f"a folder holding the repository {root}")
+            raise OutputPathError(f"{where}: refusing to replace {what}; {never}")
+    files, repos, dvc_files = _contents(full) if full.is_dir() else ([], [], [])
+    if repos:
+        raise OutputPathError(f"{where}: refusing to replace a folder holding the repository "
+                              f"{repos[0]}; {never}")
+    if force:
+        return
+    overridable = "choose a new folder, or pass --force to replace it"
+    for root in roots:
+        tracked = _git(root, "ls-files", "-z", "--full-name", "--", str(full)) \
+            if _within(full, root) else []
+        if tracked:
+            raise OutputPathError(
+                f"{where}: refusing to replace a folder holding files tracked by git "
+                f"({_files(len(tracked))}, e.g. {tracked[0]}); {overridable}")
+        for out, declared in dvc_outputs(root).items():
+            if _within(out, full) or _within(full, out):
+                inside = "holding" if _within(out, full) else "inside"
+                raise OutputPathError(
+                    f"{where}: refusing to replace a folder {inside} the DVC-tracked output "
+                    f"{out.relative_to(root) if _within(out, root) else out} (declared in "
+                    f"{declared}); {overridable}")
+    if dvc_files:
+        raise OutputPathError(f"{where}: refusing to replace a folder holding the DVC file "
+                              f"{dvc_files[0]} (a DVC-tracked path); {overridable}")
+    marker = full / OUTPUT_MARKER
+    ours = marker.is_file() and marker.read_text(encoding="utf-8", errors="replace"
+                                                 ).split("\n", 1)[0] == f"lorasent {command}"
+    if files and not ours:
+        count = (_files(len(files)) if len(files) < LISTED_FILES
+                 else f"{LISTED_FILES} files or more")
+        raise OutputPathError(
+            f"{where}: refusing to replace a folder `lorasent {command}` did not write "
+            f"({count}, e.g. {path / files[0].relative_to(full)}); {overridable}")
+
+
+def check_output_file(path: str | Path, *, force: bool, option: str = "--output",
+                      inputs: Iterable[tuple[str, str | Path]] = ()) -> None:
+    """Refuse, before any work is done, an output file that would destroy what is there.
+
+    Refused even with ``force``: the same file as one of ``inputs`` (``(option, path)``
+    pairs; compared by :func:`os.path.samefile`, or by resolved path when one does not
+    exist yet), an existing folder. Refused unless ``force``: an existing file tracked by
+    git, or a DVC output or inside one.
+
+    Raises:
+        OutputPathError: one line naming ``option`` and the file (and the input it is).
+    """
+    path = Path(path)
+    where = f"{option} {path}"
+    for input_option, source in inputs:
+        same = (os.path.samefile(path, source) if path.exists() and Path(source).exists()
+                else path.resolve() == Path(source).resolve())
+        if same:
+            raise OutputPathError(
+                f"{where}: the same file as {input_option} {source}; writing it would replace "
+                f"the input: give another output file (--force does not override this)")
+    if path.is_dir():
+        raise OutputPathError(f"{where}: a folder; give a file path (a .csv or .jsonl file)")
+    if force or not path.exists():
+        return
+    full = path.resolve()
+    for root in _repo_roots(full.parent):
+        if _git(root, "ls-files", "-z", "--", str(full)):
+            raise OutputPathError(f"{where}: tracked by git; writing it would replace the "
+                                  f"committed file: give another output file, or pass "
+                                  f"--force to replace it")
+        for out, declared in dvc_outputs(root).items():
+            if _within(full, out):
+                raise OutputPathError(
+                    f"{where}: a DVC-tracked output (declared in {declared}); writing it "
+                    f"would replace it: give another output file, or pass --force to "
+                    f"replace it")
 
 
 def sha256_file(path: str | Path, chunk_bytes: int = 1 << 20) -> str:

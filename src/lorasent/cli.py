@@ -38,7 +38,10 @@ def _user_errors(func: Callable[P, R]) -> Callable[P, R]:
 
     A missing file is one an earlier stage writes (the message says to run them); a
     program that could not be started (dvc, git) is named as a program, with how to get
-    it (``lorasent.programs``). ``LORASENT_DEBUG=1`` re-raises instead, for a traceback.
+    it (``lorasent.programs``). A write that failed for lack of space, wherever it was,
+    is one line naming the filesystem, what was written and where
+    (:func:`lorasent.environment.out_of_space_message`). ``LORASENT_DEBUG=1`` re-raises
+    instead, for a traceback.
     """
 
     @functools.wraps(func)
@@ -59,6 +62,18 @@ def _user_errors(func: Callable[P, R]) -> Callable[P, R]:
             message = text.removeprefix(f"{func.__name__}: ")
             click.echo(f"lorasent {func.__name__}: error: {message}", err=True)
             sys.exit(1)
+        except Exception as err:
+            # only an error that can be a full disk loads lorasent.environment (and torch)
+            if os.environ.get("LORASENT_DEBUG") or not (
+                    isinstance(err, (OSError, RuntimeError)) or "os error" in str(err)):
+                raise
+            from lorasent.environment import out_of_space_message
+
+            no_space = out_of_space_message(err)
+            if no_space is None:
+                raise
+            click.echo(f"lorasent {func.__name__}: error: {no_space}", err=True)
+            sys.exit(1)
 
     return wrapper
 
@@ -78,8 +93,15 @@ def _stage(func: Callable[[Params], str]) -> click.Command:
     ``lorasent.launch``); then only the main process prints and writes. When one of
     them fails after starting, its provenance record is replaced by one with
     ``status: failed`` and the error; the metrics stay as they were.
+
+    Inside a DVC experiment (``dvc exp run``), each stage first prints (standard error)
+    the params that differ from HEAD's, one line per key
+    (:func:`lorasent.params.experiment_params_report`); a params error there adds that
+    ``dvc exp run -S`` left the bad value in params.yaml, and the way back
+    (:func:`lorasent.params.experiment_params_advice`).
     """
-    from lorasent.launch import init_processes, is_main, launch, needs_launch
+    from lorasent.launch import init_processes, is_launched, is_main, launch, needs_launch
+    from lorasent.params import ParamsError, experiment_params_advice, experiment_params_report
 
     model_stage = func.__name__ in PROVENANCE_STAGES
 
@@ -89,7 +111,13 @@ def _stage(func: Callable[[Params], str]) -> click.Command:
     @functools.wraps(func)
     def command(params_path: Path) -> None:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-        params = load_params(params_path)  # bad params fail here, before any work
+        try:
+            params = load_params(params_path)  # bad params fail here, before any work
+        except ParamsError as err:  # inside `dvc exp run -S`: the bad value stays; say so
+            raise ParamsError(f"{err}{experiment_params_advice(params_path)}") from None
+        report = None if is_launched() else experiment_params_report(params_path)
+        if report is not None:  # the params an experiment changed, once per stage
+            click.echo(f"lorasent {func.__name__}: {report}", err=True)
         folder = params_path.absolute().parent.resolve()
         if folder != Path.cwd().resolve():
             click.echo(f"lorasent {func.__name__}: running in {folder} (the folder of "
@@ -222,15 +250,18 @@ _DEVICE = click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "ro
               help="Encoding of the --input file.")
 @click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1),
               help="Texts per forward pass.")
+@click.option("--force", is_flag=True,
+              help="Replace an --output file that git or DVC tracks (never the --input).")
 @_DEVICE
 @_user_errors
 def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_path: str | None,
             output_path: str | None, text_column: str, keep: tuple[str, ...], separator: str,
-            encoding: str, batch_size: int, device: str | None) -> None:
+            encoding: str, batch_size: int, force: bool, device: str | None) -> None:
     """Predict labels, with each class's probability, for TEXTS or an --input file."""
     import contextlib
     import itertools
 
+    from lorasent.artifacts import check_output_file
     from lorasent.modeling import load_trained_model
     from lorasent.predict import (
         InputError,
@@ -247,6 +278,10 @@ def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_pat
         raise InputError("give texts as arguments or --input FILE, not both or neither")
     separator = check_separator(separator, "--separator")
     fmt = output_format(output_path)
+    if output_path is not None:
+        check_output_file(output_path, force=force, option="--output",
+                          inputs=[("--input", input_path)] if input_path and input_path != "-"
+                          else [])
     check_adapter_folder(adapter_dir)
     # a table on the terminal is printed once the progress bars (standard error, the same
     # terminal) are closed, so that no bar is drawn through its rows
@@ -276,20 +311,26 @@ def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_pat
 @_ADAPTER
 @_BASE
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Folder for the merged model (replaced if it exists).")
+              help="Folder for the merged model: a new folder, or one an earlier export "
+              "wrote (replaced as a whole).")
+@click.option("--force", is_flag=True,
+              help="Replace an --out folder that export did not write, or that holds "
+              "git- or DVC-tracked files (never the current folder or the repository).")
 @click.option("--metrics", "metrics_path", default="metrics/eval.json", show_default=True,
               type=click.Path(dir_okay=False, path_type=Path),
               help="The evaluate stage's metrics for the model card; used only when the "
               "provenance/evaluate.json beside it records this adapter's hash.")
 @_DEVICE
 @_user_errors
-def export(adapter_dir: Path, base_dir: Path, out_dir: Path, metrics_path: Path,
+def export(adapter_dir: Path, base_dir: Path, out_dir: Path, force: bool, metrics_path: Path,
            device: str | None) -> None:
     """Merge the adapter into its base model and save it for plain transformers, with a
     model card (README.md) giving the adapter's evaluation."""
+    from lorasent.artifacts import check_output_folder
     from lorasent.modeling import load_trained_model, read_adapter_record
     from lorasent.predict import adapter_evaluation, check_adapter_folder, export_merged
 
+    check_output_folder(out_dir, command="export", force=force)
     check_adapter_folder(adapter_dir)
     evaluation = adapter_evaluation(adapter_dir, read_adapter_record(adapter_dir), metrics_path)
     model, encoder, record, _ = load_trained_model(adapter_dir, base_dir, device=device)
@@ -311,6 +352,10 @@ def doctor(params_path: Path, as_json: bool) -> None:
     """Report torch, the device and the libraries; check the params' environment needs
     and say what they choose here (device, precision, attention, processes).
 
+    Also reports the free space (bytes in --json, GiB in text) of the filesystems holding
+    checkpoints/, models/ and the DVC cache of the params' folder, and warns where one
+    has less than a run wants (:func:`lorasent.environment.disk_report`).
+
     Without a params file (none in the current folder) the params checks are skipped,
     and the output says so.
 
@@ -322,7 +367,13 @@ def doctor(params_path: Path, as_json: bool) -> None:
     import json
 
     from lorasent.artifacts import package_versions
-    from lorasent.environment import check_environment, environment_report, params_choice
+    from lorasent.environment import (
+        check_environment,
+        disk_findings,
+        disk_report,
+        environment_report,
+        params_choice,
+    )
     from lorasent.paths import BASE_MODEL_DIR
 
     given = (click.get_current_context().get_parameter_source("params_path")
@@ -344,10 +395,13 @@ def doctor(params_path: Path, as_json: bool) -> None:
         choice = params_choice(device=base.device, precision=base.precision,
                                attn_implementation=base.attn_implementation,
                                num_processes=base.num_processes)
+    disk = disk_report(params_path.parent)
+    if params is not None:
+        findings += disk_findings(disk)
     if as_json:
         checked = {"path": str(params_path), "checked": params is not None, "choice": choice,
                    **({} if params else {"note": skipped})}
-        click.echo(json.dumps({**report, "params": checked,
+        click.echo(json.dumps({**report, "disk": disk, "params": checked,
                                "findings": [f.__dict__ for f in findings]}, indent=2))
     else:
         for key, value in report.items():
@@ -356,6 +410,16 @@ def doctor(params_path: Path, as_json: bool) -> None:
             elif key.endswith("_bytes"):
                 key, value = key.removesuffix("_bytes"), f"{value / 2**30:.1f} GiB"
             click.echo(f"{key:>14}: {value}")
+        basis = (f"the size of {disk['needed_from']}" if disk["needed_from"] != "fallback"
+                 else "models/base is not fetched yet")
+        click.echo(f"\nfree space (a run wants about {disk['needed_bytes'] / 2**30:.1f} GiB "
+                   f"on each; {basis}):")
+        for key, place in disk["places"].items():
+            click.echo(f"{key:>14}: " + ("none (not in a DVC repo)" if place is None else
+                       f"{place['free_bytes'] / 2**30:.1f} GiB free of "
+                       f"{place['total_bytes'] / 2**30:.1f} GiB on {place['mount']}"
+                       + (f" ({place['device']})" if place["device"] else "")
+                       + f": {place['path']}"))
         if params is None or choice is None:  # both set, or neither
             click.echo(f"\n{skipped}")
         else:
@@ -402,14 +466,20 @@ def metrics() -> None:
     """Print the headline of metrics/eval.json: accuracy, macro-F1 and the relative error
     reduction with their 95% intervals, each class's F1, the baselines and the warnings.
 
-    The narrow view of `dvc metrics show`, which prints every key of every file.
+    The narrow view of `dvc metrics show`, which prints every key of every file. A first
+    WARNING line says when `dvc status` finds the workspace stale (params or code changed
+    since the last `dvc repro`): then the metrics are not of params.yaml.
     """
     import json
 
-    from lorasent.compare import _with_interval
+    from lorasent.compare import _with_interval, workspace_staleness
     from lorasent.paths import BASELINE_METRICS, EVAL_METRICS
 
     m = json.loads(EVAL_METRICS.read_text(encoding="utf-8"))
+    stale = workspace_staleness()
+    if stale:
+        click.echo("WARNING: " + stale.sentence("the workspace", metrics=str(EVAL_METRICS),
+                                                params="params.yaml and the code"))
     base = m["baseline"]
     zero_shot = (json.loads(BASELINE_METRICS.read_text(encoding="utf-8"))
                  if BASELINE_METRICS.is_file() else {}).get("zero_shot") or {}
@@ -466,9 +536,13 @@ def seeds(n: int, name: str, sets: tuple[str, ...], jobs: int, params_path: Path
 @click.argument("rev_a", metavar="A", default="HEAD")
 @click.argument("rev_b", metavar="B", default="workspace")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Report folder  [default: reports/<A>-vs-<B>]")
+              help="Report folder: a new folder, or one an earlier compare wrote (replaced "
+              "as a whole)  [default: reports/<A>-vs-<B>]")
+@click.option("--force", is_flag=True,
+              help="Replace an --out folder that compare did not write, or that holds "
+              "git- or DVC-tracked files (never the current folder or the repository).")
 @_user_errors
-def compare(rev_a: str, rev_b: str, out_dir: Path | None) -> None:
+def compare(rev_a: str, rev_b: str, out_dir: Path | None, force: bool) -> None:
     """Report whether revision B is better than A, and how their metrics differ.
 
     A and B are commits, branches, tags or experiment names (dvc exp show); B may be
@@ -477,10 +551,14 @@ def compare(rev_a: str, rev_b: str, out_dir: Path | None) -> None:
     verdict.md, report.md, report.html (self-contained) and one PNG per plot, and prints
     the verdict.
     """
-    from lorasent.compare import REPORT_HTML, REPORT_MD, VERDICT_MD
+    from lorasent.artifacts import check_output_folder
+    from lorasent.compare import REPORT_HTML, REPORT_MD, VERDICT_MD, report_folder
     from lorasent.compare import compare as write_report
 
-    out = write_report(rev_a, rev_b, out_dir)
+    folder = report_folder(rev_a, rev_b, out_dir)
+    check_output_folder(folder, command="compare", force=force,
+                        option="--out" if out_dir else "the report folder")
+    out = write_report(rev_a, rev_b, folder)
     click.echo((out / VERDICT_MD).read_text(encoding="utf-8").strip())
     click.echo(f"wrote {out / REPORT_MD} and {out / REPORT_HTML}")
 

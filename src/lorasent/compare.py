@@ -20,8 +20,12 @@ On top of DVC's diffs, the report says whether B is really better than A
 - scored on different rows: each side's interval, and no paired test;
 - a group of runs on a side (``a,b,c`` or a pattern such as ``'base-seed*'`` matching
   experiment names; see ``lorasent seeds``): mean ± sd over the seeds and Welch's t-test;
+- a side that is stale first (``dvc status`` for the workspace; a commit's dvc.lock
+  against its own dvc.yaml and params): then no verdict is called a result;
 - warnings a reviewer cannot miss (``lorasent.metrics.run_warnings``, different rows, a
   busy machine behind a wall-time delta);
+- predictions files read strictly (:func:`read_predictions_strict`): columns by name, a
+  damaged file one error naming revision, path, line and id;
 - full K x K confusion matrices, actual classes on the rows as in scikit-learn.
 
 A and B are anything DVC takes as a revision: a commit, a branch, a tag, an experiment
@@ -48,9 +52,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lorasent.artifacts import atomic_dir
+import numpy as np
+
+from lorasent.artifacts import output_dir
 from lorasent.errors import LorasentError
-from lorasent.metrics import Predictions, read_predictions, run_warnings
+from lorasent.metrics import (
+    NoRowIdsError,
+    Predictions,
+    PredictionsFileError,
+    read_predictions,
+    run_warnings,
+)
 from lorasent.paths import (
     BASELINE_METRICS,
     EVAL_METRICS,
@@ -96,6 +108,16 @@ TRAINING = [
 ]
 
 
+def report_folder(rev_a: str, rev_b: str, out_dir: str | Path | None = None,
+                  repo: str | Path = ".") -> Path:
+    """The folder :func:`compare` writes: ``out_dir``, else ``reports/<A>-vs-<B>`` in
+    ``repo``. It is replaced as a whole, with the marker of ``lorasent compare``
+    (:func:`lorasent.artifacts.output_dir`); the CLI checks it first
+    (:func:`lorasent.artifacts.check_output_folder`)."""
+    return (Path(out_dir) if out_dir else
+            Path(repo) / "reports" / f"{_slug(rev_a)}-vs-{_slug(rev_b)}")
+
+
 def compare(rev_a: str = "HEAD", rev_b: str = WORKSPACE, out_dir: str | Path | None = None,
             repo: str | Path = ".") -> Path:
     """Write the report comparing revision ``rev_b`` against ``rev_a``; returns its folder.
@@ -110,7 +132,14 @@ def compare(rev_a: str = "HEAD", rev_b: str = WORKSPACE, out_dir: str | Path | N
             experiments, branches and tags); ``dvc`` or ``git`` is neither beside the
             running Python nor on PATH (``lorasent.programs.program``); DVC cannot read a
             revision (the message is DVC's); neither revision has ``metrics/eval.json``; a pattern
-            matches no experiment; a group has fewer than 2 revisions with metrics.
+            matches no experiment (the message lists them); a group has fewer than 2
+            revisions with metrics (a pattern matching one run is named as such).
+        PredictionsFileError: a side's ``metrics/predictions.csv`` is damaged
+            (:func:`read_predictions_strict`); nothing is written.
+
+    A side whose metrics are not of its params (``dvc status`` for ``workspace``, the
+    revision's dvc.lock against its dvc.yaml and params for a commit) is said first in
+    the verdict, and the paired numbers are then not called a result.
     """
     repo = Path(repo)
     group_a, group_b = _group(repo, rev_a), _group(repo, rev_b)
@@ -118,10 +147,21 @@ def compare(rev_a: str = "HEAD", rev_b: str = WORKSPACE, out_dir: str | Path | N
         raise LorasentError("compare: A must be a revision (a commit, branch, tag or "
                             "experiment); only B may be 'workspace'")
     _check_revisions(repo, {"A": group_a, "B": group_b})
-    out = Path(out_dir) if out_dir else repo / "reports" / f"{_slug(rev_a)}-vs-{_slug(rev_b)}"
+    out = report_folder(rev_a, rev_b, out_dir, repo)
     if len(group_a) > 1 or len(group_b) > 1:
         return _compare_groups(repo, rev_a, rev_b, group_a, group_b, out)
-    revs = [rev_a] + ([] if rev_b == WORKSPACE else [rev_b])
+    notes = [f"{side}: {spec.strip()!r} matches one run, {group[0]}, so A and B are "
+             "compared as a plain pair, row by row; a comparison over seeds needs at least 2 "
+             "runs on each side" for side, spec, group in (("A", rev_a, group_a),
+                                                           ("B", rev_b, group_b))
+             if group[0] != spec.strip()]
+    rev_a, rev_b = group_a[0], group_b[0]  # a pattern matching one run: that run
+    commits = _commits(repo, rev_a, rev_b)
+    same = rev_b != WORKSPACE and commits.get(rev_a) == commits.get(rev_b)
+    if same and rev_a != rev_b:  # DVC diffs one commit under two names as nothing at all
+        notes.append(f"A ({rev_a}) and B ({rev_b}) are the same commit, "
+                     f"{commits[rev_a]}: nothing differs")
+    revs = [rev_a] + ([] if rev_b == WORKSPACE else [rev_a if same else rev_b])
     metrics = _dvc(repo, "metrics", "diff", *revs, "--all", "--json")
     params = _dvc(repo, "params", "diff", *revs, "--all", "--json")
     plots = _dvc(repo, "plots", "diff", *revs, "--json").get("data", {})  # {} without plots
@@ -130,17 +170,19 @@ def compare(rev_a: str = "HEAD", rev_b: str = WORKSPACE, out_dir: str | Path | N
     if not evals:
         raise LorasentError(f"compare: neither {rev_a} nor {rev_b} has {EVAL_METRICS}; "
                             "run the pipeline (dvc repro) and commit its metrics first")
-    commits = _commits(repo, rev_a, rev_b)
     sides = (_side(repo, rev_a, commits), _side(repo, rev_b, commits))
-    review = _review(*sides, _labels(params, evals))
+    stale = {side: _staleness(repo, rev, commits) for side, rev in (("A", rev_a), ("B", rev_b))}
+    review = _review(*sides, _labels(params, evals), stale, notes)
+    runs = {side: _lock(repo, commits.get(rev, rev)) for side, rev in (("A", rev_a), ("B", rev_b))
+            if stale[side]}
     confusion = _confusion_plots(repo)  # drawn by the report itself, K x K
 
-    with atomic_dir(out) as tmp:
+    with output_dir(out, command="compare") as tmp:
         images = {title: _render_png(specs, tmp) for title, specs in plots.items()
                   if title not in confusion}
         images = {**_confusion_pngs(sides, review.labels, tmp), **images}
         text = _markdown(rev_a, rev_b, commits, params, metrics, images, metrics_md, sides,
-                         review, _texts(repo, review))
+                         review, _texts(repo, review), runs)
         (tmp / VERDICT_MD).write_text(review.summary(), encoding="utf-8")
         (tmp / REPORT_MD).write_text(text, encoding="utf-8")
         (tmp / REPORT_HTML).write_text(_html(text, tmp, f"lorasent: {rev_a} vs {rev_b}"),
@@ -181,11 +223,47 @@ def _side(repo: Path, rev: str, commits: dict[str, str]) -> Side:
         error = f"{rev} has no {EVAL_PREDICTIONS}"
     else:
         try:
-            predictions = read_predictions(text, f"{rev}:{EVAL_PREDICTIONS}")
-        except LorasentError as err:
+            predictions = read_predictions_strict(text, f"{rev}:{EVAL_PREDICTIONS}")
+        except NoRowIdsError as err:  # an older file: the report goes on, unpaired
             error = str(err)
     return Side(rev, read_json(EVAL_METRICS), read_json(BASELINE_METRICS), predictions, error,
                 read_json(PROVENANCE_DIR / "train.json"))
+
+
+def read_predictions_strict(text: str, source: str) -> Predictions:
+    """:func:`lorasent.metrics.read_predictions`, and at least 2 rows: one row gives no
+    interval and no paired test.
+
+    Raises:
+        NoRowIdsError, PredictionsFileError: as :func:`lorasent.metrics.read_predictions`;
+            PredictionsFileError also for a single row.
+    """
+    p = read_predictions(text, source)
+    if len(p.ids) == 1:
+        raise PredictionsFileError(f"{source} line 2 (id {p.ids[0]}): the only test row; no "
+                                   "interval or paired test can be drawn from 1 row: set "
+                                   "split.test_size to more rows and rerun (dvc repro)")
+    return p
+
+
+def _in_order(p: Predictions, labels: list[str]) -> Predictions:
+    """``p`` with its classes (ids and probability columns) in the order of ``labels``,
+    the same classes in another order: files are paired by column name."""
+    if p.labels == labels:
+        return p
+    new = np.asarray([labels.index(label) for label in p.labels], dtype=np.int64)
+    columns = [p.labels.index(label) for label in labels]
+    return Predictions(p.ids, new[p.actual], new[p.predicted], p.probabilities[:, columns],
+                       labels)
+
+
+SHOWN_IDS = 5  # ids listed when rows differ
+
+
+def _some(ids: Iterable[str]) -> str:
+    ordered = sorted(ids)
+    more = f", … ({len(ordered) - SHOWN_IDS} more)" if len(ordered) > SHOWN_IDS else ""
+    return ", ".join(ordered[:SHOWN_IDS]) + more
 
 
 @dataclass(frozen=True)
@@ -206,7 +284,23 @@ class Review:
         return "\n".join(lines)
 
 
-def _review(a: Side, b: Side, labels: list[str]) -> Review:
+def _review(a: Side, b: Side, labels: list[str], stale: dict[str, Stale | None] | None = None,
+            notes: Sequence[str] = ()) -> Review:
+    """The verdict and warnings. A side in ``stale`` is said first, and then no verdict
+    is called a result: its metrics are not of its params."""
+    review = _paired_review(a, b, labels)
+    said = [found.sentence(f"{side} ({s.rev})") for side, s in (("A", a), ("B", b))
+            if (found := (stale or {}).get(side))]
+    warnings = [*notes, *review.warnings]
+    if not said:
+        return Review(review.verdict, warnings, review.labels, review.paired, review.rows)
+    verdict = (f"Not a result until then: the predictions on file give "
+               f"{_measured(review.paired)}." if review.paired else review.verdict)
+    return Review(f"{'. '.join(said)}. {verdict}", warnings, review.labels, review.paired,
+                  review.rows)
+
+
+def _paired_review(a: Side, b: Side, labels: list[str]) -> Review:
     warnings = [f"{side}: {w}" for side, s in (("A", a), ("B", b))
                 for w in run_warnings(s.evals or {})]
     loads = {side: (s.train or {}).get("machine_load") or {} for side, s in (("A", a), ("B", b))}
@@ -221,12 +315,20 @@ def _review(a: Side, b: Side, labels: list[str]) -> Review:
         return Review(f"No paired test: {why}. Each side's own interval, where it has one, is "
                       "in the table below.",
                       warnings, labels)
-    if sorted(pa.ids) != sorted(pb.ids) or pa.labels != pb.labels:
-        only_a, only_b = len(set(pa.ids) - set(pb.ids)), len(set(pb.ids) - set(pa.ids))
-        labels_differ = ", other labels" if pa.labels != pb.labels else ""
-        warnings.insert(0, f"A and B were scored on different test rows ({only_a} rows only "
-                           f"in A, {only_b} only in B{labels_differ}): other split params or "
-                           "data, so their metrics are not paired")
+    if set(pa.labels) != set(pb.labels):
+        warnings.insert(0, f"A and B have other classes (A: {', '.join(pa.labels)}; B: "
+                           f"{', '.join(pb.labels)}): other base.labels, so their metrics "
+                           "are not paired")
+        return Review("No paired test: A and B have other classes, so only each side's own "
+                      "interval can be given (table below).", warnings, labels)
+    pb = _in_order(pb, pa.labels)  # paired by column name, whatever the columns' order
+    only_a, only_b = set(pa.ids) - set(pb.ids), set(pb.ids) - set(pa.ids)
+    if only_a or only_b:
+        listed = "".join(f"; only in {side}: {_some(ids)}" for side, ids in
+                         (("A", only_a), ("B", only_b)) if ids)
+        warnings.insert(0, f"A and B were scored on different test rows ({len(only_a)} rows "
+                           f"only in A, {len(only_b)} only in B{listed}): other split params "
+                           "or data, so their metrics are not paired")
         return Review("No paired test: A and B were scored on different test rows, so only "
                       "each side's own interval can be given (table below).", warnings, labels)
     order = {row_id: i for i, row_id in enumerate(pb.ids)}
@@ -245,11 +347,8 @@ def paired_verdict(p: PairedComparison) -> str:
     """One sentence: which of A and B is better on the same rows, or that the difference
     is within the noise (then with the smallest difference these rows resolve). Accuracy
     decides; a macro-F1 interval that excludes 0 while accuracy's does not is said too."""
-    low, high = p.delta_accuracy_ci
     f1_low, f1_high = p.delta_macro_f1_ci
-    measured = (f"accuracy {_signed(p.delta_accuracy)} [{_signed(low)}, {_signed(high)}], "
-                f"McNemar p = {_p(p.p_value)}; macro-F1 {_signed(p.delta_macro_f1)} "
-                f"[{_signed(f1_low)}, {_signed(f1_high)}]")
+    measured = _measured(p)
     if p.significant:
         return f"B is {'better' if p.delta_accuracy > 0 else 'worse'} than A: {measured}."
     if p.only_a_right + p.only_b_right == 0:
@@ -259,6 +358,15 @@ def paired_verdict(p: PairedComparison) -> str:
     return (f"No detectable difference{' in accuracy' if f1_note else ''}: {measured}. "
             f"With {p.rows} test rows, accuracy differences smaller than about "
             f"{p.resolution:.2f} cannot be told apart.{f1_note}")
+
+
+def _measured(p: PairedComparison) -> str:
+    """Δ accuracy and Δ macro-F1 with their intervals, and McNemar's p."""
+    low, high = p.delta_accuracy_ci
+    f1_low, f1_high = p.delta_macro_f1_ci
+    return (f"accuracy {_signed(p.delta_accuracy)} [{_signed(low)}, {_signed(high)}], "
+            f"McNemar p = {_p(p.p_value)}; macro-F1 {_signed(p.delta_macro_f1)} "
+            f"[{_signed(f1_low)}, {_signed(f1_high)}]")
 
 
 def group_verdict(g: GroupComparison) -> str:
@@ -296,8 +404,8 @@ def _group(repo: Path, spec: str) -> list[str]:
             names = sorted(set(listed.split()))
         matched = fnmatch.filter(names, part)
         if not matched:
-            raise LorasentError(f"compare: no experiment name matches {part!r}; "
-                                "`dvc exp list --all-commits --name-only` lists them")
+            raise LorasentError(f"compare: no experiment name matches {part!r}; experiments: "
+                                f"{_listing(names)} (`dvc exp list --all-commits --name-only`)")
         revs += matched
     return list(dict.fromkeys(revs)) or [spec]
 
@@ -310,8 +418,11 @@ def _compare_groups(repo: Path, spec_a: str, spec_b: str, group_a: list[str],
              "B": [_side(repo, rev, commits) for rev in group_b]}
     for name, runs in sides.items():
         if len(runs) < 2:
+            spec = (spec_a if name == "A" else spec_b).strip()
+            matched = f", the only run {spec!r} matches" if spec != runs[0].rev else ""
             raise LorasentError(
-                f"compare: side {name} is one revision ({runs[0].rev}) and the other a group; "
+                f"compare: side {name} is one revision ({runs[0].rev}{matched}) and the other "
+                "a group; "
                 "a comparison over seeds needs at least 2 runs on each side: run `make seeds` "
                 "(lorasent seeds) for that side too, then name both groups, e.g. "
                 "'base-seed*' 'other-seed*'")
@@ -357,7 +468,7 @@ def _compare_groups(repo: Path, spec_a: str, spec_b: str, group_a: list[str],
                       _with_interval(s.evals, "accuracy"), _with_interval(s.evals, "macro_f1")]
                      for name, runs in sides.items() for s in runs))
     text = "\n".join(lines) + "\n"
-    with atomic_dir(out) as tmp:
+    with output_dir(out, command="compare") as tmp:
         (tmp / VERDICT_MD).write_text(review.summary(), encoding="utf-8")
         (tmp / REPORT_MD).write_text(text, encoding="utf-8")
         (tmp / REPORT_HTML).write_text(_html(text, tmp, f"lorasent: {spec_a} vs {spec_b}"),
@@ -373,6 +484,182 @@ def _with_interval(evals: dict[str, Any] | None, key: str) -> str:
     evals = evals or {}
     low, high = evals.get(f"{key}_ci95_low"), evals.get(f"{key}_ci95_high")
     return _fmt(evals.get(key)) + (f" [{_fmt(low)}, {_fmt(high)}]" if low is not None else "")
+
+
+# ------------------------------------------------------------------------ stale sides
+
+_MISSING = object()  # a params key a file does not hold
+_NOT_RUN = ("deleted", "not in cache")  # a file that is not here: not pulled, not stale
+
+
+@dataclass(frozen=True)
+class Stale:
+    """A side whose metrics are not of its params: stages out of date, and what changed."""
+
+    stages: list[str]
+    changed: list[str]  # ``params.yaml train.lr``, ``src/lorasent/train.py``, ``command``
+    by: str  # who says so: "`dvc status`" or "its dvc.lock"
+
+    def sentence(self, who: str, metrics: str = "its metrics", params: str = "its params",
+                 fix: str = "run dvc repro") -> str:
+        """``<who> is stale: <by> says <stages> ... out of date (changed: ...), so <metrics>
+        are not of <params>; <fix>``."""
+        verb = "is" if len(self.stages) == 1 else "are"
+        return (f"{who} is stale: {self.by} says {', '.join(self.stages)} {verb} out of date "
+                f"(changed: {', '.join(self.changed)}), so {metrics} "
+                f"{'is' if metrics.endswith('.json') else 'are'} not of {params}; {fix}")
+
+
+def workspace_staleness(repo: str | Path = ".") -> Stale | None:
+    """The workspace's out-of-date stages, from one ``dvc status --json``; None when it is
+    clean, or when DVC cannot tell (no pipeline here).
+
+    Outputs and deps that are only missing (not pulled, ``deleted`` / ``not in cache``)
+    do not count: they leave the committed metrics as they were made.
+    """
+    try:
+        status = _dvc(Path(repo), "status", "--json")
+    except LorasentError:
+        return None
+    stages: list[str] = []
+    changed: list[str] = []
+    for stage, entries in (status or {}).items():
+        found = []
+        for entry in entries:
+            if isinstance(entry, str):
+                found += [] if entry == "always changed" else [entry.removeprefix("changed ")]
+                continue
+            for kind, files in entry.items():
+                for path, state in files.items():
+                    if isinstance(state, dict):  # a params file: {key: state}
+                        found += [f"{path} {key}" for key in state]
+                    elif state not in _NOT_RUN:
+                        found.append(path if kind == "changed deps" else f"{path} (output)")
+        if found:
+            stages.append(stage)
+            changed += found
+    return Stale(stages, list(dict.fromkeys(changed)), "`dvc status`") if stages else None
+
+
+def _read_at(repo: Path, rev: str, path: str) -> str | None:
+    """``path`` as ``rev`` holds it (``workspace``: the file here); None when absent."""
+    if rev == WORKSPACE:
+        return (repo / path).read_text(encoding="utf-8") if (repo / path).is_file() else None
+    done = subprocess.run([program("git"), "show", f"{rev}:{path}"], cwd=repo,
+                          capture_output=True, text=True)
+    return done.stdout if done.returncode == 0 else None
+
+
+def _lookup(params: Any, key: str) -> Any:
+    """``params[a][b]`` for the DVC key ``a.b``; :data:`_MISSING` when absent."""
+    for part in key.split("."):
+        if not isinstance(params, dict) or part not in params:
+            return _MISSING
+        params = params[part]
+    return params
+
+
+def _lock(repo: Path, rev: str) -> dict[str, Any]:
+    """``rev``'s dvc.lock, ``{}`` when it has none."""
+    from lorasent.params import read_yaml
+
+    text = _read_at(repo, rev, "dvc.lock")
+    lock = read_yaml(text, f"{rev}:dvc.lock") if text else None
+    return lock if isinstance(lock, dict) else {}
+
+
+def _ran_with(lock: dict[str, Any], file: str, key: str) -> list[Any]:
+    """The values of params ``key`` of ``file`` that ``lock``'s stages ran with."""
+    values = []
+    for stage in (lock.get("stages") or {}).values():
+        for name, value in ((stage.get("params") or {}).get(file) or {}).items():
+            found = value if key == name else _lookup(value, key[len(name) + 1:]) \
+                if key.startswith(f"{name}.") else _MISSING
+            if found is not _MISSING:
+                values.append(found)
+    return values
+
+
+def _commit_staleness(repo: Path, rev: str) -> Stale | None:
+    """Whether committed revision ``rev``'s dvc.lock matches its dvc.yaml, params files and
+    git-tracked deps (`dvc status` covers only the workspace): each stage's command, the
+    params it ran with against the revision's params files, and the md5 of each
+    git-tracked file dep against the lock. Deps DVC caches (not in git) are not checked.
+    None when the lock matches or ``rev`` has no dvc.yaml."""
+    from lorasent.params import read_yaml
+
+    text = _read_at(repo, rev, "dvc.yaml")
+    pipeline = read_yaml(text, f"{rev}:dvc.yaml") if text else None
+    if not isinstance(pipeline, dict):
+        return None
+    lock = _lock(repo, rev)
+    files: dict[str, Any] = {}
+
+    def params_of(file: str) -> Any:
+        if file not in files:
+            content = _read_at(repo, rev, file)
+            files[file] = read_yaml(content, f"{rev}:{file}") if content else {}
+        return files[file]
+
+    locked = lock.get("stages") or {}
+    deps = {d["path"]: d["md5"] for stage in locked.values() for d in stage.get("deps") or []
+            if d.get("hash") == "md5" and not str(d.get("md5", "")).endswith(".dir")}
+    md5s = _blob_md5s(repo, rev, list(deps))
+    stages, changed = [], []
+    for name, spec in (pipeline.get("stages") or {}).items():
+        if not isinstance(spec, dict) or "foreach" in spec or "matrix" in spec:
+            continue
+        ran = locked.get(name)
+        if not isinstance(ran, dict):
+            stages.append(name)
+            changed.append(f"{name} never run")
+            continue
+        found = [] if spec.get("cmd") == ran.get("cmd") or "${" in str(spec.get("cmd")) \
+            else [f"{name} command"]
+        declared = [(f, k) for item in spec.get("params") or []
+                    for f, keys in ({"params.yaml": [item]} if isinstance(item, str)
+                                    else item).items() for k in keys]
+        for file, keys in (ran.get("params") or {}).items():
+            found += [f"{file} {key}" for key, value in keys.items()
+                      if _lookup(params_of(file), key) != value]
+        found += [f"{file} {key}" for file, key in declared if "${" not in key
+                  and key not in ((ran.get("params") or {}).get(file) or {})]
+        ran_deps = {d.get("path") for d in ran.get("deps") or []}
+        found += [d["path"] for d in ran.get("deps") or []
+                  if d.get("path") in md5s and md5s[d["path"]] != deps.get(d["path"])]
+        found += [d for d in spec.get("deps") or [] if isinstance(d, str) and d not in ran_deps]
+        if found:
+            stages.append(name)
+            changed += found
+    return Stale(stages, list(dict.fromkeys(changed)), "its dvc.lock") if stages else None
+
+
+def _blob_md5s(repo: Path, rev: str, paths: list[str]) -> dict[str, str]:
+    """``{path: md5 of its bytes}`` of the ``paths`` git holds at ``rev`` (one ``git
+    cat-file --batch``); paths git does not hold are left out."""
+    import hashlib
+
+    if not paths:
+        return {}
+    done = subprocess.run([program("git"), "cat-file", "--batch"], cwd=repo, capture_output=True,
+                          input="".join(f"{rev}:{path}\n" for path in paths).encode())
+    out, at, found = done.stdout, 0, {}
+    for path in paths:
+        end = out.index(b"\n", at)
+        head = out[at:end].split()
+        at = end + 1
+        if len(head) == 3 and head[1] == b"blob":
+            size = int(head[2])
+            found[path] = hashlib.md5(out[at:at + size]).hexdigest()
+            at += size + 1
+        elif len(head) == 3:  # a tree or another object: skip its bytes
+            at += int(head[2]) + 1
+    return found
+
+
+def _staleness(repo: Path, rev: str, commits: dict[str, str]) -> Stale | None:
+    return (workspace_staleness(repo) if rev == WORKSPACE
+            else _commit_staleness(repo, commits.get(rev, rev)))
 
 
 # --------------------------------------------------------------------------- DVC and git
@@ -574,7 +861,10 @@ def _vl_version(spec: dict[str, Any]) -> str | None:
 
 def _markdown(rev_a: str, rev_b: str, commits: dict[str, str], params: dict[str, Any],
               metrics: dict[str, Any], images: dict[str, list[str]], metrics_md: str,
-              sides: tuple[Side, Side], review: Review, texts: dict[str, str] | str) -> str:
+              sides: tuple[Side, Side], review: Review, texts: dict[str, str] | str,
+              runs: dict[str, dict[str, Any]] | None = None) -> str:
+    """The report page. ``runs``: the dvc.lock of each stale side, so that a param
+    change its metrics were not made with is marked as such."""
     evals = metrics.get(str(EVAL_METRICS), {})
     a, b = (f"{rev} ({commits[rev]})" if rev in commits else rev for rev in (rev_a, rev_b))
     lines = [f"# lorasent: {rev_a} vs {rev_b}", "", review.summary(),
@@ -590,18 +880,27 @@ def _markdown(rev_a: str, rev_b: str, commits: dict[str, str], params: dict[str,
                 lines.append(f"- {key.replace('_', ' ')} ({'A' if side == 'old' else 'B'}): "
                              f"{evals[key][side]}")
     lines += ["", "## Params that differ", ""]
-    changed = [(f"{file}: {key}" if file != "params.yaml" else key, v)
+    changed = [(f"{file}: {key}" if file != "params.yaml" else key, v, _not_run(runs, file, key, v))
                for file, keys in params.items() for key, v in keys.items()
                if v.get("old") != v.get("new")]
-    lines += _table(["param", "A", "B"], ([f"`{k}`", _fmt(v.get("old")), _fmt(v.get("new"))]
-                                          for k, v in changed)) if changed else ["None."]
+    if any(note for *_, note in changed):
+        lines += ["A stale side's metrics were not made with every value below: the last "
+                  "column gives the value its dvc.lock says they were made with.", ""]
+        lines += _table(["param", "A", "B", "metrics made with (not reproduced)"],
+                        ([f"`{k}`", _fmt(v.get("old")), _fmt(v.get("new")), note]
+                         for k, v, note in changed))
+    else:
+        lines += _table(["param", "A", "B"], ([f"`{k}`", _fmt(v.get("old")),
+                                               _fmt(v.get("new"))] for k, v, _ in changed)) \
+            if changed else ["None."]
 
     lines += ["", "## Metrics (test split)", ""]
     lines += _table(["metric", "A", "B", "Δ", "A 95% interval", "B 95% interval"],
                     ([name, *_row(evals.get(key)), *(_interval(s.evals, key) for s in sides)]
                      for key, name in HEADLINE if key in evals))
     if review.paired:
-        lines += ["", "## Is the difference real? (paired, same test rows)", ""]
+        lines += ["", "## Is the difference real? (paired, same test rows"
+                  + ("; not a result: a side is stale)" if runs else ")"), ""]
         lines += _paired(review.paired)
     lines += ["", "## Per class (test split)", ""]
     header = ["class"] + [f"{name} {side}" for _, name, delta in PER_CLASS
@@ -632,6 +931,19 @@ def _markdown(rev_a: str, rev_b: str, commits: dict[str, str], params: dict[str,
               "<summary>All keys of every metrics file</summary>", "", metrics_md.strip(), "",
               "</details>", ""]
     return "\n".join(lines)
+
+
+def _not_run(runs: dict[str, dict[str, Any]] | None, file: str, key: str,
+             diff: dict[str, Any]) -> str:
+    """For a param that differs: the value each stale side's metrics were made with,
+    where its dvc.lock holds another than its params file (empty when none)."""
+    said = []
+    for side, end in (("A", "old"), ("B", "new")):
+        ran = [v for v in _ran_with((runs or {}).get(side) or {}, file, key)
+               if diff.get(end) not in (v, str(v))]  # DVC gives a list param as its repr
+        if ran:
+            said.append(f"{side}: {_fmt(ran[0])}")
+    return "; ".join(said)
 
 
 def _paired(p: PairedComparison) -> list[str]:

@@ -1,8 +1,11 @@
 """The machine: device and precision choice, the seeds' environment pitfalls, a report.
 
-``lorasent doctor`` prints :func:`environment_report` and :func:`check_environment`;
+``lorasent doctor`` prints :func:`environment_report`, :func:`check_environment` and
+:func:`disk_report` (the free space where checkpoints, models and the DVC cache go);
 every stage that loads a model runs :func:`require_environment` first, so a wrong
 torch build or an impossible setting fails before minutes of loading, with what to do.
+A write that fails for lack of space becomes one line naming the filesystem, what was
+being written and where (:func:`writing`, :func:`out_of_space_message`).
 
 The pitfalls (seed 000, section 6):
 1. A CUDA or CPU wheel of torch installed over the ROCm one: ``torch.version.hip`` is
@@ -15,11 +18,15 @@ And a warning: fp16 with a Gemma model (its activations overflow fp16: NaN losse
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import importlib.util
 import json
 import logging
 import os
 import platform
+import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -27,6 +34,7 @@ from typing import Any, Literal
 import torch
 
 from lorasent.errors import LorasentError
+from lorasent.paths import BASE_MODEL_DIR, CHECKPOINT_DIR
 
 log = logging.getLogger(__name__)
 
@@ -254,3 +262,197 @@ def environment_report(device: torch.device | str | None = None) -> dict[str, An
         report.update(name=report["cpu"], arch=platform.machine(),
                       memory_free_bytes=memory.available, memory_total_bytes=memory.total)
     return report
+
+
+# ------------------------------------------------------------------ disk space
+
+# What doctor asks to be free where a run writes when models/base is not fetched yet
+# (so its size is unknown): 1 GiB, the packaged Gemma 3 270M in bf16 with room to spare.
+FALLBACK_NEEDED_BYTES = 1 << 30
+# A write that failed inside torch's C++ writer names no errno ("unexpected pos 704 vs
+# 598", "basic_ios::clear"); it is taken as a full disk when less than this many bytes
+# (1 MiB, a few filesystem blocks) are left free on the filesystem it wrote to.
+NEARLY_FULL_BYTES = 1 << 20
+_NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_NO_SPACE_TEXTS = ("No space left on device", "os error 28", "Disk quota exceeded",
+                   "os error 122")
+_TORCH_WRITER_TEXTS = ("basic_ios::clear", "unexpected pos", "PytorchStreamWriter failed")
+
+
+class NoSpaceLeft(LorasentError):
+    """A write failed because its filesystem is full (or the user's quota is spent)."""
+
+
+def _existing(path: Path) -> Path:
+    """``path`` made absolute, or its nearest ancestor that exists."""
+    path = Path(os.path.abspath(path))
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def filesystem(path: str | Path) -> dict[str, Any]:
+    """The filesystem holding ``path`` (or, when it does not exist yet, the one its
+    nearest existing ancestor is on).
+
+    Returns:
+        ``mount`` (its mount point), ``device`` (the device or kind, e.g. ``/dev/vda1``,
+        ``tmpfs``; None where psutil does not list it), ``free_bytes`` (bytes this user
+        may still write, ``shutil.disk_usage``) and ``total_bytes``.
+    """
+    import psutil
+
+    found = _existing(Path(path))
+    mount = found
+    while not os.path.ismount(mount) and mount != mount.parent:
+        mount = mount.parent
+    device = next((p.device for p in psutil.disk_partitions(all=True)
+                   if Path(p.mountpoint) == mount), None)
+    usage = shutil.disk_usage(found)
+    return {"mount": str(mount), "device": device, "free_bytes": usage.free,
+            "total_bytes": usage.total}
+
+
+def _chain(err: BaseException) -> Iterator[BaseException]:
+    """``err`` and the exceptions it was raised from or during, innermost last."""
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def is_out_of_space(err: BaseException, path: str | Path | None = None) -> bool:
+    """Whether ``err`` (or an exception it came from) is a write that failed for lack of
+    space: an ``OSError`` with errno ENOSPC or EDQUOT, a message saying so (safetensors'
+    ``os error 28``), or torch's writer failing (``basic_ios::clear``, ``unexpected
+    pos``) while the filesystem of ``path`` (the current folder when None) has less than
+    :data:`NEARLY_FULL_BYTES` free."""
+    for e in _chain(err):
+        if isinstance(e, NoSpaceLeft):
+            return True
+        if isinstance(e, OSError) and e.errno in _NO_SPACE_ERRNOS:
+            return True
+        text = str(e)
+        if any(t in text for t in _NO_SPACE_TEXTS):
+            return True
+        if isinstance(e, RuntimeError) and any(t in text for t in _TORCH_WRITER_TEXTS):
+            where = path if path is not None else Path.cwd()
+            with contextlib.suppress(OSError):
+                if filesystem(where)["free_bytes"] < NEARLY_FULL_BYTES:
+                    return True
+    return False
+
+
+def no_space_message(path: str | Path, what: str, remedy: str) -> str:
+    """The one line for a write of ``what`` to ``path`` that found no space:
+    ``no space left on <mount> (<device>, <free> GiB free) while writing <what>
+    (<path>); free space there or <remedy>``."""
+    fs = filesystem(path)
+    device = f"{fs['device']}, " if fs["device"] else ""
+    return (f"no space left on {fs['mount']} ({device}{fs['free_bytes'] / 2**30:.1f} GiB "
+            f"free) while writing {what} ({path}); free space there or {remedy}")
+
+
+SPACE_REMEDY = ("move the project to a larger disk (`lorasent doctor` shows the free space "
+                "where checkpoints, models and the DVC cache go)")
+
+
+def out_of_space_message(err: BaseException) -> str | None:
+    """The one-line message for ``err`` when it is a write that failed for lack of space,
+    else None. A :class:`NoSpaceLeft` keeps its own message; another exception names the
+    file it carries (``OSError.filename``) or, when it names none, the current folder."""
+    for e in _chain(err):
+        if isinstance(e, NoSpaceLeft):
+            return str(e)
+    named = next((e.filename for e in _chain(err)
+                  if isinstance(e, OSError) and e.filename), None)
+    if not is_out_of_space(err, named):
+        return None
+    if named is None:
+        return no_space_message(Path.cwd(), "a file under the current folder", SPACE_REMEDY)
+    return no_space_message(named, "a file", SPACE_REMEDY)
+
+
+@contextlib.contextmanager
+def writing(what: str, path: str | Path, remedy: str = SPACE_REMEDY) -> Iterator[None]:
+    """Turn a write in the block that fails for lack of space (:func:`is_out_of_space`)
+    into :class:`NoSpaceLeft` naming ``what``, ``path`` and its filesystem; other errors
+    pass unchanged.
+
+    Raises:
+        NoSpaceLeft: ``no space left on <mount> ... while writing <what> (<path>); free
+            space there or <remedy>``.
+    """
+    try:
+        yield
+    except NoSpaceLeft:
+        raise
+    except Exception as err:
+        if not is_out_of_space(err, path):
+            raise
+        raise NoSpaceLeft(no_space_message(path, what, remedy)) from err
+
+
+def folder_bytes(folder: Path) -> int:
+    """The total size in bytes of the files under ``folder`` (0 when it is absent)."""
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def dvc_cache_dir(root: Path) -> Path | None:
+    """The DVC cache folder of the repo holding ``root`` (``.dvc/cache`` unless
+    ``dvc cache dir`` set another), read through DVC's API; None outside a DVC repo."""
+    from dvc.exceptions import NotDvcRepoError
+    from dvc.repo import Repo
+
+    try:
+        with Repo(str(root)) as repo:
+            cache = repo.cache.local_cache_dir
+    except NotDvcRepoError:
+        return None
+    return Path(cache) if cache else None
+
+
+def disk_report(root: Path) -> dict[str, Any]:
+    """Free space where a run in the project folder ``root`` writes, for
+    ``lorasent doctor``.
+
+    Returns:
+        ``needed_bytes``: the space a run wants free on each of them: the size of
+        ``models/base`` (a refetch writes a new copy beside the old one, DVC caches a
+        copy, and the checkpoints of a LoRA run, the last two kept and one being
+        written, are smaller), or :data:`FALLBACK_NEEDED_BYTES` before it is fetched;
+        ``needed_from`` (that folder, or ``"fallback"``); and ``places``:
+        ``checkpoints``, ``models`` and ``dvc_cache`` (None outside a DVC repo), each
+        ``{"path", "mount", "device", "free_bytes", "total_bytes"}``
+        (:func:`filesystem`).
+    """
+    base = root / BASE_MODEL_DIR
+    size = folder_bytes(base) if base.is_dir() else 0
+    cache = dvc_cache_dir(root)
+    places: dict[str, Any] = {}
+    for name, path in (("checkpoints", root / CHECKPOINT_DIR),
+                       ("models", root / BASE_MODEL_DIR.parent), ("dvc_cache", cache)):
+        places[name] = None if path is None else {"path": str(path), **filesystem(path)}
+    return {"needed_bytes": size or FALLBACK_NEEDED_BYTES,
+            "needed_from": str(base) if size else "fallback", "places": places}
+
+
+def disk_findings(report: dict[str, Any]) -> list[Finding]:
+    """A warning for each filesystem of :func:`disk_report` with less free than
+    ``needed_bytes``, naming the places it holds."""
+    low: dict[str, list[str]] = {}
+    free: dict[str, int] = {}
+    for name, place in report["places"].items():
+        if place is not None and place["free_bytes"] < report["needed_bytes"]:
+            low.setdefault(place["mount"], []).append(name)
+            free[place["mount"]] = place["free_bytes"]
+    needed = report["needed_bytes"] / 2**30
+    basis = ("the size of models/base" if report["needed_from"] != "fallback"
+             else "models/base is not fetched yet")
+    return [Finding("warn", f"{free[mount] / 2**30:.1f} GiB free on {mount} (holding "
+                    f"{', '.join(names)}); a run wants about {needed:.1f} GiB there "
+                    f"({basis}): free space there, or move the DVC cache (`dvc cache dir "
+                    "PATH`) or checkpoints/ (a link) to a larger disk")
+            for mount, names in low.items()]

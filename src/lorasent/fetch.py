@@ -46,7 +46,7 @@ from lorasent.artifacts import (
     sha256_tree,
 )
 from lorasent.errors import LorasentError
-from lorasent.paths import BASE_MODEL_DIR, DATASET_FILE, MANIFEST, RAW_DIR
+from lorasent.paths import BASE_MODEL_DIR, DATASET_FILE, MANIFEST, RAW_DIR, cache_root
 from lorasent.tables import TABLE_SUFFIXES, Table
 
 log = logging.getLogger(__name__)
@@ -327,11 +327,6 @@ def _download_model(repo_id: str, dest: Path) -> None:
             "model, accept its licence and export HF_TOKEN") from err
     shutil.rmtree(dest / ".cache", ignore_errors=True)
     _require_safetensors(dest)
-
-
-def cache_root() -> Path:
-    """Where converted packaged models are kept: ``$LORASENT_CACHE`` or ~/.cache/lorasent."""
-    return Path(os.environ.get("LORASENT_CACHE") or Path.home() / ".cache" / "lorasent")
 
 
 def _packaged_gemma() -> Path:

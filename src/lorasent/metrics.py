@@ -18,6 +18,8 @@ import numpy as np
 import numpy.typing as npt
 from sklearn.metrics import accuracy_score, confusion_matrix, precision_recall_fscore_support
 
+from lorasent.errors import LorasentError
+
 # Class ids as callers hold them: a list read from a split, or an array such as
 # ``scores.argmax(1)``. Functions taking them convert once, with ``np.asarray``.
 ClassIds = Sequence[int] | npt.NDArray[np.integer]
@@ -134,32 +136,115 @@ class Predictions:
     labels: list[str]
 
 
+class PredictionsFileError(LorasentError):
+    """A predictions file that cannot be paired row by row as it stands: the message names
+    the file (revision and path), the line and the row id."""
+
+
+class NoRowIdsError(PredictionsFileError):
+    """A predictions file written before test rows had ids: compared unpaired."""
+
+
+PREDICTION_COLUMNS = ("id", "actual", "predicted")
+
+
 def read_predictions(text: str, source: str) -> Predictions:
-    """Parse what :func:`predictions_csv` wrote; ``source`` names it in errors.
+    """A predictions file (``metrics/predictions.csv``, as :func:`predictions_csv` writes
+    it), checked row by row: the one reader of evaluate, compare and the device check.
+
+    Columns are found by name, so any column order pairs; the classes are the
+    ``p_<label>`` columns in the file's order. Read with the ``csv`` module; the line
+    numbers in errors are the file's (the header is line 1).
+
+    Args:
+        text: the file's content.
+        source: the file as the user names it, e.g. ``HEAD:metrics/predictions.csv``.
 
     Raises:
-        LorasentError: no ``id`` column (written before rows had ids: rerun the
-            baseline or evaluate stage), or a label outside the ``p_<label>`` columns.
+        NoRowIdsError: no ``id`` column (a file from before test rows had ids).
+        PredictionsFileError: an empty file; a header without data rows; a column named
+            twice or one of ``id``, ``actual``, ``predicted`` or ``p_<label>`` missing; a
+            blank line; a row with another field count than the header (a cut-off
+            row); an empty cell; a label that is no ``p_<label>`` column; a probability
+            that is not a number in [0, 1]; an id on two lines (both named).
     """
-    from lorasent.errors import LorasentError
-
-    rows = list(csv.reader(io.StringIO(text)))
-    header = rows[0] if rows else []
-    if not header or header[0] != "id":
-        raise LorasentError(f"{source}: no `id` column (written before test rows had ids); "
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, None)
+    if not header:
+        raise PredictionsFileError(f"{source}: the file is empty (no header, no rows); "
+                                   "rerun its stage (dvc repro)")
+    twice = sorted({name for name in header if header.count(name) > 1})
+    if twice:
+        raise PredictionsFileError(f"{source} line 1: column {', '.join(map(repr, twice))} is "
+                                   f"named twice in the header {','.join(header)}")
+    if "id" not in header:
+        raise NoRowIdsError(f"{source}: no `id` column (written before test rows had ids); "
                             "rerun its stage (dvc repro) to pair its rows")
-    labels = [name.removeprefix("p_") for name in header[3:]]
-    index = {label: i for i, label in enumerate(labels)}
-    try:
-        actual = [index[r[1]] for r in rows[1:]]
-        predicted = [index[r[2]] for r in rows[1:]]
-    except KeyError as err:
-        raise LorasentError(f"{source}: label {err} is not one of the columns {header[3:]}") \
-            from None
-    return Predictions([r[0] for r in rows[1:]], np.asarray(actual, dtype=np.int64),
+    labels = [name.removeprefix("p_") for name in header if name.startswith("p_")]
+    missing = [name for name in PREDICTION_COLUMNS if name not in header]
+    if missing or not labels:
+        raise PredictionsFileError(
+            f"{source} line 1: no column {', '.join(missing or ['p_<label>'])} in the header "
+            f"{','.join(header)}; expected id,actual,predicted,p_<label>,... as evaluate "
+            "writes it: rerun its stage (dvc repro)")
+    col = {name: i for i, name in enumerate(header)}
+    index = {label: k for k, label in enumerate(labels)}
+    ids: list[str] = []
+    seen: dict[str, tuple[int, list[str]]] = {}
+    actual: list[int] = []
+    predicted: list[int] = []
+    probs: list[list[float]] = []
+    end = 1  # the line the previous row ended on
+    for row in reader:
+        line = end + 1  # a row may span lines (a quoted newline); errors name its first
+        end = reader.line_num
+        if not row:
+            raise PredictionsFileError(f"{source} line {line}: blank line (after id "
+                                       f"{ids[-1] if ids else '<none: header>'}); a "
+                                       "predictions file has one row per test row and no "
+                                       "blank lines: rerun its stage (dvc repro)")
+        row_id = row[col["id"]] if col["id"] < len(row) else ""
+        where = f"{source} line {line} (id {row_id or '<empty>'})"
+        if len(row) != len(header):
+            raise PredictionsFileError(f"{where}: {len(row)} fields, the header has "
+                                       f"{len(header)}: a cut-off or damaged row; rerun its "
+                                       "stage (dvc repro)")
+        empty = [name for name, cell in zip(header, row, strict=True) if not cell.strip()]
+        if empty:
+            raise PredictionsFileError(f"{where}: empty {', '.join(map(repr, empty))}; "
+                                       "rerun its stage (dvc repro)")
+        if row_id in seen:
+            first, copy = seen[row_id]
+            differ = " (the two rows differ)" if copy != row else ""
+            raise PredictionsFileError(f"{source}: id {row_id} is on line {first} and line "
+                                       f"{line}{differ}; each test row must be there once: "
+                                       "rerun its stage (dvc repro)")
+        seen[row_id] = (line, row)
+        for name, out in (("actual", actual), ("predicted", predicted)):
+            if row[col[name]] not in index:
+                raise PredictionsFileError(f"{where}: {name} {row[col[name]]!r} is not one of "
+                                           f"the classes of its p_ columns ({', '.join(labels)})")
+            out.append(index[row[col[name]]])
+        values = []
+        for label in labels:
+            cell = row[col[f"p_{label}"]]
+            try:
+                value = float(cell)
+            except ValueError:
+                value = float("nan")
+            if not 0.0 <= value <= 1.0:  # NaN too
+                raise PredictionsFileError(f"{where}: p_{label} is {cell!r}, not a probability "
+                                           "in [0, 1]")
+            values.append(value)
+        ids.append(row_id)
+        probs.append(values)
+    if not ids:
+        raise PredictionsFileError(f"{source}: no data rows, only the header "
+                                   f"{','.join(header)}; rerun its stage (dvc repro)")
+    return Predictions(ids, np.asarray(actual, dtype=np.int64),
                        np.asarray(predicted, dtype=np.int64),
-                       np.asarray([[float(p) for p in r[3:]] for r in rows[1:]],
-                                  dtype=np.float64).reshape(-1, len(labels)), labels)
+                       np.asarray(probs, dtype=np.float64), labels)
+
 
 
 COLLAPSE_SHARE = 0.9  # one class predicted for at least this share of the rows ...

@@ -10,18 +10,20 @@ NVIDIA GPU alike, then Apple's MPS, then the CPU). ``train.mode`` picks the mode
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-from lorasent.artifacts import read_json
+from lorasent.artifacts import combined_sha256, read_json, sha256_file, write_json
 from lorasent.environment import require_environment
 from lorasent.errors import LorasentError
 from lorasent.params import BaseParams, PromptParams
-from lorasent.paths import ADAPTER_RECORD, MANIFEST
+from lorasent.paths import ADAPTER_RECORD, MANIFEST, cache_root
 from lorasent.scoring import Encoder, PromptEncoder, TextEncoder
 
 log = logging.getLogger(__name__)
@@ -102,12 +104,15 @@ def load_base_model(model_dir: str | Path, *, device: str, precision: str,
                     attn_implementation: str, model: str = "", mode: str = "generative",
                     labels: list[str] | None = None, for_adapter: bool = False,
                     trust_remote_code: bool = False,
+                    tokenizer: PreTrainedTokenizerBase | None = None,
                     ) -> tuple[torch.nn.Module, PreTrainedTokenizerBase, torch.device]:
     """Tokenizer and base model on the resolved device and dtype: the causal LM, or in
     ``seq_cls`` mode the model with a fresh head for ``labels`` (``for_adapter``: an
     adapter will replace the head, so its random initialisation is not reported).
 
     The environment checks of :func:`lorasent.environment.require_environment` run first.
+    ``tokenizer``: the one :func:`load_tokenizer` already gave (to check the label
+    words before the weights load); loaded from ``model_dir`` when None.
 
     Returns:
         ``(model, tokenizer, torch.device)``.
@@ -118,7 +123,8 @@ def load_base_model(model_dir: str | Path, *, device: str, precision: str,
     torch_device, dtype = require_environment(
         device=device, precision=precision, attn_implementation=attn_implementation,
         model=model, model_dir=Path(model_dir))
-    tokenizer = load_tokenizer(model_dir, trust_remote_code)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(model_dir, trust_remote_code)
     kwargs = dict(dtype=dtype, attn_implementation=attn_implementation, device=torch_device,
                   pad_token_id=tokenizer.pad_token_id, trust_remote_code=trust_remote_code)
     if mode == "seq_cls":
@@ -148,22 +154,151 @@ def load_model_and_prompt(model_dir: str | Path, *, base: BaseParams, prompt: Pr
     """The base model as :func:`load_base_model` gives it, and the encoder that baseline,
     train and evaluate all share (label words in ``base.labels`` order).
 
+    A folder with a ``manifest.json`` (fetched) is first checked file by file against it
+    (:func:`check_base_files`). The encoder is made from the tokenizer before the weights
+    load, so label words that cannot be told apart
+    (:func:`lorasent.scoring.label_token_ids`) fail at once.
+
     Returns:
         ``(model, encoder, torch.device)``; the tokenizer is ``encoder.tokenizer``.
+
+    Raises:
+        BaseModelChangedError: a file changed, missing or added since fetch.
+        PromptError: label words not told apart, or no room for the text.
+        EnvironmentProblem: the environment checks failed.
     """
+    if (Path(model_dir) / MANIFEST).is_file():
+        check_base_files(model_dir)
     labels = list(base.labels)
-    model, tokenizer, device = load_base_model(
-        model_dir, device=base.device, precision=base.precision,
-        attn_implementation=base.attn_implementation, model=base.model, mode=mode,
-        labels=labels, trust_remote_code=base.trust_remote_code)
+    tokenizer = load_tokenizer(model_dir, base.trust_remote_code)
     encoder = make_encoder(tokenizer, mode=mode, num_labels=len(labels),
                            max_length=prompt.max_length, template=prompt.template,
                            label_words=[prompt.label_words.get(label, "") for label in labels])
+    model, _, device = load_base_model(
+        model_dir, device=base.device, precision=base.precision,
+        attn_implementation=base.attn_implementation, model=base.model, mode=mode,
+        labels=labels, trust_remote_code=base.trust_remote_code, tokenizer=tokenizer)
     return model, encoder, device
 
 
 class AdapterMismatchError(LorasentError):
     """The adapter was trained on another base model, or for other labels."""
+
+
+class BaseModelChangedError(AdapterMismatchError):
+    """The base model folder's files are not those its ``manifest.json`` lists (and so
+    not those the adapter was trained on): edited, removed or added after fetch."""
+
+
+HASH_CACHE = "file-hashes.json"  # never inside models/base, a DVC output
+# A hash is kept only for a file whose ctime is older than this (ns) when it is read:
+# some file systems keep coarse timestamps (a kernel tick, FAT's 2 s), so a second write
+# within the same tick leaves the stat unchanged (git's "racily clean" entries).
+RACY_NS = 2_000_000_000
+
+
+def hash_cache_path() -> Path:
+    """Where :func:`model_file_hashes` keeps hashes: ``file-hashes.json`` in
+    :func:`lorasent.paths.cache_root`, outside the model folder (a DVC output)."""
+    return cache_root() / HASH_CACHE
+
+
+def model_file_hashes(model_dir: str | Path) -> dict[str, str]:
+    """``{relative path: sha256}`` of every file below ``model_dir`` but its
+    ``manifest.json``, as :func:`lorasent.artifacts.sha256_tree` gives them.
+
+    A file's hash is kept in :func:`hash_cache_path` (outside the model folder) under
+    its resolved path, with its size, mtime, ctime (in ns), inode and device; it is
+    reused while all of them are unchanged (ctime moves on any write, even one that
+    puts mtime back), else the bytes are hashed again; a file changed less than
+    :data:`RACY_NS` before it is read is not kept. The packaged Gemma 3 270M (1.1 GB,
+    fp32) took 0.8 to 1.4 s to hash on 2 cores (file in the page cache), a reuse under
+    1 ms. An unreadable or unwritable cache file only costs the hashing.
+    """
+    folder = Path(model_dir)
+    cache_path = hash_cache_path()
+    try:
+        cache = read_json(cache_path)
+    except (OSError, ValueError):
+        cache = {}
+    if not isinstance(cache, dict):
+        cache = {}
+    hashes: dict[str, str] = {}
+    seen: set[str] = set()
+    fresh: dict[str, dict[str, Any]] = {}
+    for path in sorted(folder.rglob("*")):
+        name = path.relative_to(folder).as_posix()
+        if name == MANIFEST or not path.is_file():
+            continue
+        now = time.time_ns()
+        st = path.stat()  # before hashing: a write while it is read changes the next stat
+        stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+        key = str(path.resolve())
+        seen.add(key)
+        entry = cache.get(key)
+        if (isinstance(entry, dict) and entry.get("stat") == stamp
+                and isinstance(entry.get("sha256"), str)):
+            digest = entry["sha256"]
+        else:
+            digest = sha256_file(path)
+        hashes[name] = digest
+        if now - st.st_ctime_ns >= RACY_NS:
+            fresh[key] = {"stat": stamp, "sha256": digest}
+    kept = {key: entry for key, entry in cache.items()
+            if key not in seen and Path(key).is_file()}
+    if {**kept, **fresh} != cache:
+        try:
+            write_json(cache_path, {**kept, **fresh})
+        except OSError as err:
+            log.debug("could not keep the model files' hashes in %s: %s", cache_path, err)
+    return hashes
+
+
+def check_base_files(model_dir: str | Path, *, adapter_dir: str | Path | None = None) -> None:
+    """Refuse a base model folder whose files are not those its ``manifest.json`` lists.
+
+    The manifest (written by ``lorasent fetch``) holds the SHA-256 of every file of the
+    model (config, weights, tokenizer) and one over them, the hash the adapter's record
+    holds (checked by :func:`check_adapter`). Here each file's bytes are hashed again
+    (:func:`model_file_hashes`) and compared with the manifest's list, so a folder
+    edited after fetch (``config.json`` changed, a file removed or added) is refused
+    even though its manifest still matches the record. ``adapter_dir``: the adapter to
+    be loaded on it (predict, export, evaluate), named in the message; None for the
+    stages that load the base alone (baseline, train).
+
+    Raises:
+        BaseModelChangedError: naming the changed, missing and unlisted files, or a
+            manifest whose list does not add up to its own hash, and how to restore
+            the fetched files or retrain on a changed model.
+    """
+    model_dir = Path(model_dir)
+    manifest_path = model_dir / MANIFEST
+    fix = (f"run `dvc checkout {model_dir}` to restore the fetched files, or, to use a "
+           "changed model, copy it to a folder of its own, set base.model to that folder "
+           "and run `dvc repro`")
+    if adapter_dir is not None:
+        fix = (f"{adapter_dir} was trained on the fetched files: run `dvc checkout "
+               f"{model_dir}` to restore them, or, to use a changed model, copy it to a "
+               "folder of its own, set base.model to that folder and run `dvc repro` to "
+               "retrain")
+    manifest = _read_manifest(manifest_path)
+    listed = manifest.get("files")
+    if not isinstance(listed, dict) or not listed:
+        raise BaseModelChangedError(f"{manifest_path}: lists no files (key 'files'), so "
+                                    f"{model_dir} cannot be checked; {fix}")
+    found = model_file_hashes(model_dir)
+    parts = [f"{what}: {', '.join(names)}" for what, names in (
+        ("changed", sorted(n for n in listed.keys() & found.keys() if listed[n] != found[n])),
+        ("missing", sorted(listed.keys() - found.keys())),
+        ("not in the manifest", sorted(found.keys() - listed.keys()))) if names]
+    if parts:
+        raise BaseModelChangedError(
+            f"{model_dir}: its files are not those {manifest_path} lists ({'; '.join(parts)}; "
+            f"compared by SHA-256), so it is not the model it was fetched as; {fix}")
+    if combined_sha256(listed) != manifest.get("sha256"):
+        raise BaseModelChangedError(
+            f"{manifest_path}: its file list does not add up to its sha256 (the manifest was "
+            f"edited); {fix}")
 
 
 def read_adapter_record(adapter_dir: str | Path) -> dict[str, Any]:
@@ -190,7 +325,7 @@ def check_adapter(record: dict[str, Any], *, model_dir: str | Path, adapter_dir:
     """
     expected = record["base_model"]["sha256"]
     manifest = Path(model_dir) / MANIFEST
-    found = read_json(manifest)["sha256"] if manifest.is_file() else None
+    found = _read_manifest(manifest).get("sha256") if manifest.is_file() else None
     if found != expected:
         raise AdapterMismatchError(
             f"{adapter_dir}: trained on base model {record['base_model']['source']} with "
@@ -213,6 +348,24 @@ def check_adapter(record: dict[str, Any], *, model_dir: str | Path, adapter_dir:
             "than params.yaml's; run `dvc repro` to retrain")
 
 
+def _read_manifest(path: Path) -> dict[str, Any]:
+    """A model folder's ``manifest.json`` as an object.
+
+    Raises:
+        BaseModelChangedError: not valid JSON, or not an object.
+    """
+    try:
+        manifest = read_json(path)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise BaseModelChangedError(
+            f"{path}: not valid JSON ({err}); run `dvc checkout {path.parent}` to restore "
+            "the fetched model, or `lorasent fetch` to fetch it again") from None
+    if not isinstance(manifest, dict):
+        raise BaseModelChangedError(f"{path}: not a JSON object; run `dvc checkout "
+                                    f"{path.parent}` to restore the fetched model")
+    return manifest
+
+
 def _prompt_of(record: dict[str, Any]) -> tuple[object, ...]:
     """What the adapter's input depends on: seq_cls reads max_length only."""
     if record["mode"] == "seq_cls":
@@ -233,21 +386,31 @@ def load_trained_model(adapter_dir: str | Path, model_dir: str | Path, *,
     Returns:
         ``(model, encoder, record, torch.device)``.
 
+    The base model is checked by its manifest's hash against the record
+    (:func:`check_adapter`), then by its files' bytes against the manifest
+    (:func:`check_base_files`), and the label words by the tokenizer, all before the
+    weights load.
+
     Raises:
         AdapterMismatchError: another base model (by hash), other labels, prompt or mode.
+        BaseModelChangedError: a base model file changed, missing or added since fetch.
+        PromptError: the record's label words cannot be told apart.
         EnvironmentProblem: the environment checks failed.
     """
     record = read_adapter_record(adapter_dir)
     check_adapter(record, model_dir=model_dir, adapter_dir=adapter_dir, labels=labels,
                   prompt=prompt, mode=mode)
+    check_base_files(model_dir, adapter_dir=adapter_dir)
     trained = record["params"]["base"]
-    model, tokenizer, torch_device = load_base_model(
+    trust_remote_code = trained.get("trust_remote_code", False)
+    tokenizer = load_tokenizer(model_dir, trust_remote_code)
+    encoder = make_encoder(tokenizer, mode=record["mode"], num_labels=len(record["labels"]),
+                           max_length=record["max_length"], template=record.get("template", ""),
+                           label_words=record.get("label_words"))
+    model, _, torch_device = load_base_model(
         model_dir, device=device or trained["device"],
         precision=precision or trained["precision"],
         attn_implementation=trained["attn_implementation"], model=record["base_model"]["source"],
         mode=record["mode"], labels=record["labels"], for_adapter=True,
-        trust_remote_code=trained.get("trust_remote_code", False))
-    encoder = make_encoder(tokenizer, mode=record["mode"], num_labels=len(record["labels"]),
-                           max_length=record["max_length"], template=record.get("template", ""),
-                           label_words=record.get("label_words"))
+        trust_remote_code=trust_remote_code, tokenizer=tokenizer)
     return load_adapter(model, adapter_dir), encoder, record, torch_device

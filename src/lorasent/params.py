@@ -21,23 +21,32 @@ of the keys it sets.
 from __future__ import annotations
 
 import copy
+import json
+import os
+import subprocess
 from datetime import date
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from lorasent.errors import LorasentError
 from lorasent.tables import check_separator
 
 PositiveInt = Annotated[int, Field(gt=0)]
+# The seeds numpy takes (``np.random.seed``: 0 to 2**32 - 1). ``base.seed`` seeds
+# scikit-learn's split (``random_state``) and transformers' ``set_seed``, which pass it
+# to numpy; torch would take more, numpy fails on anything outside.
+SEED_RANGE = (0, 2**32 - 1)
 PositiveFloat = Annotated[float, Field(gt=0)]
 # A split size: a count of rows (int >= 0) or a fraction of the deduplicated rows.
 SplitSize = Annotated[int, Field(ge=0)] | Annotated[float, Field(gt=0, lt=1)]
@@ -49,6 +58,25 @@ class ParamsError(LorasentError, ValueError):
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        """Refuse ``true``/``false`` where a number is expected: pydantic's lax mode
+        reads them as 1 and 0 (``base.seed: true`` would train with seed 1)."""
+        if isinstance(value, bool) and info.field_name is not None:
+            types = _types(cls.model_fields[info.field_name].annotation)
+            if bool not in types and types & {int, float}:
+                raise PydanticCustomError(
+                    "bool_for_number", "a number is expected, not a boolean (YAML reads "
+                    "true, false, yes, no, on and off as booleans); write a number")
+        return value
+
+
+def _types(annotation: Any) -> set[Any]:
+    """The plain types an annotation admits: ``Annotated[int, ...] | float`` -> int, float."""
+    args = get_args(annotation)
+    return set().union(*map(_types, args)) if args else {annotation}
 
 
 class BaseParams(_Section):
@@ -63,6 +91,17 @@ class BaseParams(_Section):
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2"]
     trust_remote_code: bool
     num_processes: PositiveInt
+
+    @field_validator("seed")
+    @classmethod
+    def _seed_in_range(cls, value: int) -> int:
+        low, high = SEED_RANGE
+        if not low <= value <= high:
+            raise ValueError(
+                f"base.seed: {value} is out of range: a seed is an integer from {low} to "
+                f"{high} (2**32 - 1, what numpy takes; the split and the training seed "
+                "numpy with it); set one in that range")
+        return value
 
     @model_validator(mode="after")
     def _labels_consistent(self) -> BaseParams:
@@ -372,6 +411,110 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     text = _read_text(path, "not found. Run from a folder that holds params.yaml, or pass "
                             "--params PATH")
     return parse_params(read_yaml(text, path), path)
+
+
+# What ``dvc exp run`` sets in the environment of the stages it runs (dvc.env): the
+# experiment's name, its baseline commit (HEAD when it was started) and the workspace's
+# root. Named here, not imported: importing dvc sets up its logging in every stage.
+EXP_NAME, EXP_BASELINE, EXP_ROOT = "DVC_EXP_NAME", "DVC_EXP_BASELINE_REV", "DVC_ROOT"
+
+
+def _experiment() -> tuple[str, str] | None:
+    """``(name, baseline commit)`` of the DVC experiment this stage runs in, else None."""
+    name = os.environ.get(EXP_NAME)
+    return (name, os.environ.get(EXP_BASELINE) or "HEAD") if name else None
+
+
+def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"train.lora.r": 8, ...}``: every leaf of nested mappings, by dotted key."""
+    if not isinstance(node, dict):
+        return {prefix: node}
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def params_changes(path: str | Path, rev: str = "HEAD") -> list[str]:
+    """``key: REV value -> this run`` for each param of the file ``path`` that differs
+    from the same file in the git commit ``rev`` (``git show REV:./params.yaml``, in the
+    file's folder), in the file's key order; values as JSON, ``(not set)`` for a key one
+    side lacks. Empty when the two hold the same values.
+
+    Raises:
+        LorasentError: git is missing, or cannot read the file at ``rev`` (not a git
+            repository, the file not committed); the message gives git's reason.
+        ParamsError: either side is not YAML.
+    """
+    from lorasent.programs import environment, program
+
+    path = Path(path)
+    done = subprocess.run([program("git"), "show", f"{rev}:./{path.name}"],
+                          cwd=path.absolute().parent, env=environment(), capture_output=True,
+                          text=True, encoding="utf-8", errors="replace")
+    if done.returncode != 0:
+        reason = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[0]
+        raise LorasentError(f"git cannot read {path} at {rev}: {reason}")
+    before = _flat(read_yaml(done.stdout, f"{path} at {rev}") or {})
+    now = _flat(read_yaml(_read_text(path), path) or {})
+    return [f"{key}: {_shown(before, key)} -> {_shown(now, key)}"
+            for key in [*now, *(k for k in before if k not in now)]
+            if key not in before or key not in now or before[key] != now[key]]
+
+
+def _shown(values: dict[str, Any], key: str) -> str:
+    """A value as JSON (one line, whatever it holds), or ``(not set)``."""
+    if key not in values:
+        return "(not set)"
+    return json.dumps(values[key], ensure_ascii=False, default=str)
+
+
+def experiment_params_report(path: str | Path) -> str | None:
+    """Inside a DVC experiment (``dvc exp run`` sets :data:`EXP_NAME`), what a stage prints
+    first: the params of ``path`` that differ from the experiment's baseline commit, one
+    line per key (:func:`params_changes`), or that none does. None outside an experiment.
+    A baseline git cannot read is said in the text, not raised: the stage goes on."""
+    experiment = _experiment()
+    if experiment is None:
+        return None
+    name, rev = experiment
+    where = f"DVC experiment {name}: {Path(path).name} "
+    try:
+        changes = params_changes(path, rev)
+    except LorasentError as err:
+        return f"{where}not compared with HEAD ({rev[:7]}): {err}"
+    if not changes:
+        return f"{where}holds HEAD's params ({rev[:7]})"
+    return "\n".join([f"{where}differs from HEAD ({rev[:7]}) in {len(changes)} "
+                      f"key{'s' if len(changes) > 1 else ''} (HEAD -> this run):",
+                      *(f"  {change}" for change in changes)])
+
+
+def experiment_params_advice(path: str | Path) -> str:
+    """What a params error adds inside a DVC experiment ("" outside one): ``dvc exp run -S``
+    wrote its values into ``path`` before the stage read it, so a workspace run leaves the
+    bad value there for the next run; the line names the keys that differ from HEAD
+    (:func:`params_changes`) and the way back (fix the value, or ``git checkout``). A
+    queued or ``--temp`` experiment runs in a copy under ``.dvc/tmp`` and leaves the
+    workspace's file as it was, and the line says so."""
+    experiment = _experiment()
+    if experiment is None:
+        return ""
+    name, rev = experiment
+    path = Path(path)
+    try:
+        changes = params_changes(path, rev)
+    except LorasentError:
+        changes = []
+    differ = (f" ({path} differs from HEAD in {'; '.join(changes)})" if changes else "")
+    root = os.environ.get(EXP_ROOT)
+    if root and path.absolute().resolve().is_relative_to(Path(root).resolve() / ".dvc"):
+        return (f"\n  DVC experiment {name} runs in a temporary copy{differ}; the "
+                f"workspace's {path.name} is unchanged: run it again with a valid value")
+    return (f"\n  DVC experiment {name}: `dvc exp run -S` has already written its values "
+            f"into {path}{differ}, and the next run would use them: fix the value "
+            f"(`dvc exp run -S key=value`), or go back to HEAD's params with "
+            f"`git checkout {path}`")
 
 
 def apply_preset(preset_path: str | Path, params_path: str | Path = "params.yaml") -> Params:

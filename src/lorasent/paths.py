@@ -3,6 +3,7 @@
 ``dvc.yaml`` declares the same paths as each stage's deps and outs.
 """
 
+import os
 from pathlib import Path
 
 RAW_DIR = Path("data/raw")                  # fetch: dataset.jsonl + manifest.json
@@ -23,3 +24,10 @@ PROVENANCE_DIR = METRICS_DIR / "provenance"                      # one record pe
 MANIFEST = "manifest.json"
 DATASET_FILE = "dataset.jsonl"
 ADAPTER_RECORD = "lorasent.json"
+
+
+def cache_root() -> Path:
+    """Where lorasent keeps what it can rebuild, outside the repo: converted packaged
+    models (``lorasent.fetch``) and the hashes of model files (``lorasent.modeling``).
+    ``$LORASENT_CACHE``, or ``~/.cache/lorasent``."""
+    return Path(os.environ.get("LORASENT_CACHE") or Path.home() / ".cache" / "lorasent")

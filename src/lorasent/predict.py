@@ -26,6 +26,7 @@ kept). Adapters of either ``train.mode`` work: the record says which.
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 import json
 import logging
@@ -38,7 +39,7 @@ from typing import Any, TextIO
 import numpy as np
 from tqdm.auto import tqdm
 
-from lorasent.artifacts import atomic_dir, read_json, sha256_file, write_json
+from lorasent.artifacts import output_dir, read_json, sha256_file, write_json
 from lorasent.errors import LorasentError
 from lorasent.metrics import probabilities
 from lorasent.paths import ADAPTER_DIR, ADAPTER_RECORD, EVAL_METRICS
@@ -191,6 +192,48 @@ def kept_names(columns: Sequence[str], outputs: Sequence[str]) -> list[str]:
     return names
 
 
+# Line breaks that str.splitlines() (and so many JSONL readers) honour but JSON leaves
+# unescaped with ensure_ascii=False; JSON escapes every other one (they are controls).
+JSON_LINE_BREAKS = {"\u0085": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def json_line(obj: Any) -> str:
+    """``obj`` as one JSONL line (``\\n``-terminated, non-ASCII kept as UTF-8), with the
+    line breaks of :data:`JSON_LINE_BREAKS` escaped so that no reader splits the row:
+    they can only occur inside JSON strings, where the escape reads back as the same
+    character."""
+    text = json.dumps(obj, ensure_ascii=False, default=str)
+    for char, escaped in JSON_LINE_BREAKS.items():
+        text = text.replace(char, escaped)
+    return text + "\n"
+
+
+class CsvRows:
+    """Rows written with :mod:`csv` (``QUOTE_MINIMAL``) and ``\\n`` line ends, every field
+    holding a ``\\r`` or ``\\n`` quoted.
+
+    Python 3.11's writer quotes only the characters of its own ``lineterminator``: with
+    ``"\\n"`` a text holding a bare ``\\r`` (as real tweets do) is written unquoted, and
+    pandas then reads it as two rows. Each row is therefore written with ``"\\r\\n"``
+    (both characters quoted) and its terminator replaced by ``"\\n"``.
+    """
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.buffer = io.StringIO()
+        self.writer = csv.writer(self.buffer, quoting=csv.QUOTE_MINIMAL, lineterminator="\r\n")
+
+    def writerow(self, row: Iterable[Any]) -> None:
+        self.buffer.seek(0)
+        self.buffer.truncate()
+        self.writer.writerow(row)
+        self.out.write(self.buffer.getvalue().removesuffix("\r\n") + "\n")
+
+    def writerows(self, rows: Iterable[Iterable[Any]]) -> None:
+        for row in rows:
+            self.writerow(row)
+
+
 def write_predictions(predictions: Iterable[Prediction], labels: list[str], out: TextIO,
                       fmt: str, columns: Sequence[str] = ()) -> None:
     """Write predictions as ``csv``, ``jsonl`` or a ``table`` for the terminal.
@@ -198,17 +241,19 @@ def write_predictions(predictions: Iterable[Prediction], labels: list[str], out:
     ``columns``: the kept input columns (CSV and JSONL write them first, under the
     names of :func:`kept_names`; the table leaves them out). The table shows a text
     without a label as ``-``, followed by its note (``(empty text)``) after the text.
+    CSV goes through :class:`CsvRows` and JSONL through :func:`json_line`, so that
+    pandas, :mod:`csv` and line-by-line readers get one row per prediction, in order,
+    texts unchanged, whatever line breaks, quotes or separators they hold.
     """
     if fmt == "jsonl":
         names = kept_names(columns, ["text", "label", "probabilities", "note"])
         for p in predictions:
-            out.write(json.dumps({**dict(zip(names, p.columns.values(), strict=True)),
-                                  "text": p.text, "label": p.label,
-                                  "probabilities": p.probabilities, "note": p.note},
-                                 ensure_ascii=False, default=str) + "\n")
+            out.write(json_line({**dict(zip(names, p.columns.values(), strict=True)),
+                                 "text": p.text, "label": p.label,
+                                 "probabilities": p.probabilities, "note": p.note}))
     elif fmt == "csv":
         header = ["text", "label", *(f"p_{label}" for label in labels), "note"]
-        writer = csv.writer(out, lineterminator="\n")
+        writer = CsvRows(out)
         writer.writerow([*kept_names(columns, header), *header])
         writer.writerows(_rows(predictions, labels))
     else:
@@ -466,12 +511,14 @@ def export_merged(model: Any, encoder: Encoder, record: dict[str, Any],
 
     Writes ``model.safetensors`` (+ config), the tokenizer, ``lorasent.json`` (the adapter's
     record: labels, prompt, label words and token ids) and a README on loading and scoring
-    with the adapter's ``evaluation`` (:func:`export_readme`).
+    with the adapter's ``evaluation`` (:func:`export_readme`), with the marker that lets
+    the next export replace the folder (:func:`lorasent.artifacts.output_dir`; check
+    ``out_dir`` first with :func:`lorasent.artifacts.check_output_folder`).
     """
     merged = model.merge_and_unload()
     merged.config.id2label = dict(enumerate(record["labels"]))
     merged.config.label2id = {label: i for i, label in enumerate(record["labels"])}
-    with atomic_dir(out_dir) as tmp:
+    with output_dir(out_dir, command="export") as tmp:
         merged.save_pretrained(tmp, safe_serialization=True)
         encoder.tokenizer.save_pretrained(tmp)
         write_json(tmp / "lorasent.json", {**record, "exported_from": str(adapter_dir)})

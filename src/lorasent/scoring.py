@@ -33,6 +33,7 @@ cross-entropy of the label tokens only, with logits computed at those positions 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,8 +56,16 @@ def label_token_ids(tokenizer: PreTrainedTokenizerBase,
                     label_words: Sequence[str]) -> list[tuple[int, ...]]:
     """Token ids of each label word, as the tokenizer splits it after the prompt.
 
+    Two words may share their first tokens (时政 / 时差): the tokens after those tell them
+    apart. A word whose tokens are all the start of another's is refused: a class's score
+    sums the log-probabilities of its word's tokens, so the longer word scores the
+    shorter one's score plus terms below 0, and its class is never predicted (``' 1'``
+    and ``' 10'``, ``▁ 1`` and ``▁ 1 0`` for Gemma).
+
     Raises:
-        PromptError: a word encodes to no token, or two words to the same tokens.
+        PromptError: a word encodes to no token, two words to the same tokens, or one
+            word's tokens start another's (the message names both words, their tokens
+            and ids, and how to tell them apart).
     """
     ids = [tuple(tokenizer(word, add_special_tokens=False)["input_ids"]) for word in label_words]
     for word, toks in zip(label_words, ids, strict=True):
@@ -66,9 +75,30 @@ def label_token_ids(tokenizer: PreTrainedTokenizerBase,
     for word, toks in zip(label_words, ids, strict=True):
         if toks in seen:
             raise PromptError(f"prompt.label_words: {seen[toks]!r} and {word!r} encode to the "
-                                 f"same tokens {list(toks)}; choose words that differ")
+                              f"same tokens {_tokens(tokenizer, toks)}; choose words that "
+                              "differ")
         seen[toks] = word
+    prefixes = [(short, long) for short, long in itertools.permutations(range(len(ids)), 2)
+                if len(ids[short]) < len(ids[long])
+                and ids[long][:len(ids[short])] == ids[short]]
+    if prefixes:
+        words = list(label_words)
+        found = "; ".join(f"{words[s]!r} {_tokens(tokenizer, ids[s])} is the start of "
+                          f"{words[t]!r} {_tokens(tokenizer, ids[t])}" for s, t in prefixes)
+        never = " and ".join(dict.fromkeys(repr(words[t]) for _, t in prefixes))
+        s, t = prefixes[0]
+        raise PromptError(
+            f"prompt.label_words: {found}, so {never} can never be predicted (a word's score "
+            "sums the log-probabilities of its tokens, and each token after the shorter "
+            "word's lowers it). Give each label word a distinct first token, or end every "
+            f"label word with a delimiter such as a full stop or newline (e.g. "
+            f"{words[s] + '.'!r} and {words[t] + '.'!r})")
     return ids
+
+
+def _tokens(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int]) -> str:
+    """``(tokens ['▁', '1'] ids [236743, 236770])``: a word's tokens, for a message."""
+    return f"(tokens {tokenizer.convert_ids_to_tokens(list(ids))} ids {list(ids)})"
 
 
 @dataclass(frozen=True)

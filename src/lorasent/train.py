@@ -74,6 +74,7 @@ from lorasent.artifacts import (
     sha256_file,
     write_json,
 )
+from lorasent.environment import writing
 from lorasent.errors import LorasentError
 from lorasent.launch import barrier, is_main, rank_and_world
 from lorasent.metrics import classification_metrics
@@ -141,6 +142,14 @@ class LorasentTrainer(Trainer):
                 "a learning rate too high (lower train.learning_rate), or no gradient "
                 "clipping (train.max_grad_norm)")
         return (loss, None) if return_outputs else loss
+
+    def _save_checkpoint(self, model: torch.nn.Module, trial: Any) -> None:
+        """Trainer's checkpoint save; a write that finds no space names the checkpoint
+        (:func:`lorasent.environment.writing`)."""
+        step = self.state.global_step
+        path = Path(self.args.output_dir or ".") / f"{PREFIX_CHECKPOINT_DIR}-{step}"
+        with writing("a checkpoint", path, CHECKPOINT_SPACE_REMEDY):
+            super()._save_checkpoint(model, trial)
 
     def _get_train_sampler(self, train_dataset: object = None) -> EpochSeededSampler:
         """Length-grouped batches (``group_by_length``), in an order that a resumed run
@@ -334,8 +343,10 @@ def mean_loss(log_history: list[dict[str, Any]]) -> float | None:
     return total / last if last else None
 
 
-# The modules whose code the adapter depends on: the train stage's deps in dvc.yaml.
-TRAIN_CODE = ("train", "scoring", "metrics", "modeling", "environment", "launch")
+# The modules whose code the adapter depends on: the train stage's deps in dvc.yaml (its
+# import closure, checked by tests/test_dvc_deps.py).
+TRAIN_CODE = ("train", "artifacts", "cli", "environment", "errors", "launch", "metrics",
+              "modeling", "params", "paths", "scoring", "tables")
 CHECKPOINT_RECORD = "lorasent-checkpoint.json"
 
 
@@ -370,8 +381,10 @@ class Checkpoints(TrainerCallback):
     Trainer writes each (adapter, optimiser, scheduler, every process's RNG state, then
     ``trainer_state.json``) and keeps the last two (``save_total_limit``); this callback
     then adds :data:`CHECKPOINT_RECORD`, ``{"key": training_key, "step": N}``. A folder
-    without it (killed while saving), without an RNG state, or with another key is
-    never resumed.
+    without it (killed while saving) or with another key is removed. One with the
+    record whose files are missing or damaged (cut short, corrupt: :func:`damage`) was
+    complete once, so it is set aside as ``damaged-checkpoint-<step>`` in ``folder``,
+    kept for inspection and never resumed; training goes on from the last good one.
     """
 
     def __init__(self, folder: Path, key: str, processes: int):
@@ -380,8 +393,9 @@ class Checkpoints(TrainerCallback):
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                 **kwargs: Any) -> None:
         if state.is_world_process_zero:
-            write_json(self.folder / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
-                       / CHECKPOINT_RECORD, {"key": self.key, "step": state.global_step})
+            path = self.folder / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+            with writing("a checkpoint", path, CHECKPOINT_SPACE_REMEDY):
+                write_json(path / CHECKPOINT_RECORD, {"key": self.key, "step": state.global_step})
 
     def found(self) -> list[Path]:
         """The checkpoint folders, by step."""
@@ -393,37 +407,139 @@ class Checkpoints(TrainerCallback):
         return [steps[step] for step in sorted(steps)]
 
     def why_not(self, path: Path) -> str | None:
-        """Why the checkpoint at ``path`` cannot be resumed; None when it can."""
+        """Why the checkpoint at ``path`` cannot be resumed; None when it can. A reason
+        starting with :data:`DAMAGED` means its files are damaged (:func:`damage`)."""
         try:
             record = read_json(path / CHECKPOINT_RECORD)
-            read_json(path / "trainer_state.json")
         except (OSError, ValueError):
             return "incomplete: the run was stopped while saving it"
-        if record.get("key") != self.key:
+        if not isinstance(record, dict) or record.get("key") != self.key:
             return "from another training: its params, data, base model or code differ"
         rng = (["rng_state.pth"] if self.processes == 1
                else [f"rng_state_{i}.pth" for i in range(self.processes)])
-        if not all(zipfile.is_zipfile(path / name) for name in rng):
-            return "incomplete: a process's RNG state is missing"
-        return None
+        problem = damage(path, rng)
+        return None if problem is None else DAMAGED + problem
+
+    def set_aside(self, path: Path) -> Path:
+        """Move the checkpoint at ``path`` to ``damaged-<name>`` (``-2``, ``-3``, ... when
+        taken) in the same folder, where Trainer neither resumes nor rotates it.
+
+        Raises:
+            LorasentError: it could not be moved, saying to delete it.
+        """
+        target, n = self.folder / f"damaged-{path.name}", 1
+        while target.exists():
+            n += 1
+            target = self.folder / f"damaged-{path.name}-{n}"
+        try:
+            path.rename(target)
+        except OSError as err:
+            raise LorasentError(
+                f"{path}: damaged and could not be set aside as {target} ({err}); delete "
+                "it and run again") from err
+        return target
 
     def prepare(self, resume: bool) -> Path | None:
         """The checkpoint to resume from, or None. The main process first removes every
-        checkpoint that cannot be resumed (all of them when not ``resume``) and says
-        why; the others wait for it."""
+        checkpoint that cannot be resumed (all of them when not ``resume``) and sets the
+        damaged ones aside (:meth:`set_aside`), logging each with why, and logs when
+        none is left to resume; the others wait for it."""
+        verdicts: dict[Path, str | None] = {}
         if is_main():
+            dropped = False
             for path in self.found():
-                why = self.why_not(path) if resume else "train.resume is never"
-                if why:
+                why = verdicts[path] = self.why_not(path) if resume else "train.resume is never"
+                if why and why.startswith(DAMAGED):
+                    log.warning("set aside %s as %s (%s); it is never resumed and kept for "
+                                "inspection: delete it when done", path, self.set_aside(path),
+                                why)
+                elif why:
                     shutil.rmtree(path, ignore_errors=True)
                     log.info("removed %s (%s)", path, why)
+                dropped = dropped or why is not None
+            if resume and dropped and all(verdicts.values()):
+                log.warning("no checkpoint in %s can be resumed: training starts at step 0",
+                            self.folder)
         barrier()
-        usable = [path for path in self.found() if resume and self.why_not(path) is None]
+        usable = [path for path in self.found() if resume and (
+            verdicts[path] if path in verdicts else self.why_not(path)) is None]
         return usable[-1] if usable else None
 
     def remove(self) -> None:
-        """Remove the folder: the adapter is saved."""
-        shutil.rmtree(self.folder, ignore_errors=True)
+        """Remove the checkpoints: the adapter is saved. Damaged ones set aside stay
+        (logged), else the folder goes too."""
+        for path in self.found():
+            shutil.rmtree(path, ignore_errors=True)
+        kept = sorted(p.name for p in self.folder.glob(f"damaged-{PREFIX_CHECKPOINT_DIR}-*"))
+        if kept:
+            log.warning("kept the damaged checkpoints %s in %s for inspection; delete them "
+                        "when done", ", ".join(kept), self.folder)
+        else:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+DAMAGED = "damaged: "
+# What a checkpoint must hold besides its RNG states: Trainer resumes without a missing
+# optimiser or scheduler state, silently starting them afresh.
+_ADAPTER_WEIGHTS = "adapter_model.safetensors"
+_SCHEDULER = "scheduler.pt"
+_OPTIMIZERS = ("optimizer.pt", "optimizer.bin")  # FSDP: optimizer.bin or optimizer_0/
+CHECKPOINT_SPACE_REMEDY = ("make checkpoints/ a link to a folder on a larger disk, or set "
+                           "train.save_steps: 0 to save no checkpoints")
+
+
+def damage(path: Path, rng: list[str]) -> str | None:
+    """What is wrong with the files of the checkpoint folder ``path`` (which holds a
+    record, so Trainer finished writing it), or None. Checked without loading a tensor:
+
+    - present: ``trainer_state.json``, ``adapter_model.safetensors``, ``scheduler.pt``,
+      an optimiser state (``optimizer.pt``, or FSDP's ``optimizer.bin`` or
+      ``optimizer*/`` folder) and the ``rng`` files;
+    - ``trainer_state.json``: a JSON object whose ``global_step`` is the folder's step
+      and whose ``max_steps`` is an integer;
+    - every ``*.json``: JSON; every ``*.safetensors``: its header parses and covers the
+      file (``safetensors.safe_open``); every ``*.pt``, ``*.pth``, ``*.bin`` (torch's
+      zip format): a zip whose members all match their CRC-32 (``zipfile.testzip``).
+    """
+    from safetensors import SafetensorError, safe_open
+
+    names = {p.name for p in path.iterdir()}
+    optimizer = [n for n in names if n in _OPTIMIZERS or (
+        n.startswith("optimizer") and (path / n).is_dir())]
+    missing = [n for n in ("trainer_state.json", _ADAPTER_WEIGHTS, _SCHEDULER, *rng)
+               if n not in names] + ([] if optimizer else ["optimizer.pt"])
+    if missing:
+        return f"{', '.join(missing)} missing"
+    for name in sorted(names):
+        file = path / name
+        if not file.is_file():
+            continue
+        try:
+            if name.endswith(".json"):
+                data = json.loads(file.read_text(encoding="utf-8"))
+                if name == "trainer_state.json":
+                    step = int(path.name.rsplit("-", 1)[1])
+                    if not isinstance(data, dict) or data.get("global_step") != step or (
+                            not isinstance(data.get("max_steps"), int)):
+                        return (f"{name} does not give global_step {step} and max_steps "
+                                f"(it holds {_head(data)})")
+            elif name.endswith(".safetensors"):
+                with safe_open(str(file), framework="pt") as weights:
+                    weights.keys()
+            elif name.endswith((".pt", ".pth", ".bin")):
+                with zipfile.ZipFile(file) as archive:
+                    bad = archive.testzip()
+                if bad is not None:
+                    return f"{name} is corrupt (its member {bad} fails its CRC-32 check)"
+        except (OSError, ValueError, zipfile.BadZipFile, SafetensorError) as err:
+            return f"{name} is cut short or corrupt ({type(err).__name__}: {err})"
+    return None
+
+
+def _head(data: Any, chars: int = 60) -> str:
+    """``data`` as compact JSON, cut to ``chars`` characters."""
+    text = json.dumps(data, separators=(",", ":"))
+    return text if len(text) <= chars else text[:chars] + "..."
 
 
 def _sort_target_modules(config_path: Path) -> None:
@@ -483,13 +599,16 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
     with ``train.resume: auto`` a run whose :func:`training_key` matches a complete one
     goes on from the last, through Trainer's ``resume_from_checkpoint`` (adapter,
     optimiser, scheduler, RNG states, position in the data), and ends with the adapter
-    an uninterrupted run writes. The folder is removed once the adapter is saved; a
-    failed or killed run leaves it for the next.
+    an uninterrupted run writes. A damaged checkpoint is set aside, never resumed
+    (:class:`Checkpoints`). The folder is removed once the adapter is saved; a failed
+    or killed run leaves it for the next.
 
     Raises:
         LorasentError: an empty training split or validation split that
             ``train.eval_strategy`` needs, a prompt with no room for text.
         HeadNotSavedError: seq_cls weights that the adapter would not save.
+        NoSpaceLeft: a checkpoint, the loss history, the adapter or the provenance
+            record found its filesystem full (:func:`lorasent.environment.writing`).
     """
     import datasets
     from peft import LoraConfig, get_peft_model
@@ -620,7 +739,9 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
                 trainer.remove_callback(ProgressCallback)
                 trainer.add_callback(PrinterCallback)
             try:
-                trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+                with writing("the loss history", live_dir):
+                    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from
+                                  else None)
             except torch.OutOfMemoryError as err:
                 raise LorasentError(_out_of_memory(train, device, err)) from err
         finally:
@@ -630,7 +751,7 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
         # every process takes part (FSDP gathers the shards); the main one saves
         state_dict = trainer.accelerator.get_state_dict(trainer.model)
         if main:
-            with atomic_dir(adapter_dir) as tmp:
+            with writing("the adapter", adapter_dir), atomic_dir(adapter_dir) as tmp:
                 model.save_pretrained(str(tmp), state_dict=state_dict, safe_serialization=True)
                 _sort_target_modules(tmp / "adapter_config.json")
                 write_json(tmp / ADAPTER_RECORD, record)
@@ -640,19 +761,21 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     final_loss = losses[-1] if losses else None
     if main:
-        write_json(provenance_dir / "train.json", provenance(
-            stage="train", params=params_record, device=device,
-            wall_time_s=time.perf_counter() - started,
-            inputs=inputs,
-            extra={"trainable_parameters": trainable, "total_parameters": total,
-                   "steps": trainer.state.global_step,
-                   "resumed_from_step": _checkpoint_step(resume_from),
-                   "shared_start_tokens": shared_start,
-                   "train_rows": len(rows),
-                   "effective_batch_size": train.per_device_train_batch_size
-                   * train.gradient_accumulation_steps * trainer.args.world_size,
-                   "final_loss": final_loss,
-                   "best_validation_accuracy": trainer.state.best_metric,
-                   "best_checkpoint_step": _checkpoint_step(
-                       trainer.state.best_model_checkpoint)}))
+        record_path = provenance_dir / "train.json"
+        with writing("the provenance record", record_path):
+            write_json(record_path, provenance(
+                stage="train", params=params_record, device=device,
+                wall_time_s=time.perf_counter() - started,
+                inputs=inputs,
+                extra={"trainable_parameters": trainable, "total_parameters": total,
+                       "steps": trainer.state.global_step,
+                       "resumed_from_step": _checkpoint_step(resume_from),
+                       "shared_start_tokens": shared_start,
+                       "train_rows": len(rows),
+                       "effective_batch_size": train.per_device_train_batch_size
+                       * train.gradient_accumulation_steps * trainer.args.world_size,
+                       "final_loss": final_loss,
+                       "best_validation_accuracy": trainer.state.best_metric,
+                       "best_checkpoint_step": _checkpoint_step(
+                           trainer.state.best_model_checkpoint)}))
     return TrainResult(trainer.state.global_step, final_loss, trainable, model.eval())

@@ -1,0 +1,145 @@
+"""dvc.yaml's deps cover the code that makes each stage's outputs, and the workflow
+passes zizmor.
+
+A stage's code is its import closure: what ``lorasent <stage>`` runs in cli.py (the
+module's top level, the stage's function and the cli functions it names, such as
+``_stage``), and every lorasent module those import, at the top or inside a function,
+followed to the end. A module left out of the deps is one that cannot change results
+(:data:`EXEMPT`, with the reason each).
+"""
+
+import ast
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from lorasent.params import read_yaml
+from lorasent.train import TRAIN_CODE
+
+SRC = REPO / "src" / "lorasent"
+DVC = read_yaml((REPO / "dvc.yaml").read_text(encoding="utf-8"), "dvc.yaml")
+STAGES = ["fetch", "split", "baseline", "train", "evaluate"]
+
+# Modules in a stage's import closure that no stage output depends on.
+EXEMPT = {
+    "programs": "finds dvc and git and words the message when one is missing: reached only "
+                "from the error path of every command and from the git lookup of the params "
+                "an experiment changed, which are printed, never written",
+}
+
+
+def _imports(nodes: list[ast.stmt]) -> set[str]:
+    """The lorasent modules imported anywhere in ``nodes`` (function bodies included),
+    except under ``if TYPE_CHECKING:``, which never runs."""
+    found: set[str] = set()
+    todo: list[ast.AST] = list(nodes)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) \
+                and node.test.id == "TYPE_CHECKING":
+            todo += node.orelse
+            continue
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "lorasent":
+                found |= {alias.name for alias in node.names}
+            elif node.module.startswith("lorasent."):
+                found.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[1] for alias in node.names
+                      if alias.name.startswith("lorasent.")}
+        todo += ast.iter_child_nodes(node)
+    return found
+
+
+def _module(name: str) -> ast.Module:
+    return ast.parse((SRC / f"{name}.py").read_text(encoding="utf-8"))
+
+
+def _cli_roots(stage: str) -> list[ast.stmt]:
+    """What ``lorasent <stage>`` runs of cli.py: its top level, and the functions reached
+    by name from the stage's function (its decorator ``_stage``, then ``_user_errors``,
+    ``_record``, ...)."""
+    tree = _module("cli")
+    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    top = [node for node in tree.body
+           if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)]
+    reached, todo = set(), [stage]
+    while todo:
+        name = todo.pop()
+        if name in reached:
+            continue
+        reached.add(name)
+        todo += [node.id for node in ast.walk(functions[name])
+                 if isinstance(node, ast.Name) and node.id in functions]
+    return top + [functions[name] for name in sorted(reached)]
+
+
+def closure(stage: str) -> set[str]:
+    """The lorasent modules ``lorasent <stage>`` can run, cli included."""
+    seen: set[str] = set()
+    todo = ["cli", stage, *_imports(_cli_roots(stage))]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            if name != "cli":  # cli's own imports: only those of _cli_roots
+                todo += _imports(_module(name).body)
+    return seen
+
+
+def _declared_code(stage: str) -> list[str]:
+    return [dep.removeprefix("src/lorasent/").removesuffix(".py")
+            for dep in DVC["stages"][stage]["deps"] if dep.startswith("src/")]
+
+
+def test_the_walk_follows_imports_inside_functions():
+    # cli imports the stage module inside the stage's function, and params imports
+    # artifacts inside update_params: both are followed
+    assert "train" in _imports(_cli_roots("train"))
+    assert "compare" not in _imports(_cli_roots("train"))
+    assert "artifacts" in _imports(_module("params").body)
+    # statistics names metrics only for the type checker
+    assert "metrics" not in _imports(_module("statistics").body)
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_stage_deps_are_its_import_closure(stage):
+    declared = _declared_code(stage)
+    assert len(declared) == len(set(declared)), f"{stage}: a module is listed twice"
+    assert set(declared) == closure(stage) - set(EXEMPT)
+
+
+def test_the_closures_hold_what_writes_and_maps_the_outputs():
+    assert closure("fetch") - set(EXEMPT) == {
+        "fetch", "artifacts", "cli", "environment", "errors", "launch", "params", "paths",
+        "tables"}
+    assert closure("train") - closure("fetch") == {"train", "metrics", "modeling", "scoring"}
+    assert closure("evaluate") - closure("train") == {"evaluate", "statistics"}
+
+
+def test_exempt_modules_are_in_some_closure():
+    every = set().union(*(closure(stage) for stage in STAGES))
+    assert set(EXEMPT) <= every
+
+
+def test_the_training_key_hashes_the_train_closure():
+    assert sorted(TRAIN_CODE) == sorted(closure("train") - set(EXEMPT))
+
+
+def _zizmor() -> str:
+    found = shutil.which("zizmor", path=str(Path(sys.executable).parent)) or shutil.which("zizmor")
+    assert found is not None, "zizmor is not installed: make setup installs requirements.lock"
+    return found
+
+
+def test_the_workflows_pass_zizmor():
+    done = subprocess.run([_zizmor(), "--offline", "--format", "json",
+                           str(REPO / ".github" / "workflows")],
+                          capture_output=True, text=True, timeout=120)
+    assert json.loads(done.stdout) == [], done.stderr
+    assert done.returncode == 0, done.stderr

@@ -1,0 +1,381 @@
+"""Issue 27, items 1, 2 and 10: nothing a command writes destroys what was there.
+
+Output folders (`export --out`, `compare --out`) never replace the current folder, the
+repository, tracked files or a folder the command did not write; `predict --output`
+never replaces its input; predictions files read back as written; two runs writing the
+same output both finish.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from conftest import CASES, train_in
+from lorasent.artifacts import (
+    OUTPUT_MARKER,
+    OutputPathError,
+    atomic_open,
+    check_output_file,
+    check_output_folder,
+    marker_text,
+)
+from lorasent.cli import main
+from lorasent.predict import Prediction, write_predictions
+from test_compare import make_metrics_repo
+
+LABELS = ["negative", "neutral", "positive"]
+NEVER = "choose another folder (--force does not override this)"
+FORCE = "choose a new folder, or pass --force to replace it"
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *args], cwd=root,
+                   check=True, capture_output=True)
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    """Every file (``.git`` and ``.dvc`` included) and folder below ``root`` with its
+    bytes' SHA-256: equal snapshots mean nothing was written or deleted."""
+    out = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs:
+            out[os.path.relpath(os.path.join(folder, name), root) + "/"] = "dir"
+        for name in files:
+            path = os.path.join(folder, name)
+            out[os.path.relpath(path, root)] = hashlib.sha256(
+                Path(path).read_bytes()).hexdigest()
+    return out
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    """A throwaway git + DVC repository, the current folder, holding a tracked `docs/`,
+    a DVC cache file and a DVC output `data/split` declared in dvc.yaml."""
+    root = tmp_path / "repo"
+    (root / "docs").mkdir(parents=True)
+    (root / "docs" / "params.md").write_text("# params\n", encoding="utf-8")
+    (root / "dvc.yaml").write_text("stages:\n  split:\n    cmd: 'true'\n    outs:\n"
+                                   "    - data/split\n", encoding="utf-8")
+    _git(root, "init", "-q")
+    (root / ".dvc" / "cache" / "files" / "md5" / "ab").mkdir(parents=True)
+    (root / ".dvc" / "cache" / "files" / "md5" / "ab" / "cdef").write_text("cached\n")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-q", "-m", "init")
+    monkeypatch.chdir(root)
+    return root
+
+
+def _refused(path: str | Path, **kwargs) -> str:
+    with pytest.raises(OutputPathError) as err:
+        check_output_folder(path, **{"command": "export", "force": False, **kwargs})
+    return str(err.value)
+
+
+# ---------------------------------------------------------------- the folder guard
+
+def test_the_current_folder_and_the_repository_are_refused_even_with_force(repo, monkeypatch):
+    (repo / "sub").mkdir()
+    for force in (False, True):
+        assert _refused(".", force=force) == (
+            f"--out .: refusing to replace the current folder: export replaces the whole "
+            f"folder it writes; {NEVER}")
+        assert _refused(str(repo), force=force) == (
+            f"--out {repo}: refusing to replace the current folder: export replaces the "
+            f"whole folder it writes; {NEVER}")
+        assert _refused("..", force=force) == (
+            f"--out ..: refusing to replace a folder holding the current folder ({repo}): "
+            f"export replaces the whole folder it writes; {NEVER}")
+        assert _refused("/", force=force) == f"--out /: the filesystem root; {NEVER}"
+    monkeypatch.chdir(repo / "sub")  # the repository root seen from a subfolder
+    assert _refused("..", force=True) == (
+        f"--out ..: refusing to replace a folder holding the current folder ({repo / 'sub'}): "
+        f"export replaces the whole folder it writes; {NEVER}")
+    monkeypatch.chdir(repo.parent)  # from outside: the repo is still refused
+    assert _refused("repo", force=True) == (
+        f"--out repo: refusing to replace the root of the repository; {NEVER}")
+
+
+def test_home_and_a_folder_holding_a_repository_are_refused_even_with_force(tmp_path,
+                                                                             monkeypatch):
+    home = tmp_path / "home"
+    (home / "projects" / "other" / ".git").mkdir(parents=True)
+    (tmp_path / "work").mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path / "work")
+    assert _refused(home, force=True) == (
+        f"--out {home}: refusing to replace your home folder; {NEVER}")
+    assert _refused(home / "projects", force=True) == (
+        f"--out {home / 'projects'}: refusing to replace a folder holding the repository "
+        f"{home / 'projects' / 'other'}; {NEVER}")
+
+
+def test_tracked_and_dvc_folders_are_refused_unless_forced(repo):
+    assert _refused("docs") == (
+        f"--out docs: refusing to replace a folder holding files tracked by git (1 file, "
+        f"e.g. docs/params.md); {FORCE}")
+    (repo / "data" / "split").mkdir(parents=True)
+    assert _refused("data") == (
+        "--out data: refusing to replace a folder holding the DVC-tracked output data/split "
+        f"(declared in dvc.yaml, stage split); {FORCE}")
+    assert _refused("data/split/export") == (
+        "--out data/split/export: refusing to replace a folder inside the DVC-tracked "
+        f"output data/split (declared in dvc.yaml, stage split); {FORCE}")
+    for path in ("docs", "data", "data/split/export"):
+        check_output_folder(path, command="export", force=True)
+
+
+def test_a_foreign_folder_is_refused_and_its_own_output_replaced(repo):
+    (repo / "mine" / "sub").mkdir(parents=True)
+    (repo / "mine" / "sub" / "notes.txt").write_text("keep me\n", encoding="utf-8")
+    (repo / "mine" / "a.txt").write_text("and me\n", encoding="utf-8")
+    assert _refused("mine") == (
+        "--out mine: refusing to replace a folder `lorasent export` did not write "
+        f"(2 files, e.g. mine/a.txt); {FORCE}")
+    (repo / "mine" / OUTPUT_MARKER).write_text(marker_text("compare"), encoding="utf-8")
+    assert _refused("mine").startswith(  # another command's output is not export's
+        "--out mine: refusing to replace a folder `lorasent export` did not write (3 files")
+    check_output_folder("mine", command="export", force=True)
+    (repo / "mine" / OUTPUT_MARKER).write_text(marker_text("export"), encoding="utf-8")
+    check_output_folder("mine", command="export", force=False)
+    (repo / "empty").mkdir()
+    check_output_folder("empty", command="export", force=False)
+    check_output_folder("new/folder", command="export", force=False)
+
+
+def test_a_link_and_a_file_are_refused(repo):
+    (repo / "target").mkdir()
+    (repo / "link").symlink_to(repo / "target")
+    assert _refused("link", force=True) == (
+        f"--out link: a symbolic link (to {repo / 'target'}); export replaces the folder it "
+        "writes, so give the path of a real folder, or a new one")
+    assert _refused("docs/params.md", force=True) == (
+        f"--out docs/params.md: a file, not a folder; {NEVER}")
+
+
+def test_an_output_file_is_never_its_input_and_tracked_ones_need_force(repo):
+    source = repo / "texts.csv"
+    source.write_text("text\nhi\n", encoding="utf-8")
+    for given in ("texts.csv", "./texts.csv", str(source)):
+        with pytest.raises(OutputPathError) as err:
+            check_output_file(given, force=True, inputs=[("--input", "texts.csv")])
+        assert str(err.value) == (
+            f"--output {Path(given)}: the same file as --input texts.csv; writing it would "
+            "replace the input: give another output file (--force does not override this)")
+    _git(repo, "add", "texts.csv")
+    with pytest.raises(OutputPathError) as err:
+        check_output_file("texts.csv", force=False)
+    assert str(err.value) == (
+        "--output texts.csv: tracked by git; writing it would replace the committed file: "
+        "give another output file, or pass --force to replace it")
+    check_output_file("texts.csv", force=True)
+    check_output_file("new.csv", force=False)
+
+
+# --------------------------------------------------------- predictions read back as written
+
+ALPHABET = ["a", "Z", " ", ",", ";", "\t", '"', "'", "\r", "\n", "\r\n", "\u2028", "\u2029",
+            "\u0085", "é", "字", "#", "\\"]
+
+
+def _texts(seed: int, n: int) -> list[str]:
+    rng = random.Random(seed)
+    return ["".join(rng.choice(ALPHABET) for _ in range(rng.randint(1, 12))) + f" {i}"
+            for i in range(n)]
+
+
+def _predictions(texts: list[str]) -> list[Prediction]:
+    return [Prediction(t, "neutral", {label: 1 / 3 for label in LABELS},
+                       columns={"id": f"r{i}", "text": t}) for i, t in enumerate(texts)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_csv_predictions_read_back_identical_and_in_order(seed):
+    texts = _texts(seed, 200)
+    out = io.StringIO()
+    write_predictions(_predictions(texts), LABELS, out, "csv", ["id", "text"])
+    text = out.getvalue()
+    frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    assert list(frame.columns) == ["id", "input_text", "text", "label", "p_negative",
+                                   "p_neutral", "p_positive", "note"]
+    assert frame["text"].tolist() == texts
+    assert frame["input_text"].tolist() == texts
+    assert frame["id"].tolist() == [f"r{i}" for i in range(len(texts))]
+    rows = list(csv.reader(io.StringIO(text, newline="")))
+    assert [row[2] for row in rows[1:]] == texts
+    assert {len(row) for row in rows} == {8}
+    # rows end in \n: each \r\n is inside a text, written twice (text and input_text)
+    assert text.count("\r\n") == 2 * sum(t.count("\r\n") for t in texts)
+
+
+def test_a_bare_carriage_return_is_quoted():
+    out = io.StringIO()
+    write_predictions([Prediction("a\rb", None, None, "x")], LABELS, out, "csv")
+    assert out.getvalue() == 'text,label,p_negative,p_neutral,p_positive,note\n"a\rb",,,,,x\n'
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_jsonl_predictions_read_back_identical_and_in_order(seed):
+    texts = _texts(seed, 200)
+    out = io.StringIO()
+    write_predictions(_predictions(texts), LABELS, out, "jsonl", ["id", "text"])
+    text = out.getvalue()
+    # split as line-by-line readers do, by every line break Python knows
+    assert [json.loads(line)["text"] for line in text.splitlines()] == texts
+    assert pd.read_json(io.StringIO(text), lines=True, dtype=False)["text"].tolist() == texts
+
+
+# ------------------------------------------------------------- two writers of one output
+
+def test_a_running_writers_temporary_is_not_taken_for_a_stale_one(tmp_path):
+    """Two `predict --output out.csv` at once: the second's start used to delete the
+    first's temporary file, which then failed with "not found; run dvc repro"."""
+    target = tmp_path / "out.csv"
+    killed = tmp_path / ".out.csv.killed.tmp"  # a killed run's: nobody holds it
+    killed.write_text("half\n", encoding="utf-8")
+    with atomic_open(target) as first:
+        assert not killed.exists()  # a leftover nobody holds is removed
+        first.write("first\n")
+        killed.write_text("half\n", encoding="utf-8")
+        with atomic_open(target) as second:  # a second run starts meanwhile
+            assert not killed.exists()
+            assert len(list(tmp_path.glob(".out.csv.*.tmp"))) == 2  # the first's is kept
+            second.write("second\n")
+        assert target.read_text(encoding="utf-8") == "second\n"
+        first.write("rest\n")
+    assert target.read_text(encoding="utf-8") == "first\nrest\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
+
+
+# ------------------------------------------------------- the commands, end to end
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, repo_params_raw, minilm_dir, split_dir):
+    """A MiniLM seq_cls adapter trained 2 steps (seconds; conftest's ``minilm_params``
+    with no overrides) and its base folder."""
+    from conftest import LABELS as TRAIN_LABELS
+    from lorasent.params import merge, parse_params
+
+    preset = {"base": {"model": "packaged:minilm-l6", "labels": TRAIN_LABELS},
+              "prompt": {"max_length": 32},
+              "train": {"mode": "seq_cls", "max_steps": 2, "per_device_train_batch_size": 4,
+                        "learning_rate": 1e-3, "logging_steps": 1,
+                        "lora": {"target_modules": ["query", "value"]}}}
+    folder = tmp_path_factory.mktemp("adapter")
+    train_in(folder, parse_params(merge(repo_params_raw, preset)), minilm_dir, split_dir)
+    return folder / "adapter", minilm_dir
+
+
+def _export(trained, out: str, *extra: str):
+    adapter, base = trained
+    return CliRunner().invoke(main, ["export", "--adapter", str(adapter), "--base", str(base),
+                                     "--out", out, *extra])
+
+
+def test_export_to_the_checkout_deletes_nothing(trained, repo):
+    before = _snapshot(repo)
+    for extra in ((), ("--force",)):
+        result = _export(trained, ".", *extra)
+        assert result.exit_code == 1
+        assert result.stderr == (
+            "lorasent export: error: --out .: refusing to replace the current folder: export "
+            f"replaces the whole folder it writes; {NEVER}\n")
+        assert _snapshot(repo) == before
+
+
+def test_export_into_a_foreign_folder_needs_force_and_reruns_replace_its_own(trained, repo):
+    before = _snapshot(repo)
+    result = _export(trained, "docs")
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "lorasent export: error: --out docs: refusing to replace a folder holding files "
+        f"tracked by git (1 file, e.g. docs/params.md); {FORCE}\n")
+    assert _snapshot(repo) == before
+    result = _export(trained, "docs", "--force")
+    assert result.exit_code == 0, result.output
+    assert (repo / "docs" / OUTPUT_MARKER).read_text(encoding="utf-8") == marker_text("export")
+    assert not (repo / "docs" / "params.md").exists()
+    for _ in range(2):  # its own output: replaced without --force
+        result = _export(trained, "exported")
+        assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (repo / "exported").iterdir()) == sorted(
+        p.name for p in (repo / "docs").iterdir())
+
+
+@pytest.fixture(scope="module")
+def metrics_repo(tmp_path_factory):
+    return make_metrics_repo(tmp_path_factory.mktemp("compare"))
+
+
+def test_compare_to_the_checkout_or_a_foreign_folder_deletes_nothing(metrics_repo,
+                                                                     monkeypatch):
+    monkeypatch.chdir(metrics_repo)
+    (metrics_repo / "notes").mkdir(exist_ok=True)
+    (metrics_repo / "notes" / "mine.md").write_text("mine\n", encoding="utf-8")
+    before = _snapshot(metrics_repo)
+    for out, message in ((".", "--out .: refusing to replace the current folder: compare "
+                                f"replaces the whole folder it writes; {NEVER}"),
+                         ("notes", "--out notes: refusing to replace a folder `lorasent "
+                                   f"compare` did not write (1 file, e.g. notes/mine.md); "
+                                   f"{FORCE}")):
+        result = CliRunner().invoke(main, ["compare", "v1", "v1", "--out", out])
+        assert result.exit_code == 1
+        assert result.stderr == f"lorasent compare: error: {message}\n"
+        assert _snapshot(metrics_repo) == before
+    for _ in range(2):  # its own report folder: replaced without --force
+        result = CliRunner().invoke(main, ["compare", "v1", "v1"])
+        assert result.exit_code == 0, result.output
+    report = metrics_repo / "reports" / "v1-vs-v1"
+    assert (report / OUTPUT_MARKER).read_text(encoding="utf-8") == marker_text("compare")
+    shutil.rmtree(metrics_repo / "reports")
+    shutil.rmtree(metrics_repo / "notes")
+
+
+def _predict(trained, *args: str):
+    adapter, base = trained
+    return CliRunner().invoke(main, ["predict", "--adapter", str(adapter), "--base", str(base),
+                                     *args])
+
+
+def test_predict_never_writes_over_its_input(trained, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    source = tmp_path / "texts.jsonl"
+    shutil.copy(CASES / "predict_cr_in_text.jsonl", source)
+    before = source.read_bytes()
+    for output in ("texts.jsonl", str(source)):
+        for extra in ((), ("--force",)):
+            result = _predict(trained, "--input", "texts.jsonl", "--output", output, *extra)
+            assert result.exit_code == 1
+            assert result.stderr == (
+                f"lorasent predict: error: --output {output}: the same file as --input "
+                "texts.jsonl; writing it would replace the input: give another output file "
+                "(--force does not override this)\n")
+            assert source.read_bytes() == before
+
+
+def test_predict_csv_of_texts_with_carriage_returns_reads_back(trained, tmp_path,
+                                                               monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    case = CASES / "predict_cr_in_text.jsonl"
+    inputs = [json.loads(line) for line in case.read_text(encoding="utf-8").split("\n")
+              if line]
+    assert any("\r" in row["text"] for row in inputs)
+    result = _predict(trained, "--input", str(case), "--output", "out.csv")
+    assert result.exit_code == 0, result.output
+    frame = pd.read_csv("out.csv", dtype=str, keep_default_na=False)
+    assert frame["text"].tolist() == [row["text"] for row in inputs]
+    assert frame["id"].tolist() == [str(row["id"]) for row in inputs]
+    with open("out.csv", encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [row["text"] for row in rows] == [row["text"] for row in inputs]
