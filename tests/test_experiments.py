@@ -201,10 +201,12 @@ def report(sweep):
 
 
 def test_report_names_every_metric_class_and_changed_param(sweep, report):
+    from lorasent.artifacts import OUTPUT_MARKER
     from lorasent.compare import _fmt
 
     assert sorted(p.name for p in report.iterdir()) == sorted(
-        [*CONFUSION_PNGS, "training-loss.png", "report.html", "report.md", "verdict.md"])
+        [*CONFUSION_PNGS, "training-loss.png", "report.html", "report.md", "verdict.md",
+         OUTPUT_MARKER])
     text = (report / "report.md").read_text(encoding="utf-8")
     verdict = (report / "verdict.md").read_text(encoding="utf-8")
     assert text.startswith(f"# lorasent: r4 vs r16\n\n{verdict}")
@@ -386,8 +388,10 @@ def test_revisions_scored_on_other_rows_get_no_paired_test(sweep, tmp_path):
     _revision(sweep, "other-rows", "r4", {"metrics/predictions.csv": "\n".join(other) + "\n"})
     printed, text = _lorasent_compare(sweep, "r4", "other-rows", tmp_path / "other")
     assert printed.startswith("**No paired test: A and B were scored on different test rows")
-    assert ("A and B were scored on different test rows (24 rows only in A, 24 only in B)"
-            in text)
+    a_ids = sorted(line.split(",")[0] for line in predictions[1:])
+    assert ("A and B were scored on different test rows (24 rows only in A, 24 only in B; "
+            f"only in A: {', '.join(a_ids[:5])}, … (19 more); only in B: "
+            f"{', '.join(f'other{i:012d}' for i in range(5))}, … (19 more))" in text)
     assert "McNemar" not in text and "## Is the difference real?" not in text
     assert "A 95% interval" in text  # each side's own interval instead
 

@@ -105,12 +105,14 @@ def load_base_model(model_dir: str | Path, *, device: str, precision: str,
                     labels: list[str] | None = None, for_adapter: bool = False,
                     trust_remote_code: bool = False,
                     tokenizer: PreTrainedTokenizerBase | None = None,
+                    resolved: tuple[torch.device, torch.dtype] | None = None,
                     ) -> tuple[torch.nn.Module, PreTrainedTokenizerBase, torch.device]:
     """Tokenizer and base model on the resolved device and dtype: the causal LM, or in
     ``seq_cls`` mode the model with a fresh head for ``labels`` (``for_adapter``: an
     adapter will replace the head, so its random initialisation is not reported).
 
-    The environment checks of :func:`lorasent.environment.require_environment` run first.
+    The environment checks of :func:`lorasent.environment.require_environment` run first,
+    unless ``resolved`` holds the ``(torch.device, torch.dtype)`` they already returned.
     ``tokenizer``: the one :func:`load_tokenizer` already gave (to check the label
     words before the weights load); loaded from ``model_dir`` when None.
 
@@ -120,7 +122,7 @@ def load_base_model(model_dir: str | Path, *, device: str, precision: str,
     Raises:
         EnvironmentProblem: wrong torch build, missing flash-attn, bf16 without support.
     """
-    torch_device, dtype = require_environment(
+    torch_device, dtype = resolved or require_environment(
         device=device, precision=precision, attn_implementation=attn_implementation,
         model=model, model_dir=Path(model_dir))
     if tokenizer is None:
@@ -154,8 +156,10 @@ def load_model_and_prompt(model_dir: str | Path, *, base: BaseParams, prompt: Pr
     """The base model as :func:`load_base_model` gives it, and the encoder that baseline,
     train and evaluate all share (label words in ``base.labels`` order).
 
-    A folder with a ``manifest.json`` (fetched) is first checked file by file against it
-    (:func:`check_base_files`). The encoder is made from the tokenizer before the weights
+    The environment checks (:func:`lorasent.environment.require_environment`) run
+    first, before anything is read from ``model_dir``. A folder with a ``manifest.json``
+    (fetched) is then checked file by file against it (:func:`check_base_files`). The
+    encoder is made from the tokenizer before the weights
     load, so label words that cannot be told apart
     (:func:`lorasent.scoring.label_token_ids`) fail at once.
 
@@ -167,6 +171,9 @@ def load_model_and_prompt(model_dir: str | Path, *, base: BaseParams, prompt: Pr
         PromptError: label words not told apart, or no room for the text.
         EnvironmentProblem: the environment checks failed.
     """
+    resolved = require_environment(device=base.device, precision=base.precision,
+                                   attn_implementation=base.attn_implementation,
+                                   model=base.model, model_dir=Path(model_dir))
     if (Path(model_dir) / MANIFEST).is_file():
         check_base_files(model_dir)
     labels = list(base.labels)
@@ -177,7 +184,8 @@ def load_model_and_prompt(model_dir: str | Path, *, base: BaseParams, prompt: Pr
     model, _, device = load_base_model(
         model_dir, device=base.device, precision=base.precision,
         attn_implementation=base.attn_implementation, model=base.model, mode=mode,
-        labels=labels, trust_remote_code=base.trust_remote_code, tokenizer=tokenizer)
+        labels=labels, trust_remote_code=base.trust_remote_code, tokenizer=tokenizer,
+        resolved=resolved)
     return model, encoder, device
 
 
@@ -387,7 +395,8 @@ def load_trained_model(adapter_dir: str | Path, model_dir: str | Path, *,
         ``(model, encoder, record, torch.device)``.
 
     The base model is checked by its manifest's hash against the record
-    (:func:`check_adapter`), then by its files' bytes against the manifest
+    (:func:`check_adapter`), then the environment (:func:`require_environment`), then
+    the base model by its files' bytes against the manifest
     (:func:`check_base_files`), and the label words by the tokenizer, all before the
     weights load.
 
@@ -400,17 +409,21 @@ def load_trained_model(adapter_dir: str | Path, model_dir: str | Path, *,
     record = read_adapter_record(adapter_dir)
     check_adapter(record, model_dir=model_dir, adapter_dir=adapter_dir, labels=labels,
                   prompt=prompt, mode=mode)
-    check_base_files(model_dir, adapter_dir=adapter_dir)
     trained = record["params"]["base"]
+    device, precision = device or trained["device"], precision or trained["precision"]
+    resolved = require_environment(device=device, precision=precision,
+                                   attn_implementation=trained["attn_implementation"],
+                                   model=record["base_model"]["source"],
+                                   model_dir=Path(model_dir))
+    check_base_files(model_dir, adapter_dir=adapter_dir)
     trust_remote_code = trained.get("trust_remote_code", False)
     tokenizer = load_tokenizer(model_dir, trust_remote_code)
     encoder = make_encoder(tokenizer, mode=record["mode"], num_labels=len(record["labels"]),
                            max_length=record["max_length"], template=record.get("template", ""),
                            label_words=record.get("label_words"))
     model, _, torch_device = load_base_model(
-        model_dir, device=device or trained["device"],
-        precision=precision or trained["precision"],
+        model_dir, device=device, precision=precision,
         attn_implementation=trained["attn_implementation"], model=record["base_model"]["source"],
         mode=record["mode"], labels=record["labels"], for_adapter=True,
-        trust_remote_code=trust_remote_code, tokenizer=tokenizer)
+        trust_remote_code=trust_remote_code, tokenizer=tokenizer, resolved=resolved)
     return load_adapter(model, adapter_dir), encoder, record, torch_device
