@@ -32,7 +32,7 @@ from lorasent.artifacts import (
     marker_text,
 )
 from lorasent.cli import main
-from lorasent.predict import Prediction, write_predictions
+from lorasent.predict import Prediction, write_predictions, written_by_predict
 from test_compare import make_metrics_repo
 
 LABELS = ["negative", "neutral", "positive"]
@@ -121,6 +121,22 @@ def test_home_and_a_folder_holding_a_repository_are_refused_even_with_force(tmp_
         f"{home / 'projects' / 'other'}; {NEVER}")
 
 
+def test_nothing_goes_into_git_or_dvc_data_even_new_and_forced(repo, monkeypatch):
+    """`.git/x` and `.dvc/cache` (missing or empty) used to be written into."""
+    (repo / "sub").mkdir()
+    monkeypatch.chdir(repo / "sub")
+    for given, meta in (("../.git/reports", ".git"), ("../.git", ".git"),
+                        ("../.dvc/cache/files", ".dvc"), ("../.dvc/tmp/new", ".dvc")):
+        assert _refused(given, force=True) == (
+            f"--out {given}: inside {repo / meta}, the repository's own {meta} data; {NEVER}")
+        with pytest.raises(OutputPathError) as err:
+            check_output_file(f"{given}/out.csv", force=True)
+        assert str(err.value) == (
+            f"--output {given}/out.csv: inside {repo / meta}, the repository's own {meta} "
+            "data; give another output file (--force does not override this)")
+    assert not (repo / ".git" / "reports").exists() and not (repo / ".dvc" / "tmp").exists()
+
+
 def test_tracked_and_dvc_folders_are_refused_unless_forced(repo):
     assert _refused("docs") == (
         f"--out docs: refusing to replace a folder holding files tracked by git (1 file, "
@@ -181,6 +197,67 @@ def test_an_output_file_is_never_its_input_and_tracked_ones_need_force(repo):
         "give another output file, or pass --force to replace it")
     check_output_file("texts.csv", force=True)
     check_output_file("new.csv", force=False)
+
+
+def _written(path: Path, fmt: str, columns: list[str]) -> None:
+    predictions = [Prediction("a,b", "neutral", {label: 1 / 3 for label in LABELS})]
+    with open(path, "w", encoding="utf-8", newline="") as out:
+        write_predictions(_predictions(["a,b", "c\rd"]) if columns else predictions, LABELS,
+                          out, fmt, columns)
+
+
+@pytest.mark.parametrize(("name", "content", "ours"), [
+    ("out.csv", "text,label,p_negative,p_neutral,p_positive,note\n", True),
+    ("out.csv", "id,input_text,text,label,p_a,note\r\nr1,x,x,a,1.0,\r\n", True),
+    ("out.csv", "text,label\nhi,positive\n", False),  # a user's labelled data
+    ("out.csv", "text,label,note\n", False),  # no probability column
+    ("out.csv", "label,text,p_a,note\n", False),
+    ("out.csv", "\xff\xfe", False),
+    ("out.jsonl", '{"id": 1, "text": "x", "label": "a", "probabilities": {}, "note": ""}\n',
+     True),
+    ("out.jsonl", '{"text": "x", "label": "a"}\n', False),
+    ("out.jsonl", '["text", "label", "probabilities", "note"]\n', False),
+    ("out.jsonl", "not json\n", False),
+])
+def test_a_predictions_file_is_told_by_its_first_line(tmp_path, name, content, ours):
+    path = tmp_path / name
+    path.write_bytes(content.encode("utf-8") if not content.startswith("\xff")
+                     else b"\xff\xfe")
+    assert written_by_predict(path) is ours
+
+
+def test_an_output_file_predict_did_not_write_needs_force(tmp_path):
+    ours = ("predict", written_by_predict)
+    for i, (fmt, columns) in enumerate((("csv", []), ("csv", ["id", "text"]),
+                                        ("jsonl", []), ("jsonl", ["id", "text"]))):
+        path = tmp_path / f"ours{i}.{fmt}"
+        _written(path, fmt, columns)
+        check_output_file(path, force=False, ours=ours)  # its own output: replaced
+    (tmp_path / "empty.csv").touch()
+    check_output_file(tmp_path / "empty.csv", force=False, ours=ours)  # nothing to lose
+    mine = tmp_path / "mine.csv"
+    mine.write_text("text,label\nhi,positive\n", encoding="utf-8")
+    with pytest.raises(OutputPathError) as err:
+        check_output_file(mine, force=False, ours=ours)
+    assert str(err.value) == (
+        f"--output {mine}: an existing file that `lorasent predict` did not write; writing "
+        "it would replace it: give another output file, or pass --force to replace it")
+    check_output_file(mine, force=True, ours=ours)
+
+
+def test_predict_refuses_a_foreign_output_before_loading_anything(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("texts.csv").write_text("text\nhi\n", encoding="utf-8")
+    Path("mine.jsonl").write_text('{"text": "keep me"}\n', encoding="utf-8")
+    before = _snapshot(tmp_path)
+    result = CliRunner().invoke(main, ["predict", "--adapter", "no-adapter", "--input",
+                                       "texts.csv", "--output", "mine.jsonl"])
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "lorasent predict: error: --output mine.jsonl: an existing file that `lorasent "
+        "predict` did not write; writing it would replace it: give another output file, or "
+        "pass --force to replace it\n")
+    assert _snapshot(tmp_path) == before
 
 
 # --------------------------------------------------------- predictions read back as written

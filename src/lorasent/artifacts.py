@@ -17,7 +17,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -243,6 +243,14 @@ def _repo_roots(*starts: Path) -> list[Path]:
     return roots
 
 
+def _metadata_folder(full: Path, roots: Iterable[Path]) -> Path | None:
+    """The ``.git`` or ``.dvc`` folder of one of the repository ``roots`` that ``full``
+    (resolved) is or lies in: git's and DVC's own data (objects, cache, config), which
+    no output may go into, new or not."""
+    return next((meta for root in roots for meta in (root / ".git", root / ".dvc")
+                 if _within(full, meta)), None)
+
+
 def _git(root: Path, *args: str) -> list[str]:
     """``git -C root <args>``'s NUL-separated output; empty when git is missing or
     ``root`` is no git work tree (then nothing there is git-tracked)."""
@@ -329,10 +337,11 @@ def check_output_folder(path: str | Path, *, command: str, force: bool,
     Refused even with ``force``: the current folder or one holding it, the filesystem
     root, ``$HOME`` or a folder holding it, a repository root (a folder with ``.git`` or
     ``.dvc``: the current folder's, the output's, or one inside the output) or a folder
-    holding one, a symbolic link, a file. Refused unless ``force``: a folder holding a
-    git-tracked path or a DVC output (or inside one: ``dvc.yaml``, ``dvc.lock``, ``.dvc``
-    files), and a non-empty folder without the :data:`OUTPUT_MARKER` of ``command``. A
-    folder that does not exist yet, or an empty one, is fine.
+    holding one, a folder in such a root's ``.git`` or ``.dvc``, a symbolic link, a file.
+    Refused unless ``force``: a folder holding a git-tracked path or a DVC output (or
+    inside one: ``dvc.yaml``, ``dvc.lock``, ``.dvc`` files), and a non-empty folder
+    without the :data:`OUTPUT_MARKER` of ``command``. A folder that does not exist yet,
+    or an empty one, is fine.
 
     Raises:
         OutputPathError: one line naming ``option``, the folder, what it holds (counts
@@ -365,6 +374,10 @@ def check_output_folder(path: str | Path, *, command: str, force: bool,
             what = ("the root of the repository" if root == full
                     else f"a folder holding the repository {root}")
             raise OutputPathError(f"{where}: refusing to replace {what}; {never}")
+    meta = _metadata_folder(full, roots)
+    if meta is not None:
+        raise OutputPathError(f"{where}: inside {meta}, the repository's own {meta.name} "
+                              f"data; {never}")
     files, repos, dvc_files = _contents(full) if full.is_dir() else ([], [], [])
     if repos:
         raise OutputPathError(f"{where}: refusing to replace a folder holding the repository "
@@ -401,13 +414,17 @@ def check_output_folder(path: str | Path, *, command: str, force: bool,
 
 
 def check_output_file(path: str | Path, *, force: bool, option: str = "--output",
-                      inputs: Iterable[tuple[str, str | Path]] = ()) -> None:
+                      inputs: Iterable[tuple[str, str | Path]] = (),
+                      ours: tuple[str, Callable[[Path], bool]] | None = None) -> None:
     """Refuse, before any work is done, an output file that would destroy what is there.
 
     Refused even with ``force``: the same file as one of ``inputs`` (``(option, path)``
     pairs; compared by :func:`os.path.samefile`, or by resolved path when one does not
-    exist yet), an existing folder. Refused unless ``force``: an existing file tracked by
-    git, or a DVC output or inside one.
+    exist yet), an existing folder, a file in a repository's ``.git`` or ``.dvc``.
+    Refused unless ``force``: an existing file tracked by git, or a DVC output or inside
+    one; with ``ours = (command, written_by)``, an existing non-empty file for which
+    ``written_by(path)`` is false (``lorasent <command>`` did not write it, so replacing
+    it would lose what is there).
 
     Raises:
         OutputPathError: one line naming ``option`` and the file (and the input it is).
@@ -423,9 +440,15 @@ def check_output_file(path: str | Path, *, force: bool, option: str = "--output"
                 f"the input: give another output file (--force does not override this)")
     if path.is_dir():
         raise OutputPathError(f"{where}: a folder; give a file path (a .csv or .jsonl file)")
+    full = path.resolve()
+    existing = next(p for p in full.parents if p.exists())
+    meta = _metadata_folder(full, _repo_roots(Path.cwd().resolve(), existing))
+    if meta is not None:
+        raise OutputPathError(f"{where}: inside {meta}, the repository's own {meta.name} "
+                              "data; give another output file (--force does not override "
+                              "this)")
     if force or not path.exists():
         return
-    full = path.resolve()
     for root in _repo_roots(full.parent):
         if _git(root, "ls-files", "-z", "--", str(full)):
             raise OutputPathError(f"{where}: tracked by git; writing it would replace the "
@@ -437,6 +460,10 @@ def check_output_file(path: str | Path, *, force: bool, option: str = "--output"
                     f"{where}: a DVC-tracked output (declared in {declared}); writing it "
                     f"would replace it: give another output file, or pass --force to "
                     f"replace it")
+    if ours is not None and path.stat().st_size and not ours[1](path):
+        raise OutputPathError(f"{where}: an existing file that `lorasent {ours[0]}` did not "
+                              "write; writing it would replace it: give another output "
+                              "file, or pass --force to replace it")
 
 
 def sha256_file(path: str | Path, chunk_bytes: int = 1 << 20) -> str:

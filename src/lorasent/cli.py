@@ -251,7 +251,8 @@ _DEVICE = click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "ro
 @click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1),
               help="Texts per forward pass.")
 @click.option("--force", is_flag=True,
-              help="Replace an --output file that git or DVC tracks (never the --input).")
+              help="Replace an --output file that git or DVC tracks, or that predict did "
+              "not write (never the --input).")
 @_DEVICE
 @_user_errors
 def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_path: str | None,
@@ -271,6 +272,7 @@ def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_pat
         output_format,
         stream_predictions,
         write_predictions,
+        written_by_predict,
     )
     from lorasent.tables import check_separator
 
@@ -281,7 +283,7 @@ def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_pat
     if output_path is not None:
         check_output_file(output_path, force=force, option="--output",
                           inputs=[("--input", input_path)] if input_path and input_path != "-"
-                          else [])
+                          else [], ours=("predict", written_by_predict))
     check_adapter_folder(adapter_dir)
     # a table on the terminal is printed once the progress bars (standard error, the same
     # terminal) are closed, so that no bar is drawn through its rows

@@ -278,6 +278,31 @@ def output_format(path: str | None) -> str:
     raise InputError(f"--output {path}: use a .csv or .jsonl file")
 
 
+def written_by_predict(path: str | Path) -> bool:
+    """Whether the file at ``path`` starts as :func:`write_predictions` starts a file of
+    its :func:`output_format`: a CSV header ending in ``text``, ``label``, one or more
+    ``p_<class>`` columns and ``note``, or a JSONL object whose last keys are ``text``,
+    ``label``, ``probabilities`` and ``note``. Only the first line is read (at most
+    1 MiB); an unreadable or undecodable file is not predict's."""
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            first = fh.readline(1 << 20)
+    except (OSError, UnicodeDecodeError):
+        return False
+    if output_format(str(path)) == "jsonl":
+        try:
+            row = json.loads(first)
+        except ValueError:
+            return False
+        return isinstance(row, dict) and list(row)[-4:] == ["text", "label", "probabilities",
+                                                            "note"]
+    header = next(csv.reader([first.rstrip("\r\n")]), [])
+    probabilities = list(itertools.takewhile(lambda c: c.startswith("p_"),
+                                             reversed(header[:-1])))
+    rest = header[:len(header) - 1 - len(probabilities)]
+    return header[-1:] == ["note"] and bool(probabilities) and rest[-2:] == ["text", "label"]
+
+
 def stream_predictions(model: Any, encoder: Encoder, labels: list[str],
                        rows: Iterable[tuple[str, dict[str, Any]]], batch_size: int,
                        chunk: int = CHUNK_TEXTS, progress: bool = True) -> Iterator[Prediction]:
