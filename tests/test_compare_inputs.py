@@ -196,7 +196,7 @@ def test_rows_only_on_one_side_are_counted_and_named(cases_repo, tmp_path):
     out = compare("v1", "fewer", tmp_path / "r", repo=cases_repo)
     assert _verdict(out) == (
         "**No paired test: A and B were scored on different test rows, so only each side's "
-        "own interval can be given (table below).**\n\n"
+        "own interval can be given (report.md's metrics table).**\n\n"
         "- ⚠ A and B were scored on different test rows (3 rows only in A, 0 only in B; only "
         "in A: r37, r38, r39): other split params or data, so their metrics are not paired\n")
 

@@ -260,6 +260,28 @@ def test_predict_refuses_a_foreign_output_before_loading_anything(tmp_path, monk
     assert _snapshot(tmp_path) == before
 
 
+def test_an_output_file_inside_a_dvc_output_needs_force_even_when_new(repo, monkeypatch):
+    """`predict --output data/split/x.csv` used to add a file to a DVC output (every stage
+    after it then stale; in models/base, every later predict refused)."""
+    (repo / "sub").mkdir()
+    monkeypatch.chdir(repo / "sub")
+    for given in ("../data/split/new.csv", "../data/split/deeper/new.jsonl"):
+        with pytest.raises(OutputPathError) as err:
+            check_output_file(given, force=False)
+        assert str(err.value) == (
+            f"--output {given}: inside the DVC-tracked output data/split (declared in "
+            "dvc.yaml, stage split); writing there would change it: give another output "
+            "file, or pass --force to write it")
+        check_output_file(given, force=True)
+    with pytest.raises(OutputPathError) as err:
+        check_output_file("../data/split", force=False)
+    assert str(err.value) == (
+        "--output ../data/split: a DVC-tracked output (declared in dvc.yaml, stage split); "
+        "writing it would replace it: give another output file, or pass --force to "
+        "replace it")
+    check_output_file("../data/new.csv", force=False)  # beside it: fine
+
+
 # --------------------------------------------------------- predictions read back as written
 
 ALPHABET = ["a", "Z", " ", ",", ";", "\t", '"', "'", "\r", "\n", "\r\n", "\u2028", "\u2029",
@@ -369,6 +391,43 @@ def test_export_to_the_checkout_deletes_nothing(trained, repo):
             "lorasent export: error: --out .: refusing to replace the current folder: export "
             f"replaces the whole folder it writes; {NEVER}\n")
         assert _snapshot(repo) == before
+
+
+def test_a_file_given_for_a_folder_or_a_folder_for_a_file_is_one_line(trained, repo):
+    before = _snapshot(repo)
+    result = _export(trained, "docs/params.md", "--force")
+    assert (result.exit_code, result.stderr) == (1, (
+        "lorasent export: error: --out docs/params.md: a file, not a folder; choose another "
+        "folder (--force does not override this)\n"))
+    result = CliRunner().invoke(main, ["predict", "--output", "docs/params.md", "hi"])
+    assert (result.exit_code, result.stderr) == (1, (
+        "lorasent predict: error: --output docs/params.md: predict writes .csv or .jsonl "
+        "files; give a path ending in .csv or .jsonl (nothing was written)\n"))
+    assert _snapshot(repo) == before
+
+
+def test_a_device_error_names_the_option_that_set_it(trained, repo, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    adapter, base = trained
+    build = f"torch {torch.__version__} (hip={torch.version.hip}, cuda={torch.version.cuda})"
+    result = CliRunner().invoke(main, ["predict", "--adapter", str(adapter), "--base",
+                                       str(base), "--device", "cuda", "hi"])
+    assert result.exit_code == 1
+    assert result.stderr.startswith(
+        f"lorasent predict: error: --device is cuda but {build} sees no GPU; pass --device "
+        "auto (or cpu) to use what is there")
+    record = json.loads((adapter / "lorasent.json").read_text(encoding="utf-8"))
+    record["params"]["base"]["device"] = "cuda"  # trained on a GPU, exported here
+    copy = repo / "gpu-adapter"
+    shutil.copytree(adapter, copy)
+    (copy / "lorasent.json").write_text(json.dumps(record), encoding="utf-8")
+    result = _export((copy, base), "exported")
+    assert result.stderr.startswith(
+        "lorasent export: error: base.device recorded with the adapter is cuda but "
+        f"{build} sees no GPU; pass --device auto (or cpu) to use what is there")
+    assert not (repo / "exported").exists()
 
 
 def test_export_into_a_foreign_folder_needs_force_and_reruns_replace_its_own(trained, repo):

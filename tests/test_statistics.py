@@ -145,4 +145,4 @@ def test_a_macro_f1_change_outside_the_noise_is_said_when_accuracy_is_not():
         "No detectable difference in accuracy: accuracy −0.083 [−0.271, +0.104], McNemar "
         "p = 0.45; macro-F1 −0.163 [−0.261, −0.053]. With 48 test rows, accuracy differences "
         "smaller than about 0.19 cannot be told apart. But macro-F1 is lower in B: its "
-        "interval excludes 0 (per-class table below).")
+        "interval excludes 0 (report.md's per-class table).")

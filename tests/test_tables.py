@@ -266,6 +266,16 @@ def test_blank_lines_are_skipped_in_tables_and_kept_in_text_files(tmp_path):
     assert _predict(tmp_path / "c.txt") == ["first", "", "third"]
 
 
+def test_a_bare_carriage_return_stays_inside_its_line_of_a_text_file(tmp_path, monkeypatch):
+    """Text N is line N: a tweet's bare \r used to start a new text and shift the rest."""
+    data = "a\rb\nc\n\r\n\rd\r\r\ne\r"
+    (tmp_path / "cr.txt").write_bytes(data.encode())
+    expected = ["a\rb", "c", "", "\rd\r", "e"]
+    assert _predict(tmp_path / "cr.txt") == expected
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data.encode())))
+    assert _predict("-") == expected
+
+
 def test_json_values_become_text_or_are_named(tmp_path):
     path = tmp_path / "values.jsonl"
     path.write_text('{"text": "a", "label": 1, "id": [1]}\n{"text": null, "label": "b"}\n',

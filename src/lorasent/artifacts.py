@@ -421,10 +421,10 @@ def check_output_file(path: str | Path, *, force: bool, option: str = "--output"
     Refused even with ``force``: the same file as one of ``inputs`` (``(option, path)``
     pairs; compared by :func:`os.path.samefile`, or by resolved path when one does not
     exist yet), an existing folder, a file in a repository's ``.git`` or ``.dvc``.
-    Refused unless ``force``: an existing file tracked by git, or a DVC output or inside
-    one; with ``ours = (command, written_by)``, an existing non-empty file for which
-    ``written_by(path)`` is false (``lorasent <command>`` did not write it, so replacing
-    it would lose what is there).
+    Refused unless ``force``: an existing file tracked by git, a DVC output or a file
+    (new or not) inside one; with ``ours = (command, written_by)``, an existing non-empty
+    file for which ``written_by(path)`` is false (``lorasent <command>`` did not write
+    it, so replacing it would lose what is there).
 
     Raises:
         OutputPathError: one line naming ``option`` and the file (and the input it is).
@@ -442,24 +442,33 @@ def check_output_file(path: str | Path, *, force: bool, option: str = "--output"
         raise OutputPathError(f"{where}: a folder; give a file path (a .csv or .jsonl file)")
     full = path.resolve()
     existing = next(p for p in full.parents if p.exists())
-    meta = _metadata_folder(full, _repo_roots(Path.cwd().resolve(), existing))
+    roots = _repo_roots(Path.cwd().resolve(), existing)
+    meta = _metadata_folder(full, roots)
     if meta is not None:
         raise OutputPathError(f"{where}: inside {meta}, the repository's own {meta.name} "
                               "data; give another output file (--force does not override "
                               "this)")
-    if force or not path.exists():
+    if force:
         return
-    for root in _repo_roots(full.parent):
-        if _git(root, "ls-files", "-z", "--", str(full)):
+    for root in roots:
+        if path.exists() and _git(root, "ls-files", "-z", "--", str(full)):
             raise OutputPathError(f"{where}: tracked by git; writing it would replace the "
                                   f"committed file: give another output file, or pass "
                                   f"--force to replace it")
         for out, declared in dvc_outputs(root).items():
-            if _within(full, out):
+            if full == out:
                 raise OutputPathError(
                     f"{where}: a DVC-tracked output (declared in {declared}); writing it "
                     f"would replace it: give another output file, or pass --force to "
                     f"replace it")
+            if _within(full, out):
+                raise OutputPathError(
+                    f"{where}: inside the DVC-tracked output "
+                    f"{out.relative_to(root) if _within(out, root) else out} (declared in "
+                    f"{declared}); writing there would change it: give another output "
+                    f"file, or pass --force to write it")
+    if not path.exists():
+        return
     if ours is not None and path.stat().st_size and not ours[1](path):
         raise OutputPathError(f"{where}: an existing file that `lorasent {ours[0]}` did not "
                               "write; writing it would replace it: give another output "

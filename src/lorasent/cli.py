@@ -294,7 +294,8 @@ def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_pat
             keep=keep or None)) if input_path else Inputs([], ((t, {}) for t in texts)))
         rows = iter(inputs.rows)
         first = list(itertools.islice(rows, 1))  # fail on a bad file before loading the model
-        model, encoder, record, _ = load_trained_model(adapter_dir, base_dir, device=device)
+        model, encoder, record, _ = load_trained_model(adapter_dir, base_dir, device=device,
+                                                       device_option="--device")
         predictions = stream_predictions(model, encoder, record["labels"],
                                          itertools.chain(first, rows), batch_size,
                                          progress=not to_terminal)
@@ -312,7 +313,7 @@ def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_pat
 @click.command()
 @_ADAPTER
 @_BASE
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path),
               help="Folder for the merged model: a new folder, or one an earlier export "
               "wrote (replaced as a whole).")
 @click.option("--force", is_flag=True,
@@ -335,7 +336,8 @@ def export(adapter_dir: Path, base_dir: Path, out_dir: Path, force: bool, metric
     check_output_folder(out_dir, command="export", force=force)
     check_adapter_folder(adapter_dir)
     evaluation = adapter_evaluation(adapter_dir, read_adapter_record(adapter_dir), metrics_path)
-    model, encoder, record, _ = load_trained_model(adapter_dir, base_dir, device=device)
+    model, encoder, record, _ = load_trained_model(adapter_dir, base_dir, device=device,
+                                                   device_option="--device")
     export_merged(model, encoder, record, adapter_dir, out_dir, evaluation)
     card = ("with the evaluation of " + str(metrics_path) if evaluation.metrics is not None
             else f"without metrics: no evaluation of this adapter found ({evaluation.reason})")
@@ -537,7 +539,7 @@ def seeds(n: int, name: str, sets: tuple[str, ...], jobs: int, params_path: Path
 @click.command()
 @click.argument("rev_a", metavar="A", default="HEAD")
 @click.argument("rev_b", metavar="B", default="workspace")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", "out_dir", type=click.Path(path_type=Path),
               help="Report folder: a new folder, or one an earlier compare wrote (replaced "
               "as a whole)  [default: reports/<A>-vs-<B>]")
 @click.option("--force", is_flag=True,

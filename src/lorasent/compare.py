@@ -313,14 +313,14 @@ def _paired_review(a: Side, b: Side, labels: list[str]) -> Review:
     if pa is None or pb is None:
         why = a.predictions_error or b.predictions_error
         return Review(f"No paired test: {why}. Each side's own interval, where it has one, is "
-                      "in the table below.",
+                      "in report.md's metrics table.",
                       warnings, labels)
     if set(pa.labels) != set(pb.labels):
         warnings.insert(0, f"A and B have other classes (A: {', '.join(pa.labels)}; B: "
                            f"{', '.join(pb.labels)}): other base.labels, so their metrics "
                            "are not paired")
         return Review("No paired test: A and B have other classes, so only each side's own "
-                      "interval can be given (table below).", warnings, labels)
+                      "interval can be given (report.md's metrics table).", warnings, labels)
     pb = _in_order(pb, pa.labels)  # paired by column name, whatever the columns' order
     only_a, only_b = set(pa.ids) - set(pb.ids), set(pb.ids) - set(pa.ids)
     if only_a or only_b:
@@ -330,7 +330,8 @@ def _paired_review(a: Side, b: Side, labels: list[str]) -> Review:
                            f"only in A, {len(only_b)} only in B{listed}): other split params "
                            "or data, so their metrics are not paired")
         return Review("No paired test: A and B were scored on different test rows, so only "
-                      "each side's own interval can be given (table below).", warnings, labels)
+                      "each side's own interval can be given (report.md's metrics table).",
+                      warnings, labels)
     order = {row_id: i for i, row_id in enumerate(pb.ids)}
     at = [order[row_id] for row_id in pa.ids]
     pb = Predictions(pa.ids, pb.actual[at], pb.predicted[at], pb.probabilities[at], pb.labels)
@@ -354,7 +355,7 @@ def paired_verdict(p: PairedComparison) -> str:
     if p.only_a_right + p.only_b_right == 0:
         return f"No detectable difference: {measured}. A and B are right on exactly the same rows."
     f1_note = (f" But macro-F1 is {'higher' if f1_low > 0 else 'lower'} in B: its interval "
-               "excludes 0 (per-class table below)." if f1_low > 0 or f1_high < 0 else "")
+               "excludes 0 (report.md's per-class table)." if f1_low > 0 or f1_high < 0 else "")
     return (f"No detectable difference{' in accuracy' if f1_note else ''}: {measured}. "
             f"With {p.rows} test rows, accuracy differences smaller than about "
             f"{p.resolution:.2f} cannot be told apart.{f1_note}")

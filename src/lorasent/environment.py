@@ -56,8 +56,10 @@ class Finding:
     message: str
 
 
-def resolve_device(name: str) -> torch.device:
-    """The torch device for ``base.device``.
+def resolve_device(name: str, *, setting: str = "base.device",
+                   fix: str = "set base.device: auto") -> torch.device:
+    """The torch device for ``base.device`` (or another ``setting`` naming a device, such
+    as predict's ``--device``; ``fix`` is what the error tells the user to do).
 
     ``auto``: a ROCm or CUDA GPU (ROCm builds expose AMD GPUs as ``cuda``), else MPS,
     else the CPU. ``rocm`` and ``cuda`` insist on that GPU stack. In a process that
@@ -66,13 +68,13 @@ def resolve_device(name: str) -> torch.device:
     Raises:
         EnvironmentProblem: the asked-for device is not there, saying why.
     """
-    device = _resolve_device(name)
+    device = _resolve_device(name, setting, fix)
     if device.type == "cuda" and "LOCAL_RANK" in os.environ:
         return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     return device
 
 
-def _resolve_device(name: str) -> torch.device:
+def _resolve_device(name: str, setting: str, fix: str) -> torch.device:
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
@@ -83,21 +85,20 @@ def _resolve_device(name: str) -> torch.device:
     if name == "rocm":
         if torch.version.hip is None:
             raise EnvironmentProblem(
-                f"base.device is rocm but {build} is not a ROCm build: a CUDA or CPU wheel "
+                f"{setting} is rocm but {build} is not a ROCm build: a CUDA or CPU wheel "
                 f"was installed over the ROCm one. {ROCM_HELP}")
         if not torch.cuda.is_available():
             raise EnvironmentProblem(
-                f"base.device is rocm and {build} is a ROCm build, but it sees no GPU. Check "
+                f"{setting} is rocm and {build} is a ROCm build, but it sees no GPU. Check "
                 "that /dev/kfd and /dev/dri are present (in a container: --device=/dev/kfd "
                 "--device=/dev/dri --group-add video), and for a card ROCm does not list, "
                 "HSA_OVERRIDE_GFX_VERSION (see docker/README.md)")
         return torch.device("cuda")
     if name == "cuda" and not torch.cuda.is_available():
-        raise EnvironmentProblem(f"base.device is cuda but {build} sees no GPU; set "
-                                 "base.device: auto to use what is there")
+        raise EnvironmentProblem(f"{setting} is cuda but {build} sees no GPU; {fix} to "
+                                 "use what is there")
     if name == "mps" and not torch.backends.mps.is_available():
-        raise EnvironmentProblem("base.device is mps but MPS is not available; set "
-                                 "base.device: auto")
+        raise EnvironmentProblem(f"{setting} is mps but MPS is not available; {fix}")
     return torch.device(name)
 
 
@@ -140,11 +141,14 @@ def _is_gemma(model: str, model_dir: Path | None) -> bool:
 
 
 def check_environment(*, device: str, precision: str, attn_implementation: str, model: str,
-                      model_dir: Path | None = None) -> list[Finding]:
-    """Every problem with running these ``base`` params here (none: an empty list)."""
+                      model_dir: Path | None = None, device_setting: str = "base.device",
+                      device_fix: str = "set base.device: auto") -> list[Finding]:
+    """Every problem with running these ``base`` params here (none: an empty list).
+    ``device_setting`` and ``device_fix``: where ``device`` came from and what to change
+    there (:func:`resolve_device`)."""
     findings: list[Finding] = []
     try:
-        torch_device = resolve_device(device)
+        torch_device = resolve_device(device, setting=device_setting, fix=device_fix)
         resolve_dtype(precision, torch_device)
     except EnvironmentProblem as err:
         findings.append(Finding("fail", str(err)))
@@ -186,7 +190,9 @@ def params_choice(*, device: str, precision: str, attn_implementation: str,
 
 
 def require_environment(*, device: str, precision: str, attn_implementation: str, model: str,
-                        model_dir: Path | None = None) -> tuple[torch.device, torch.dtype]:
+                        model_dir: Path | None = None, device_setting: str = "base.device",
+                        device_fix: str = "set base.device: auto",
+                        ) -> tuple[torch.device, torch.dtype]:
     """Run :func:`check_environment`; log warnings, raise on a failure.
 
     Returns:
@@ -197,7 +203,8 @@ def require_environment(*, device: str, precision: str, attn_implementation: str
     """
     findings = check_environment(device=device, precision=precision,
                                  attn_implementation=attn_implementation, model=model,
-                                 model_dir=model_dir)
+                                 model_dir=model_dir, device_setting=device_setting,
+                                 device_fix=device_fix)
     for f in findings:
         if f.level == "warn":
             log.warning(f.message)

@@ -384,12 +384,15 @@ def _prompt_of(record: dict[str, Any]) -> tuple[object, ...]:
 def load_trained_model(adapter_dir: str | Path, model_dir: str | Path, *,
                        device: str | None = None, precision: str | None = None,
                        labels: list[str] | None = None, prompt: PromptParams | None = None,
-                       mode: str | None = None,
+                       mode: str | None = None, device_option: str | None = None,
                        ) -> tuple[torch.nn.Module, Encoder, dict[str, Any], torch.device]:
     """Base model + adapter (and its saved head in seq_cls mode), with the encoder the
     adapter was trained with.
 
     Device and precision default to those recorded at training time.
+    ``device_option``: the command-line option that sets ``device`` (predict's
+    ``--device``), which a device error then names and tells the user to change,
+    whether the device came from it or from the adapter's record; None: ``base.device``.
 
     Returns:
         ``(model, encoder, record, torch.device)``.
@@ -410,11 +413,17 @@ def load_trained_model(adapter_dir: str | Path, model_dir: str | Path, *,
     check_adapter(record, model_dir=model_dir, adapter_dir=adapter_dir, labels=labels,
                   prompt=prompt, mode=mode)
     trained = record["params"]["base"]
+    if device_option is None:
+        setting, fix = "base.device", "set base.device: auto"
+    else:
+        setting = device_option if device else "base.device recorded with the adapter"
+        fix = f"pass {device_option} auto (or cpu)"
     device, precision = device or trained["device"], precision or trained["precision"]
     resolved = require_environment(device=device, precision=precision,
                                    attn_implementation=trained["attn_implementation"],
                                    model=record["base_model"]["source"],
-                                   model_dir=Path(model_dir))
+                                   model_dir=Path(model_dir), device_setting=setting,
+                                   device_fix=fix)
     check_base_files(model_dir, adapter_dir=adapter_dir)
     trust_remote_code = trained.get("trust_remote_code", False)
     tokenizer = load_tokenizer(model_dir, trust_remote_code)

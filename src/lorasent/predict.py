@@ -275,7 +275,8 @@ def output_format(path: str | None) -> str:
         return "jsonl"
     if suffix == ".csv":
         return "csv"
-    raise InputError(f"--output {path}: use a .csv or .jsonl file")
+    raise InputError(f"--output {path}: predict writes .csv or .jsonl files; give a path "
+                     "ending in .csv or .jsonl (nothing was written)")
 
 
 def written_by_predict(path: str | Path) -> bool:

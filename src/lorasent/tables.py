@@ -306,8 +306,17 @@ class Table:
             raise TableError(f"{self.source}: no data rows ({found})")
 
     def _text_rows(self) -> Iterator[dict[str, str]]:
-        for _, line in self._lines:
-            yield {self.columns[0]: _strip_line_end(line)}
+        """One text per ``\n``-ended line (``\r\n`` too). The reader splits at a bare
+        ``\r`` as well (``newline=""``), which tweets hold inside a text: such pieces
+        are joined again, so that text N is line N."""
+        text = ""
+        for _, piece in self._lines:
+            text += piece
+            if piece.endswith("\n"):
+                yield {self.columns[0]: _strip_line_end(text)}
+                text = ""
+        if text:
+            yield {self.columns[0]: _strip_line_end(text)}
 
     def _delimited_rows(self) -> Iterator[dict[str, str]]:
         repeats, quoted = [], []
