@@ -219,7 +219,7 @@ FAKE_MODEL = textwrap.dedent("""
     import lorasent.modeling, lorasent.predict
     from lorasent.cli import main
 
-    def load_trained_model(adapter_dir, base_dir, device=None):
+    def load_trained_model(adapter_dir, base_dir, device=None, device_option=None):
         return None, None, {"labels": ["negative", "neutral", "positive"]}, None
 
     def score_texts(model, encoder, texts, batch_size, desc="score"):
