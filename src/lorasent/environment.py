@@ -56,10 +56,13 @@ class Finding:
     message: str
 
 
-def resolve_device(name: str, *, setting: str = "base.device",
-                   fix: str = "set base.device: auto") -> torch.device:
-    """The torch device for ``base.device`` (or another ``setting`` naming a device, such
-    as predict's ``--device``; ``fix`` is what the error tells the user to do).
+# Where a device name came from, and what its error tells the user to change there.
+PARAMS_DEVICE = ("base.device", "set base.device: auto")
+
+
+def resolve_device(name: str, source: tuple[str, str] = PARAMS_DEVICE) -> torch.device:
+    """The torch device for ``base.device`` (or another ``source``: ``(setting, fix)``,
+    such as predict's ``--device`` and what to pass instead, :data:`PARAMS_DEVICE`).
 
     ``auto``: a ROCm or CUDA GPU (ROCm builds expose AMD GPUs as ``cuda``), else MPS,
     else the CPU. ``rocm`` and ``cuda`` insist on that GPU stack. In a process that
@@ -68,7 +71,7 @@ def resolve_device(name: str, *, setting: str = "base.device",
     Raises:
         EnvironmentProblem: the asked-for device is not there, saying why.
     """
-    device = _resolve_device(name, setting, fix)
+    device = _resolve_device(name, *source)
     if device.type == "cuda" and "LOCAL_RANK" in os.environ:
         return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     return device
@@ -141,14 +144,13 @@ def _is_gemma(model: str, model_dir: Path | None) -> bool:
 
 
 def check_environment(*, device: str, precision: str, attn_implementation: str, model: str,
-                      model_dir: Path | None = None, device_setting: str = "base.device",
-                      device_fix: str = "set base.device: auto") -> list[Finding]:
+                      model_dir: Path | None = None,
+                      device_source: tuple[str, str] = PARAMS_DEVICE) -> list[Finding]:
     """Every problem with running these ``base`` params here (none: an empty list).
-    ``device_setting`` and ``device_fix``: where ``device`` came from and what to change
-    there (:func:`resolve_device`)."""
+    ``device_source``: where ``device`` came from (:func:`resolve_device`)."""
     findings: list[Finding] = []
     try:
-        torch_device = resolve_device(device, setting=device_setting, fix=device_fix)
+        torch_device = resolve_device(device, device_source)
         resolve_dtype(precision, torch_device)
     except EnvironmentProblem as err:
         findings.append(Finding("fail", str(err)))
@@ -190,8 +192,8 @@ def params_choice(*, device: str, precision: str, attn_implementation: str,
 
 
 def require_environment(*, device: str, precision: str, attn_implementation: str, model: str,
-                        model_dir: Path | None = None, device_setting: str = "base.device",
-                        device_fix: str = "set base.device: auto",
+                        model_dir: Path | None = None,
+                        device_source: tuple[str, str] = PARAMS_DEVICE,
                         ) -> tuple[torch.device, torch.dtype]:
     """Run :func:`check_environment`; log warnings, raise on a failure.
 
@@ -203,8 +205,7 @@ def require_environment(*, device: str, precision: str, attn_implementation: str
     """
     findings = check_environment(device=device, precision=precision,
                                  attn_implementation=attn_implementation, model=model,
-                                 model_dir=model_dir, device_setting=device_setting,
-                                 device_fix=device_fix)
+                                 model_dir=model_dir, device_source=device_source)
     for f in findings:
         if f.level == "warn":
             log.warning(f.message)

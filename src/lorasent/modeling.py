@@ -20,7 +20,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from lorasent.artifacts import combined_sha256, read_json, sha256_file, write_json
-from lorasent.environment import require_environment
+from lorasent.environment import PARAMS_DEVICE, require_environment
 from lorasent.errors import LorasentError
 from lorasent.params import BaseParams, PromptParams
 from lorasent.paths import ADAPTER_RECORD, MANIFEST, cache_root
@@ -413,17 +413,14 @@ def load_trained_model(adapter_dir: str | Path, model_dir: str | Path, *,
     check_adapter(record, model_dir=model_dir, adapter_dir=adapter_dir, labels=labels,
                   prompt=prompt, mode=mode)
     trained = record["params"]["base"]
-    if device_option is None:
-        setting, fix = "base.device", "set base.device: auto"
-    else:
-        setting = device_option if device else "base.device recorded with the adapter"
-        fix = f"pass {device_option} auto (or cpu)"
+    source = PARAMS_DEVICE if device_option is None else (
+        device_option if device else "base.device recorded with the adapter",
+        f"pass {device_option} auto (or cpu)")
     device, precision = device or trained["device"], precision or trained["precision"]
     resolved = require_environment(device=device, precision=precision,
                                    attn_implementation=trained["attn_implementation"],
                                    model=record["base_model"]["source"],
-                                   model_dir=Path(model_dir), device_setting=setting,
-                                   device_fix=fix)
+                                   model_dir=Path(model_dir), device_source=source)
     check_base_files(model_dir, adapter_dir=adapter_dir)
     trust_remote_code = trained.get("trust_remote_code", False)
     tokenizer = load_tokenizer(model_dir, trust_remote_code)
