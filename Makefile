@@ -49,11 +49,13 @@ setup: $(STAMP)  ## Create .venv with pinned dependencies (skipped when up to da
 CONFIG ?=
 # With a default DVC remote (docs/sharing.md), `dvc repro --pull` takes every unchanged
 # stage's outputs from it instead of running the stage: a clone of a pushed run trains
-# nothing. Without one, --pull would fail, so it is left out.
+# nothing. Without one, --pull would fail, so it is left out. lorasent.repro runs DVC's
+# own `dvc repro [--pull]`, says once what DVC's "Unable to pull data" warnings mean (an
+# empty remote: the stages run here), and ends with what to commit (and push).
 run: $(STAMP)  ## Set up if needed, then run the pipeline (dvc repro; --pull with a DVC remote); CONFIG=configs/x.yaml applies a preset first
 	$(if $(CONFIG),$(BIN)/lorasent preset $(CONFIG))
-	if $(BIN)/dvc remote default >/dev/null 2>&1; then $(BIN)/dvc repro --pull; \
-	else $(BIN)/dvc repro; fi
+	if $(BIN)/dvc remote default >/dev/null 2>&1; then $(BIN)/python -m lorasent.repro --pull; \
+	else $(BIN)/python -m lorasent.repro; fi
 
 # A first run of all five stages in about two minutes on 2 cores: a tiny split, 4 steps.
 # It changes params.yaml (and, once run, dvc.lock and metrics/), and says so.

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from lorasent.compare import _fmt, _labels, _slug, _static
+from lorasent.compare import _fmt, _labels, _param, _slug, _static
 
 
 def _confusion(facet: dict[str, Any]) -> dict[str, Any]:
@@ -40,6 +40,8 @@ def test_cells():
         "—", "0.7067", "257", "generative"]
     assert [_fmt(-0.01834, signed=True), _fmt(0, signed=True), _fmt(0.0, signed=True)] == [
         "-0.0183", "+0", "+0.0000"]
+    assert [_param(5e-05), _param(0.001), _param(2.0e-4), _param(8), _param(["a", "b"])] == [
+        "5e-05", "0.001", "0.0002", "8", "`['a', 'b']`"]
     assert _slug("Confusion matrix, adapter (test split)") == "confusion-matrix-adapter-test-split"
     assert _slug("origin/main") == "origin-main"
 

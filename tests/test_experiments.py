@@ -300,42 +300,137 @@ def test_compare_refuses_an_unknown_revision_and_writes_nothing(sweep, tmp_path)
 WORKFLOW = REPO / ".github" / "workflows" / "metrics-diff.yml"
 
 
-def test_pull_request_workflow_reads_committed_metrics_and_never_retrains(sweep):
+# The stand-in for GitHub's CLI: the pull request's comments live in $FAKE_GH_STATE (JSON),
+# each `gh` call the workflow makes is recorded there; one comment per page, as
+# `gh api --paginate` prints pages.
+FAKE_GH = """\
+import json, os, sys
+path = os.environ["FAKE_GH_STATE"]
+with open(path, encoding="utf-8") as f:
+    state = json.load(f)
+args = sys.argv[1:]
+if args[:2] == ["api", "--paginate"] and args[2] == "repos/owner/repo/issues/7/comments":
+    sys.stdout.write("".join(json.dumps([c]) + "\\n" for c in state["comments"]))
+    sys.exit(0)
+comments_url = "repos/owner/repo/issues/comments/"
+if args[:3] == ["api", "--method", "PATCH"] and args[3].startswith(comments_url) \\
+        and args[4] == "-F" and args[5].startswith("body=@"):
+    found = int(args[3][len(comments_url):])
+    with open(args[5][6:], encoding="utf-8") as f:
+        next(c for c in state["comments"] if c["id"] == found)["body"] = f.read()
+    state["calls"].append(["edit", found])
+elif args[:5] == ["pr", "comment", "7", "--repo", "owner/repo"] and args[5] == "--body-file":
+    found = max(c["id"] for c in state["comments"]) + 1
+    with open(args[6], encoding="utf-8") as f:
+        state["comments"].append({"id": found, "body": f.read()})
+    state["calls"].append(["create", found])
+else:
+    sys.exit(f"stand-in gh: unexpected call {args}")
+with open(path, "w", encoding="utf-8") as f:
+    json.dump(state, f)
+"""
+# The values GitHub gives the workflow's ${{ }} expressions, for the stand-in run
+GITHUB = {"github.token": "token", "github.base_ref": "base",
+          "github.event.pull_request.number": "7", "github.repository": "owner/repo",
+          "github.server_url": "https://github.example", "github.run_id": "99"}
+
+
+def _pull_request(root: Path, tmp_path: Path, base: str, heads: list[str]) -> dict[str, Any]:
+    """Run the workflow's steps as written, on a clone of ``root`` whose `origin` has
+    branch ``base`` (a revision of ``root``), once for each push of ``heads``: after each,
+    the state of the stand-in `gh` (comments and calls)."""
+    flow = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
+    steps = [s for s in flow["jobs"]["compare"]["steps"]
+             if "run" in s and "pip install" not in s["run"]]
+    clone = tmp_path / "pull-request"
+    run(tmp_path, "git", "clone", "-q", str(root), str(clone))
+    run(clone, "git", "fetch", "-q", "origin", "+refs/exps/*:refs/exps/*",
+        "+refs/tags/*:refs/tags/*")
+    run(clone, "git", "update-ref", "refs/remotes/origin/base",
+        run(root, "git", "rev-parse", f"{_ref(root, base)}^{{commit}}").strip())
+    fake = tmp_path / "fake-gh"
+    fake.mkdir()
+    (fake / "gh").write_text(f"#!{sys.executable}\n{FAKE_GH}", encoding="utf-8")
+    (fake / "gh").chmod(0o755)
+    state_file = tmp_path / "gh-state.json"
+    state_file.write_text(json.dumps({"comments": [{"id": 1, "body": "LGTM, one question"}],
+                                      "calls": []}), encoding="utf-8")
+    environ = {**env(), "FAKE_GH_STATE": str(state_file),
+               "PATH": f"{fake}{os.pathsep}{env()['PATH']}"}
+    states = []
+    for head in heads:
+        run(clone, "git", "checkout", "-q", "--detach", _ref(root, head))
+        for step in steps:
+            step_env = {key: re.sub(r"\$\{\{ *([\w.]+) *\}\}", lambda m: GITHUB[m[1]], value)
+                        for key, value in (step.get("env") or {}).items()}
+            done = subprocess.run(["bash", "-euo", "pipefail", "-c", step["run"]], cwd=clone,
+                                  env={**environ, **step_env}, capture_output=True, text=True,
+                                  timeout=300)
+            assert done.returncode == 0, f"{step['name']}:\n{done.stdout}\n{done.stderr}"
+        states.append(json.loads(state_file.read_text(encoding="utf-8")))
+    return {"states": states, "clone": clone}
+
+
+def _folded(comment: str) -> str:
+    return comment[comment.index("<details>"):comment.index("</details>")]
+
+
+def test_two_pushes_of_a_pull_request_give_one_comment_edited_with_both_verdicts(sweep,
+                                                                               tmp_path):
+    """The pull request: base the committed tiny run; push 1 the r16-lr experiment (LoRA
+    rank and learning rate changed), push 2 r16 (the learning rate back)."""
+    from markdown_it import MarkdownIt
+
     flow = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
     assert set(flow[True]) == {"pull_request"}  # YAML 1.1 reads the key `on` as True
-    steps = flow["jobs"]["compare"]["steps"]
-    scripts = "\n".join(step.get("run", "") for step in steps)
+    scripts = "\n".join(step.get("run", "") for step in flow["jobs"]["compare"]["steps"])
     for retrain in ("dvc repro", "dvc exp run", "make run", "lorasent train",
                     "lorasent evaluate", "lorasent baseline", "dvc pull"):
         assert retrain not in scripts
-    assert "dvc metrics diff" in scripts and "--md" in scripts
-    # the steps that build the report and the comment run here as they would on GitHub,
-    # base r4, head HEAD; `gh` is a stand-in that keeps the comment
-    comment = _pull_request_comment(sweep, "r4")
-    verdict = (sweep / "pr-report" / "verdict.md").read_text(encoding="utf-8")
-    assert comment.startswith(verdict) and verdict.startswith("**")
-    diff = (sweep / "pr-report" / "metrics-diff.md").read_text(encoding="utf-8")
-    assert diff.startswith("| Path") and "metrics/train/metrics.json" in diff
-    assert diff in comment and (sweep / "pr-report" / "report.html").is_file()
-
-
-def _pull_request_comment(root: Path, base: str) -> str:
-    """Run the workflow's report and comment steps as written in ``root`` (its HEAD is the
-    pull request's head); the comment `gh pr comment` would post."""
-    steps = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))["jobs"]["compare"]["steps"]
-    fake = root.parent / "fake-gh"
-    fake.mkdir(exist_ok=True)
-    (fake / "gh").write_text('#!/bin/sh\n# gh pr comment PR --body-file FILE\n'
-                             'cp "$5" "$(dirname "$0")/posted.md"\n', encoding="utf-8")
-    (fake / "gh").chmod(0o755)
-    environ = {**env(), "BASE": base, "PR": "1", "REPORT_URL": "https://example.invalid/r"}
-    environ["PATH"] = f"{fake}{os.pathsep}{environ['PATH']}"
-    for step_id in ("report", None):
-        step = next(s for s in steps if s.get("id") == step_id and "run" in s
-                    and (step_id or "gh pr comment" in s["run"]))
-        subprocess.run(["bash", "-euo", "pipefail", "-c", step["run"]], cwd=root, env=environ,
-                       check=True, capture_output=True, timeout=300)
-    return (fake / "posted.md").read_text(encoding="utf-8")
+    found = _pull_request(sweep, tmp_path, run(sweep, "git", "branch", "--show-current").strip(),
+                          ["r16-lr", "r16"])
+    first, second = found["states"]
+    assert first["calls"] == [["create", 2]] and second["calls"] == [["create", 2], ["edit", 2]]
+    assert [c["id"] for c in second["comments"]] == [1, 2]  # the reviewer's, and lorasent's
+    heads = [run(sweep, "git", "rev-parse", _ref(sweep, name)).strip()
+             for name in ("r16-lr", "r16")]
+    one, two = first["comments"][1]["body"], second["comments"][1]["body"]
+    assert one.startswith(f"<!-- lorasent-pr-comment head={heads[0]} -->\n### lorasent: B, "
+                          f"this pull request's head ({heads[0][:7]}), against A, `base` (")
+    assert two.startswith(f"<!-- lorasent-pr-comment head={heads[1]} -->\n")
+    assert "### This push" not in one
+    assert [one.count("\n**"), two.count("\n**")] == [1, 2]  # a verdict per comparison
+    assert (f"### This push: B, the head ({heads[1][:7]}), against A, the previous head "
+            f"({heads[0][:7]})") in two
+    # each verdict and its params, old -> new; the base's paired table and flips
+    assert "Params that differ (base → head): `train.lora.r` 8 → 16; `train.learning_rate` " \
+           "0.0002 → 0.001." in one
+    assert "Params that differ (previous head → head): `train.learning_rate` 0.001 → 0.0002." \
+        in two
+    for comment in (one, two):
+        assert "| Δ accuracy |" in comment and "McNemar's exact test on the 24 rows" in comment
+        assert "| actual class | rows B fixed (A wrong, B right) | rows B broke (A right, B " \
+               "wrong) |" in comment
+        # the fold: changed metrics only, none of the keys no reviewer reads
+        metrics = [row.split(" | ")[1] for row in _folded(comment).splitlines()
+                   if row.startswith("| metrics/")]
+        assert "accuracy" in metrics or "loss" in metrics
+        assert not [m for m in metrics if re.search(
+            r"learning_rate|grad_norm|runtime|per_second|_ci95_|confusion_matrix|epoch", m)]
+        # valid GitHub Markdown: the table inside the fold renders as a table
+        html = MarkdownIt("commonmark", {"html": True}).enable("table").render(comment)
+        fold = html[html.index("<details>"):html.index("</details>")]
+        assert "<summary>" in fold and "<table>" in fold and "<td>metrics/" in fold
+        assert comment.rstrip().endswith("(`base` as compared here).")
+    # the footer compares what the comment compared
+    base_commit = run(sweep, "git", "rev-parse", "--short", "HEAD").strip()
+    assert (f"`git fetch origin pull/7/head`, then `make compare A={base_commit} "
+            f"B={heads[1][:7]}`") in two
+    report = found["clone"] / "pr-report"
+    assert sorted(p.name for p in report.iterdir()) == [
+        ".lorasent-output", "base-vs-head", "comment-id", "comment.md", "previous-vs-head"]
+    assert (report / "base-vs-head" / "report.html").is_file()
+    assert (report / "comment.md").read_text(encoding="utf-8") == two
 
 
 def _lorasent_compare(root: Path, a: str, b: str, out: Path) -> tuple[str, str]:
@@ -399,8 +494,10 @@ def test_revisions_scored_on_other_rows_get_no_paired_test(sweep, tmp_path):
 def test_warnings_a_reviewer_cannot_miss_are_in_the_report_and_the_comment(sweep, tmp_path):
     """B: an adapter that says the rarest class for every row (below the majority class,
     two classes never predicted), measured against a reference below the majority class,
-    trained on a busy machine."""
-    from lorasent.metrics import classification_metrics, read_predictions, run_warnings
+    trained on a busy machine. A warning of a kind A has too is one note; the busy
+    machine is said once, beside the training times, and not in the comment."""
+    from lorasent.compare import _alike
+    from lorasent.metrics import classification_metrics, read_predictions, warnings_by_kind
 
     text = _show(sweep, "r4", "metrics/predictions.csv")
     rows = read_predictions(text, "r4")
@@ -421,26 +518,23 @@ def test_warnings_a_reviewer_cannot_miss_are_in_the_report_and_the_comment(sweep
         "metrics/predictions.csv": "\n".join(one_class) + "\n",
         "metrics/eval.json": json.dumps(collapsed),
         "metrics/provenance/train.json": json.dumps(train)})
-    expected = [*run_warnings(collapsed), "training times are not comparable: B (collapsed) "
-                "trained on a busy machine (load 5.2 on 2 cores)"]
-    assert [w.split(" ")[0:2] for w in expected] == [
-        ["accuracy", f"{collapsed['accuracy']:.3f}"], ["never", "predicted:"],
-        [f"`{LABELS[rarest]}`", "is"], ["the", "relative"], ["training", "times"]]
+    in_b, in_a = warnings_by_kind(collapsed), warnings_by_kind(evals)
+    assert list(in_b) == ["below_majority", "never_predicted", "collapsed", "weak_reference"]
+    expected = [f"- ⚠ B: {w}\n" if kind not in in_a else
+                f"- Note: A and B alike, so not this change: {_alike(in_a[kind], w)}\n"
+                for kind, w in in_b.items()]
     _, report = _lorasent_compare(sweep, "r4", "collapsed", tmp_path / "collapsed")
-    # the pull request's head is the collapsed revision: a worktree of it shares the refs
-    head = tmp_path / "head"
-    run(sweep, "git", "worktree", "add", "-q", "--detach", str(head), "collapsed")
-    try:
-        comment = _pull_request_comment(head, "r4")
-    finally:
-        run(sweep, "git", "worktree", "remove", "--force", str(head))
-    for warning in expected[:-1]:
-        assert f"- ⚠ B: {warning}\n" in report and f"- ⚠ B: {warning}\n" in comment, warning
+    comment = _pull_request(sweep, tmp_path, "r4", ["collapsed"])["states"][0]["comments"][1]
+    for line in expected:
+        assert line in report and line in comment["body"], line
+    busy = [line for line in report.splitlines() if "busy machine" in line]
     # A's real training may have shared the CPU with this test suite too
-    busy = [line for line in report.splitlines() if line.startswith("- ⚠ training times")]
-    assert len(busy) == 1 and busy[0].endswith(expected[-1].split(": ", 1)[1])
-    assert busy[0].startswith("- ⚠ training times are not comparable: ")
-    assert busy[0].replace("B (collapsed)", "B (HEAD)") in comment  # the PR's head is HEAD
+    assert len(busy) in (1, 2) and busy[-1] == (
+        "B (collapsed) trained on a busy machine (load 5.2 on 2 cores): its training time "
+        "and examples per second are not comparable; that affects runtimes only, not the "
+        "metrics.")
+    assert report.index("## Training (dvclive)") < report.index(busy[0]) < report.index("## Plots")
+    assert "busy" not in comment["body"]
     # the report's confusion matrix is K x K, the never-predicted classes' cells drawn as 0
     table = report[report.index("B (collapsed), adapter:"):].split("\n\n")[1].splitlines()
     assert table[0] == "| actual \\ predicted | negative | neutral | positive |"

@@ -8,6 +8,7 @@ import pytest
 from lorasent.errors import LorasentError
 from lorasent.metrics import (
     classification_metrics,
+    confusion_records,
     majority_baseline,
     predictions_csv,
     read_predictions,
@@ -48,6 +49,35 @@ def test_class_never_predicted_scores_zero_not_nan():
     assert m["per_class"]["b"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 1}
     assert m["per_class"]["a"]["precision"] == pytest.approx(1 / 3)
     json.dumps(m, allow_nan=False)
+
+
+def test_confusion_records_hold_every_cell_of_a_never_predicted_class_in_label_order():
+    labels = ["pos", "neg", "neu"]  # not sorted: the params' order is the plot's
+    # 6 rows; `neu` is never predicted
+    m = classification_metrics([0, 0, 1, 1, 2, 2], [0, 1, 1, 1, 0, 1], labels)
+    assert confusion_records(m["confusion_matrix"], labels) == [
+        {"actual": "pos", "predicted": "pos", "count": 1},
+        {"actual": "pos", "predicted": "neg", "count": 1},
+        {"actual": "pos", "predicted": "neu", "count": 0},
+        {"actual": "neg", "predicted": "pos", "count": 0},
+        {"actual": "neg", "predicted": "neg", "count": 2},
+        {"actual": "neg", "predicted": "neu", "count": 0},
+        {"actual": "neu", "predicted": "pos", "count": 1},
+        {"actual": "neu", "predicted": "neg", "count": 1},
+        {"actual": "neu", "predicted": "neu", "count": 0}]
+    assert all(type(r["count"]) is int for r in confusion_records(m["confusion_matrix"], labels))
+
+
+def test_confusion_records_name_the_missing_or_wrong_cell():
+    with pytest.raises(ValueError) as err:
+        confusion_records({"a": {"a": 1, "b": 0}}, ["a", "b"], "metrics/eval.json:confusion_matrix")
+    assert str(err.value) == ("metrics/eval.json:confusion_matrix.b: no row for class 'b' "
+                              "(classes a, b)")
+    with pytest.raises(ValueError) as err:
+        confusion_records({"a": {"a": 1}, "b": {"a": -1, "b": 2}}, ["a", "b"])
+    assert str(err.value) == "confusion_matrix.a.b: None is not a count of rows (an int >= 0)"
+    with pytest.raises(ValueError, match=r"^confusion_matrix\.b\.a: -1 is not a count"):
+        confusion_records({"a": {"a": 1, "b": 0}, "b": {"a": -1, "b": 2}}, ["a", "b"])
 
 
 def test_label_order_comes_from_params_not_sorting():

@@ -201,11 +201,13 @@ def test_plots_render(repo):
     plots = json.loads(run(repo, "dvc", "plots", "show", "--json"))["data"]
     assert sorted(plots) == ["Confusion matrix, adapter (test split)",
                              "Confusion matrix, baseline (test split)", "Training loss"]
-    for who, file in [("adapter", "predictions.csv"), ("baseline", "baseline_predictions.csv")]:
+    # every cell of the K x K matrix the metrics hold, in base.labels order (issue 28, item 5)
+    for who, matrix in [("adapter", read(repo, "metrics/eval.json")["confusion_matrix"]),
+                        ("baseline", read(repo, "metrics/baseline.json")["zero_shot"]
+                         ["confusion_matrix"])]:
         confusion = plots[f"Confusion matrix, {who} (test split)"][0]["content"]["data"]["values"]
-        rows = (repo / "metrics" / file).read_text(encoding="utf-8").splitlines()[1:]
-        assert [(v["actual"], v["predicted"]) for v in confusion] == [
-            tuple(row.split(",")[1:3]) for row in rows]
+        assert [(v["actual"], v["predicted"], v["count"]) for v in confusion] == [
+            (a, p, matrix[a][p]) for a in LABELS for p in LABELS]
     assert len(plots["Training loss"][0]["content"]["data"]["values"]) == 3
 
 

@@ -48,7 +48,8 @@ def trained(tmp_path_factory, packaged_model_dir, repo_params_raw):
               raw_dir=root / "raw", out_dir=paths["split_dir"], report_path=root / "data.json")
     run_baseline(base=params.base, prompt=params.prompt, batch_size=8, params_record=record,
                  metrics_path=root / "baseline.json",
-                 predictions_path=root / "baseline_predictions.csv", **paths)
+                 predictions_path=root / "baseline_predictions.csv",
+                 confusion_path=root / "baseline_confusion.json", **paths)
     run_train(base=params.base, prompt=params.prompt, train=params.train, params_record=record,
               adapter_dir=root / "adapter", live_dir=root / "train",
               checkpoint_dir=root / "checkpoints", **paths)
@@ -57,7 +58,8 @@ def trained(tmp_path_factory, packaged_model_dir, repo_params_raw):
                  baseline_path=root / "baseline.json",
                  baseline_predictions_path=root / "baseline_predictions.csv",
                  metrics_path=root / "eval.json",
-                 predictions_path=root / "predictions.csv", **paths)
+                 predictions_path=root / "predictions.csv",
+                 confusion_path=root / "confusion.json", **paths)
     return root
 
 

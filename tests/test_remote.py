@@ -76,9 +76,11 @@ def test_a_clone_pulls_every_output_and_predicts_without_training(origin, tmp_pa
 def test_make_run_with_a_remote_pulls_instead_of_training(origin, tmp_path):
     clone = _clone(origin.bare, tmp_path / "clone")
     out = _make_run(clone)
-    assert "dvc repro --pull" in out and "Running stage" not in out, out
+    assert "lorasent.repro --pull" in out and "Running stage" not in out, out
     for stage in ("fetch", "split", "train"):  # the stages with DVC-cached outputs
         assert f"Pulling data for stage: '{stage}'" in out, out
+    assert "Unable to pull data" not in out and "DVC remote does not hold" not in out, out
+    assert out.splitlines()[-1] == UNCHANGED, out  # all pulled: nothing to commit
     assert json.loads(run(clone, "dvc", "status", "--json")) == {}
     assert _outputs(clone) == origin.outputs
 
@@ -92,6 +94,82 @@ def test_make_run_without_a_remote_runs_the_stages(tmp_path):
     out = _make_run(tmp_path, "-f", str(REPO / "Makefile"))
     assert "Running stage 'hello'" in out, out
     assert (tmp_path / "out.txt").read_text() == "hello\n"
+    assert out.splitlines()[-1] == COMMIT, out  # dvc.lock is new; no remote, so no push
+
+
+# make run's own lines (lorasent.repro), spelled out.
+NOT_ON_REMOTE = (
+    "run: DVC's 'Missing cache files' and 'Unable to pull data' warnings (above, and any for "
+    "a later stage) mean that the DVC remote does not hold these outputs yet (a new remote, "
+    "or a run nobody pushed): each such stage runs here instead, and `dvc push` after the "
+    "run fills the remote")
+COMMIT = ("run: to keep this run, commit params.yaml, dvc.lock and metrics/ together (not "
+          "dvc.lock alone): git add params.yaml dvc.lock metrics && git commit")
+PUSH = "dvc push, so that clones pull its outputs instead of running the stages again"
+UNCHANGED = "run: params.yaml, dvc.lock and metrics/ are as committed: nothing to commit"
+
+# Two stages with DVC-cached outputs, and a small output in git that changes every run.
+TWO_STAGES = """\
+stages:
+  hello:
+    cmd: echo hello > out.txt
+    outs: [out.txt]
+  world:
+    cmd: (cat out.txt; echo world) > world.txt && mkdir -p metrics && date +%s%N > metrics/run.txt
+    deps: [out.txt]
+    outs:
+      - world.txt
+      - metrics/run.txt:
+          cache: false
+"""
+
+
+def test_make_run_on_an_empty_remote_says_once_what_dvcs_warnings_mean(tmp_path):
+    """A committed run whose outputs are neither in the cache nor on the (new, empty)
+    remote: DVC warns for each stage, make run explains once, before the first stage
+    runs, and ends naming everything to commit, then dvc push. Once pushed and
+    committed, a second make run has nothing to explain or commit."""
+    root = tmp_path / "project"
+    root.mkdir()
+    run(root, "git", "init", "-q")
+    run(root, "dvc", "init", "-q")
+    (root / "dvc.yaml").write_text(TWO_STAGES)
+    run(root, "dvc", "repro")
+    run(root, "git", "add", "-A")
+    run(root, *GIT, "commit", "-q", "-m", "a run")
+    for made in (root / ".dvc" / "cache", root / "out.txt", root / "world.txt"):
+        run(root, "rm", "-rf", str(made))  # as on a fresh clone
+    run(root, "dvc", "remote", "add", "--default", "store", str(tmp_path / "empty-store"))
+
+    out = _make_run(root, "-f", str(REPO / "Makefile"))
+    lines = out.splitlines()
+    assert "lorasent.repro --pull" in lines[0], out
+    for stage in ("hello", "world"):
+        assert f"Unable to pull data for stage: '{stage}'" in lines, out
+    assert ("WARNING: Some of the cache files do not exist neither locally nor on remote. "
+            "Missing cache files:") in lines, out
+    assert lines.count(NOT_ON_REMOTE) == 1, out  # once, for both stages
+    assert (lines.index("Unable to pull data for stage: 'hello'") < lines.index(NOT_ON_REMOTE)
+            < lines.index("Running stage 'hello':")), out
+    assert lines[-1] == f"{COMMIT}; then {PUSH}", out  # metrics/run.txt and dvc.lock changed
+
+    run(root, "dvc", "push")
+    run(root, "git", "add", "-A")
+    run(root, *GIT, "commit", "-q", "-m", "the run, pushed")
+    out = _make_run(root, "-f", str(REPO / "Makefile"))
+    assert "Unable to pull data" not in out and NOT_ON_REMOTE not in out, out
+    assert out.splitlines()[-2:] == ["Data and pipelines are up to date.", UNCHANGED], out
+
+
+def test_the_closing_hint_tells_to_commit_only_what_changed():
+    from lorasent.repro import closing_hint
+
+    assert closing_hint(True, remote=False) == COMMIT
+    assert closing_hint(True, remote=True) == f"{COMMIT}; then {PUSH}"
+    assert closing_hint(False, remote=False, pull_warnings=True) == UNCHANGED
+    assert closing_hint(False, remote=True) == UNCHANGED
+    assert closing_hint(False, remote=True, pull_warnings=True) == (
+        f"{UNCHANGED}; the remote lacks the outputs made here: {PUSH}")
 
 
 def _make_run(root: Path, *args: str) -> str:

@@ -5,6 +5,7 @@ steps, and a tiny random BERT saved without the pooler, which peft would not sav
 """
 
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from lorasent.metrics import probabilities
 from lorasent.modeling import load_base_model, load_tokenizer, load_trained_model
 from lorasent.params import merge, parse_params
 from lorasent.scoring import TextEncoder, score_texts
-from lorasent.train import HeadNotSavedError
+from lorasent.train import HeadNotSavedError, new_weights_note
 
 TEXTS = ["I love this phone", "the flight was delayed again, third time this month",
          "ok", "Meeting moved to 3pm tomorrow", "worst customer service ever!!!"]
@@ -44,6 +45,37 @@ def test_head_follows_the_params_label_order(gemma_head):
     assert model.config.label2id == {"positive": 0, "negative": 1, "neutral": 2}
     assert model.newly_initialized == ["score.weight"]
     assert model.config.pad_token_id == tokenizer.pad_token_id == 0
+    assert new_weights_note(model.newly_initialized) == (logging.INFO, GEMMA_HEAD_NOTE)
+
+
+# What train logs after transformers' load report of the packaged Gemma with a head.
+GEMMA_HEAD_NOTE = (
+    "seq_cls: score.weight, MISSING in transformers' load report above, is the new "
+    "classification head: initialised here and trained by this run (peft's modules_to_save, "
+    "saved with the adapter), so MISSING is expected there")
+BERT_HEAD = (
+    "seq_cls: classifier.bias, classifier.weight, MISSING in transformers' load report above, "
+    "are the new classification head: initialised here and trained by this run (peft's "
+    "modules_to_save, saved with the adapter)")
+NOT_THE_HEAD = (
+    "and not the head: not in the base model's checkpoint, initialised at random, and trained "
+    "here only because train.lora.modules_to_save lists its module; check that base.model is "
+    "the model you meant")
+
+
+def test_only_the_heads_missing_weights_are_explained_away():
+    assert new_weights_note([]) is None
+    assert new_weights_note(["classifier.bias", "classifier.weight"]) == (
+        logging.INFO, f"{BERT_HEAD}, so MISSING is expected there")
+    roberta = new_weights_note(["classifier.dense.weight", "classifier.out_proj.bias"])
+    assert roberta is not None and roberta[0] == logging.INFO  # a head of several layers
+    pooler = ["bert.pooler.dense.bias", "bert.pooler.dense.weight"]
+    assert new_weights_note(["classifier.bias", "classifier.weight", *pooler]) == (
+        logging.WARNING, f"{BERT_HEAD}; but {', '.join(pooler)} are MISSING too {NOT_THE_HEAD}")
+    assert new_weights_note(["model.layers.0.mlp.down_proj.weight"]) == (
+        logging.WARNING, f"seq_cls: model.layers.0.mlp.down_proj.weight is MISSING {NOT_THE_HEAD}")
+    assert new_weights_note(["scores.weight"]) == (  # not `score`
+        logging.WARNING, f"seq_cls: scores.weight is MISSING {NOT_THE_HEAD}")
 
 
 @pytest.mark.parametrize("side", ["left", "right"])
@@ -115,10 +147,14 @@ def _fresh_process_scores(adapter_dir, model_dir):
 
 
 def test_minilm_round_trip_gives_identical_logits_in_a_fresh_process(
-        tmp_path, minilm_params, minilm_dir, split_dir):
+        tmp_path, minilm_params, minilm_dir, split_dir, caplog):
     params = minilm_params()
+    caplog.set_level(logging.INFO, logger="lorasent.train")
     result = train_in(tmp_path, params, minilm_dir, split_dir)
     assert result.steps == 2
+    notes = [r for r in caplog.records if r.getMessage().startswith("seq_cls: ")]
+    assert [(r.levelno, r.getMessage()) for r in notes] == [
+        (logging.INFO, f"{BERT_HEAD}, so MISSING is expected there")]
     encoder = TextEncoder(load_tokenizer(minilm_dir), 32, 3)
     in_memory = score_texts(result.model, encoder, TEXTS, 2)
     fresh = _fresh_process_scores(tmp_path / "adapter", minilm_dir)
@@ -186,7 +222,7 @@ def poolerless_bert_dir(tmp_path_factory):
 
 
 def test_a_head_that_would_not_be_saved_is_caught(tmp_path, minilm_params,
-                                                  poolerless_bert_dir, split_dir):
+                                                  poolerless_bert_dir, split_dir, caplog):
     params = minilm_params()
     with pytest.raises(HeadNotSavedError,
                        match=r"\['bert.pooler.dense'\] to train.lora.modules_to_save"):
@@ -195,7 +231,13 @@ def test_a_head_that_would_not_be_saved_is_caught(tmp_path, minilm_params,
 
     params = minilm_params(lora={"target_modules": ["query", "value"],
                                             "modules_to_save": ["bert.pooler.dense"]})
+    caplog.set_level(logging.INFO, logger="lorasent.train")
     result = train_in(tmp_path, params, poolerless_bert_dir, split_dir)
+    # saved now, but not the head: a warning, not "expected"
+    notes = [r for r in caplog.records if r.getMessage().startswith("seq_cls: ")]
+    assert [(r.levelno, r.getMessage()) for r in notes] == [(logging.WARNING, (
+        f"{BERT_HEAD}; but bert.pooler.dense.bias, bert.pooler.dense.weight are MISSING too "
+        f"{NOT_THE_HEAD}"))]
     encoder = TextEncoder(load_tokenizer(poolerless_bert_dir), 32, 3)
     np.testing.assert_array_equal(
         _fresh_process_scores(tmp_path / "adapter", poolerless_bert_dir),

@@ -119,7 +119,7 @@ def test_noise_is_no_detectable_difference_and_names_the_resolution():
     assert paired_verdict(found).startswith("No detectable difference: accuracy −0.003 [")
     assert paired_verdict(found).endswith(
         f"With 600 test rows, accuracy differences smaller than about "
-        f"{found.resolution:.2f} cannot be told apart.")
+        f"{found.resolution:.3f} cannot be told apart from noise.")
 
 
 def test_seed_groups_welch():
@@ -144,5 +144,6 @@ def test_a_macro_f1_change_outside_the_noise_is_said_when_accuracy_is_not():
     assert paired_verdict(found) == (
         "No detectable difference in accuracy: accuracy −0.083 [−0.271, +0.104], McNemar "
         "p = 0.45; macro-F1 −0.163 [−0.261, −0.053]. With 48 test rows, accuracy differences "
-        "smaller than about 0.19 cannot be told apart. But macro-F1 is lower in B: its "
+        "smaller than about 0.188 cannot be told apart from noise. But macro-F1 is lower in "
+        "B: its "
         "interval excludes 0 (report.md's per-class table).")

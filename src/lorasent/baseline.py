@@ -15,7 +15,9 @@ Writes ``metrics/baseline.json``:
   error reduction against the majority class.
 
 Also writes the baseline's predictions (``metrics/baseline_predictions.csv``: zero-shot,
-or the majority class in seq_cls mode) and a provenance record.
+or the majority class in seq_cls mode), their confusion matrix as the records of DVC's
+plot (``metrics/baseline_confusion.json``: K x K cells, zeros included; see
+``lorasent.metrics.confusion_records``) and a provenance record.
 """
 
 from __future__ import annotations
@@ -37,11 +39,17 @@ from lorasent.artifacts import (
     write_json,
 )
 from lorasent.launch import is_main
-from lorasent.metrics import classification_metrics, majority_baseline, predictions_csv
+from lorasent.metrics import (
+    classification_metrics,
+    confusion_records,
+    majority_baseline,
+    predictions_csv,
+)
 from lorasent.modeling import load_model_and_prompt
 from lorasent.params import BaseParams, PromptParams
 from lorasent.paths import (
     BASE_MODEL_DIR,
+    BASELINE_CONFUSION,
     BASELINE_METRICS,
     BASELINE_PREDICTIONS,
     MANIFEST,
@@ -68,6 +76,7 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
                  model_dir: Path = BASE_MODEL_DIR,
                  split_dir: Path = SPLIT_DIR, metrics_path: Path = BASELINE_METRICS,
                  predictions_path: Path = BASELINE_PREDICTIONS,
+                 confusion_path: Path = BASELINE_CONFUSION,
                  provenance_dir: Path = PROVENANCE_DIR) -> BaselineResult:
     """Majority-class and zero-shot baselines on the test split.
 
@@ -75,6 +84,8 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
         base, prompt: the params sections; ``batch_size`` is ``evaluate.batch_size``
             (prompts scored per forward pass); ``mode`` is ``train.mode``.
         params_record: all resolved params, for the provenance record.
+        confusion_path: the confusion matrix of the predictions file (zero-shot, or the
+            majority class in seq_cls mode) as K x K plot records.
     """
     started = time.perf_counter()
     labels = list(base.labels)
@@ -91,6 +102,8 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
         scores = np.full((len(test), len(labels)), -np.inf, dtype=np.float32)
         scores[:, majority] = 0.0  # the majority class with probability 1
         report.update(zero_shot=None, zero_shot_note=SEQ_CLS_NO_ZERO_SHOT)
+        matrix = classification_metrics(y_test, scores.argmax(1), labels)["confusion_matrix"]
+        source = f"the majority-class predictions of {predictions_path}"
     else:
         model, encoder, device = load_model_and_prompt(model_dir, base=base, prompt=prompt)
         scores = score_texts(model, encoder, [r["text"] for r in test], batch_size,
@@ -99,11 +112,14 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
         report["zero_shot"] = {**classification_metrics(y_test, predicted, labels),
                                **intervals(y_test, predicted, len(labels))}
         report["intervals"] = METHOD
+        matrix = report["zero_shot"]["confusion_matrix"]
+        source = f"{metrics_path}:zero_shot.confusion_matrix"
 
     if is_main():  # the other processes of a launched run only scored
         write_json(metrics_path, report)
         atomic_write_text(predictions_path, predictions_csv(
             [r["id"] for r in test], y_test, scores, labels))
+        write_json(confusion_path, confusion_records(matrix, labels, source))
         write_json(provenance_dir / "baseline.json", provenance(
             stage="baseline", params=params_record, device=device,
             wall_time_s=time.perf_counter() - started,

@@ -44,6 +44,8 @@ def _user_errors(func: Callable[P, R]) -> Callable[P, R]:
     instead, for a traceback.
     """
 
+    command = func.__name__.replace("_", "-")  # click's name of the command
+
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
@@ -59,8 +61,8 @@ def _user_errors(func: Callable[P, R]) -> Callable[P, R]:
                 text = (not_found(name) if name else
                         f"{err.filename}: not found; run the earlier stages first (dvc repro)")
             # a message that names the command itself ("compare: ...") is not prefixed twice
-            message = text.removeprefix(f"{func.__name__}: ")
-            click.echo(f"lorasent {func.__name__}: error: {message}", err=True)
+            message = text.removeprefix(f"{command}: ")
+            click.echo(f"lorasent {command}: error: {message}", err=True)
             sys.exit(1)
         except Exception as err:
             # only an error that can be a full disk loads lorasent.environment (and torch)
@@ -72,7 +74,7 @@ def _user_errors(func: Callable[P, R]) -> Callable[P, R]:
             no_space = out_of_space_message(err)
             if no_space is None:
                 raise
-            click.echo(f"lorasent {func.__name__}: error: {no_space}", err=True)
+            click.echo(f"lorasent {command}: error: {no_space}", err=True)
             sys.exit(1)
 
     return wrapper
@@ -567,6 +569,41 @@ def compare(rev_a: str, rev_b: str, out_dir: Path | None, force: bool) -> None:
     click.echo(f"wrote {out / REPORT_MD} and {out / REPORT_HTML}")
 
 
+@click.command("pr-comment")
+@click.argument("base")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("pr-report"),
+              show_default=True,
+              help="Folder for the reports and comment.md: a new folder, or one an earlier "
+              "pr-comment wrote (replaced as a whole).")
+@click.option("--comments", "comments_path",
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The pull request's comments as `gh api --paginate "
+              "repos/<owner>/<repo>/issues/<number>/comments` prints them: the earlier "
+              "lorasent comment is edited, and this push compared with its head.")
+@click.option("--pr", help="The pull request's number, for the comment's `git fetch` line.")
+@click.option("--run-url", help="The workflow run whose artifacts hold the reports.")
+@click.option("--force", is_flag=True,
+              help="Replace an --out folder that pr-comment did not write.")
+@_user_errors
+def pr_comment(base: str, out_dir: Path, comments_path: Path | None, pr: str | None,
+               run_url: str | None, force: bool) -> None:
+    """Write a pull request's lorasent comment: HEAD against branch BASE, and against
+    the head the earlier comment compared (what this push did).
+
+    Writes --out/comment.md, the two reports, and --out/comment-id when an earlier
+    comment is to be edited (see .github/workflows/metrics-diff.yml). Reads committed
+    metrics only; retrains nothing.
+    """
+    from lorasent.artifacts import check_output_folder
+    from lorasent.pr_comment import COMMENT_MD
+    from lorasent.pr_comment import pr_comment as write_comment
+
+    check_output_folder(out_dir, command="pr-comment", force=force)
+    comments = comments_path.read_text(encoding="utf-8") if comments_path else None
+    out = write_comment(base, out_dir, comments, pr=pr, run_url=run_url)
+    click.echo(f"wrote {out / COMMENT_MD}")
+
+
 def _progress_bars_only_in_a_terminal() -> None:
     """Progress bars only when stderr is a terminal; plain lines in a log file or CI.
 
@@ -593,7 +630,7 @@ def main() -> None:
 
 
 for _command in (fetch, split, baseline, train, evaluate, doctor, predict, export, preset,
-                 compare, metrics, seeds):
+                 compare, pr_comment, metrics, seeds):
     main.add_command(_command)
 
 

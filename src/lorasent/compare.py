@@ -22,8 +22,10 @@ On top of DVC's diffs, the report says whether B is really better than A
   experiment names; see ``lorasent seeds``): mean ± sd over the seeds and Welch's t-test;
 - a side that is stale first (``dvc status`` for the workspace; a commit's dvc.lock
   against its own dvc.yaml and params): then no verdict is called a result;
-- warnings a reviewer cannot miss (``lorasent.metrics.run_warnings``, different rows, a
-  busy machine behind a wall-time delta);
+- warnings a reviewer cannot miss (``lorasent.metrics.warnings_by_kind``, different
+  rows): those about the change; one true of both sides is said once, as a note; a side
+  trained on a busy machine is said beside the training times, the only numbers it
+  affects;
 - predictions files read strictly (:func:`read_predictions_strict`): columns by name, a
   damaged file one error naming revision, path, line and id;
 - full K x K confusion matrices, actual classes on the rows as in scikit-learn.
@@ -45,10 +47,11 @@ import base64
 import difflib
 import fnmatch
 import json
+import os
 import re
 import subprocess
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +65,7 @@ from lorasent.metrics import (
     PredictionsFileError,
     read_predictions,
     run_warnings,
+    warnings_by_kind,
 )
 from lorasent.paths import (
     BASELINE_METRICS,
@@ -155,7 +159,41 @@ def compare(rev_a: str = "HEAD", rev_b: str = WORKSPACE, out_dir: str | Path | N
              "runs on each side" for side, spec, group in (("A", rev_a, group_a),
                                                            ("B", rev_b, group_b))
              if group[0] != spec.strip()]
-    rev_a, rev_b = group_a[0], group_b[0]  # a pattern matching one run: that run
+    return write_report(collect(repo, group_a[0], group_b[0], notes), out, repo)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What :func:`collect` read from DVC and git for revision B against A, and the
+    review of it: everything the report and a pull request comment show."""
+
+    rev_a: str
+    rev_b: str
+    commits: dict[str, str]       # {rev: short commit} of those git resolves
+    params: dict[str, Any]        # `dvc params diff A B --all --json`
+    metrics: dict[str, Any]       # `dvc metrics diff A B --all --json`
+    plots: dict[str, Any]         # `dvc plots diff A B --json`'s "data"
+    metrics_md: str               # `dvc metrics diff A B --all --md`
+    sides: tuple[Side, Side]
+    review: Review
+    runs: dict[str, dict[str, Any]]  # the dvc.lock of each stale side
+
+    def changed_params(self) -> list[tuple[str, Any, Any]]:
+        """``(key, A's value, B's value)`` of each param that differs; keys of files other
+        than params.yaml are ``<file>: <key>``."""
+        return [(key if file == "params.yaml" else f"{file}: {key}", v.get("old"), v.get("new"))
+                for file, keys in self.params.items() for key, v in keys.items()
+                if v.get("old") != v.get("new")]
+
+
+def collect(repo: Path, rev_a: str, rev_b: str, notes: Sequence[str] = ()) -> Comparison:
+    """Read and judge revision ``rev_b`` against ``rev_a`` (single revisions, checked by
+    :func:`_check_revisions`); ``notes`` go first among the warnings.
+
+    Raises:
+        LorasentError, PredictionsFileError: as :func:`compare`.
+    """
+    notes = list(notes)
     commits = _commits(repo, rev_a, rev_b)
     same = rev_b != WORKSPACE and commits.get(rev_a) == commits.get(rev_b)
     if same and rev_a != rev_b:  # DVC diffs one commit under two names as nothing at all
@@ -175,17 +213,22 @@ def compare(rev_a: str = "HEAD", rev_b: str = WORKSPACE, out_dir: str | Path | N
     review = _review(*sides, _labels(params, evals), stale, notes)
     runs = {side: _lock(repo, commits.get(rev, rev)) for side, rev in (("A", rev_a), ("B", rev_b))
             if stale[side]}
-    confusion = _confusion_plots(repo)  # drawn by the report itself, K x K
+    return Comparison(rev_a, rev_b, commits, params, metrics, plots, metrics_md, sides, review,
+                      runs)
 
+
+def write_report(c: Comparison, out: Path, repo: Path) -> Path:
+    """Write :func:`collect`'s comparison as the report folder ``out`` (verdict.md,
+    report.md, report.html, the PNGs), whole or not at all; returns ``out``."""
+    confusion = _confusion_plots(repo)  # drawn by the report itself, K x K
     with output_dir(out, command="compare") as tmp:
-        images = {title: _render_png(specs, tmp) for title, specs in plots.items()
+        images = {title: _render_png(specs, tmp) for title, specs in c.plots.items()
                   if title not in confusion}
-        images = {**_confusion_pngs(sides, review.labels, tmp), **images}
-        text = _markdown(rev_a, rev_b, commits, params, metrics, images, metrics_md, sides,
-                         review, _texts(repo, review), runs)
-        (tmp / VERDICT_MD).write_text(review.summary(), encoding="utf-8")
+        images = {**_confusion_pngs(c.sides, c.review.labels, tmp), **images}
+        text = _markdown(c, images, _texts(repo, c.review))
+        (tmp / VERDICT_MD).write_text(c.review.summary(), encoding="utf-8")
         (tmp / REPORT_MD).write_text(text, encoding="utf-8")
-        (tmp / REPORT_HTML).write_text(_html(text, tmp, f"lorasent: {rev_a} vs {rev_b}"),
+        (tmp / REPORT_HTML).write_text(_html(text, tmp, f"lorasent: {c.rev_a} vs {c.rev_b}"),
                                        encoding="utf-8")
     return out
 
@@ -275,13 +318,15 @@ class Review:
     labels: list[str]
     paired: PairedComparison | None = None
     rows: tuple[Predictions, Predictions] | None = None  # A's and B's, rows in A's order
+    notes: list[str] = field(default_factory=list)  # true of A and B alike: not the change
 
-    def summary(self) -> str:
-        """The verdict and the warnings, as Markdown: the top of the report and the PR
-        comment."""
+    def summary(self, notes: bool = True) -> str:
+        """The verdict, the warnings about the change, then (with ``notes``) the notes true
+        of both sides, as Markdown: the top of the report and of the pull request comment."""
         lines = [f"**{self.verdict}**", ""]
-        lines += [f"- ⚠ {w}" for w in self.warnings] + ([""] if self.warnings else [])
-        return "\n".join(lines)
+        said = [f"- ⚠ {w}" for w in self.warnings] + [f"- Note: {n}" for n in self.notes
+                                                      if notes]
+        return "\n".join(lines + said + ([""] if said else []))
 
 
 def _review(a: Side, b: Side, labels: list[str], stale: dict[str, Stale | None] | None = None,
@@ -292,35 +337,62 @@ def _review(a: Side, b: Side, labels: list[str], stale: dict[str, Stale | None] 
     said = [found.sentence(f"{side} ({s.rev})") for side, s in (("A", a), ("B", b))
             if (found := (stale or {}).get(side))]
     warnings = [*notes, *review.warnings]
-    if not said:
-        return Review(review.verdict, warnings, review.labels, review.paired, review.rows)
-    verdict = (f"Not a result until then: the predictions on file give "
-               f"{_measured(review.paired)}." if review.paired else review.verdict)
-    return Review(f"{'. '.join(said)}. {verdict}", warnings, review.labels, review.paired,
-                  review.rows)
+    if said:
+        verdict = (f"Not a result until then: the predictions on file give "
+                   f"{_measured(review.paired)}." if review.paired else review.verdict)
+        review = replace(review, verdict=f"{'. '.join(said)}. {verdict}")
+    return replace(review, warnings=warnings)
+
+
+def _run_warnings(a: Side, b: Side) -> tuple[list[str], list[str]]:
+    """Each side's :func:`lorasent.metrics.warnings_by_kind`: ``(warnings, notes)``. A kind
+    only one side has is a warning about the change (``A: ...``, ``B: ...``); a kind both
+    have is one note, B's sentence with A's own figures after it where they differ."""
+    in_a, in_b = (warnings_by_kind(s.evals or {}) for s in (a, b))
+    warnings = [f"{side}: {text}" for side, mine, other in (("A", in_a, in_b), ("B", in_b, in_a))
+                for kind, text in mine.items() if kind not in other]
+    notes = [f"A and B alike, so not this change: {_alike(in_a[kind], text)}"
+             for kind, text in in_b.items() if kind in in_a]
+    return warnings, notes
+
+
+def _alike(text_a: str, text_b: str) -> str:
+    """B's sentence, and what A's says instead from the first word that differs:
+    ``... it is 0.455 (A: 0.487)``."""
+    if text_a == text_b:
+        return text_b
+    same = os.path.commonprefix([text_a, text_b])
+    return f"{text_b} (A: {text_a[same.rfind(' ') + 1:]})"
+
+
+def _busy(sides: Sequence[Side]) -> list[str]:
+    """A sentence for each side trained on a busy machine: what that affects."""
+    found = []
+    for side, s in zip("AB", sides, strict=True):
+        load = (s.train or {}).get("machine_load") or {}
+        if load.get("busy"):
+            found.append(f"{side} ({s.rev}) trained on a busy machine (load "
+                         f"{load.get('load_average')} on {load.get('cpu_cores')} cores): its "
+                         "training time and examples per second are not comparable; that "
+                         "affects runtimes only, not the metrics.")
+    return found
 
 
 def _paired_review(a: Side, b: Side, labels: list[str]) -> Review:
-    warnings = [f"{side}: {w}" for side, s in (("A", a), ("B", b))
-                for w in run_warnings(s.evals or {})]
-    loads = {side: (s.train or {}).get("machine_load") or {} for side, s in (("A", a), ("B", b))}
-    busy = [f"{side} ({s.rev}) trained on a busy machine (load {load.get('load_average')} on "
-            f"{load.get('cpu_cores')} cores)"
-            for (side, load), s in zip(loads.items(), (a, b), strict=True) if load.get("busy")]
-    if busy:
-        warnings.append("training times are not comparable: " + "; ".join(busy))
+    warnings, notes = _run_warnings(a, b)
     pa, pb = a.predictions, b.predictions
     if pa is None or pb is None:
         why = a.predictions_error or b.predictions_error
         return Review(f"No paired test: {why}. Each side's own interval, where it has one, is "
                       "in report.md's metrics table.",
-                      warnings, labels)
+                      warnings, labels, notes=notes)
     if set(pa.labels) != set(pb.labels):
         warnings.insert(0, f"A and B have other classes (A: {', '.join(pa.labels)}; B: "
                            f"{', '.join(pb.labels)}): other base.labels, so their metrics "
                            "are not paired")
         return Review("No paired test: A and B have other classes, so only each side's own "
-                      "interval can be given (report.md's metrics table).", warnings, labels)
+                      "interval can be given (report.md's metrics table).", warnings, labels,
+                      notes=notes)
     pb = _in_order(pb, pa.labels)  # paired by column name, whatever the columns' order
     only_a, only_b = set(pa.ids) - set(pb.ids), set(pb.ids) - set(pa.ids)
     if only_a or only_b:
@@ -331,7 +403,7 @@ def _paired_review(a: Side, b: Side, labels: list[str]) -> Review:
                            "or data, so their metrics are not paired")
         return Review("No paired test: A and B were scored on different test rows, so only "
                       "each side's own interval can be given (report.md's metrics table).",
-                      warnings, labels)
+                      warnings, labels, notes=notes)
     order = {row_id: i for i, row_id in enumerate(pb.ids)}
     at = [order[row_id] for row_id in pa.ids]
     pb = Predictions(pa.ids, pb.actual[at], pb.predicted[at], pb.probabilities[at], pb.labels)
@@ -339,9 +411,9 @@ def _paired_review(a: Side, b: Side, labels: list[str]) -> Review:
         warnings.insert(0, "A and B give the same rows other gold labels (other label "
                            "aliases?): not paired")
         return Review("No paired test: the same rows carry other gold labels in A and B.",
-                      warnings, labels)
+                      warnings, labels, notes=notes)
     paired = paired_comparison(pa.actual, pa.predicted, pb.predicted, pa.labels)
-    return Review(paired_verdict(paired), warnings, pa.labels, paired, (pa, pb))
+    return Review(paired_verdict(paired), warnings, pa.labels, paired, (pa, pb), notes)
 
 
 def paired_verdict(p: PairedComparison) -> str:
@@ -357,8 +429,14 @@ def paired_verdict(p: PairedComparison) -> str:
     f1_note = (f" But macro-F1 is {'higher' if f1_low > 0 else 'lower'} in B: its interval "
                "excludes 0 (report.md's per-class table)." if f1_low > 0 or f1_high < 0 else "")
     return (f"No detectable difference{' in accuracy' if f1_note else ''}: {measured}. "
-            f"With {p.rows} test rows, accuracy differences smaller than about "
-            f"{p.resolution:.2f} cannot be told apart.{f1_note}")
+            f"{resolution_sentence(p)}{f1_note}")
+
+
+def resolution_sentence(p: PairedComparison) -> str:
+    """The smallest difference these rows tell apart, one sentence, the same in the
+    verdict and the report (:attr:`PairedComparison.resolution`, 3 decimals)."""
+    return (f"With {p.rows} test rows, accuracy differences smaller than about "
+            f"{p.resolution:.3f} cannot be told apart from noise.")
 
 
 def _measured(p: PairedComparison) -> str:
@@ -455,7 +533,7 @@ def _compare_groups(repo: Path, spec_a: str, spec_b: str, group_a: list[str],
              "unequal variances).", "",
              f"## Params that differ (besides `base.seed`; {group_a[0]} against {group_b[0]})",
              ""]
-    lines += _table(["param", "A", "B"], ([f"`{k}`", _fmt(v.get("old")), _fmt(v.get("new"))]
+    lines += _table(["param", "A", "B"], ([f"`{k}`", _param(v.get("old")), _param(v.get("new"))]
                                           for k, v in changed)) if changed else ["None."]
     lines += ["", "## Over seeds", ""]
     lines += _table(["metric", "A (mean ± sd)", "B (mean ± sd)", "Δ mean", "Welch p"],
@@ -765,8 +843,10 @@ def _render_png(specs: list[dict[str, Any]], folder: Path) -> list[str]:
 
 
 def _confusion_plots(repo: Path) -> set[str]:
-    """The titles of ``dvc.yaml``'s confusion plots: the report draws its own matrices,
-    since DVC's confusion template drops the row of a class never predicted."""
+    """The titles of ``dvc.yaml``'s confusion plots. The report draws its own matrices,
+    the same picture from each side's ``metrics/eval.json``: revisions made before the
+    plots drew ``metrics/confusion.json`` have only DVC's built-in ``confusion`` template
+    on the predictions file, which drops the row of a class never predicted."""
     from lorasent.params import read_yaml
 
     path = repo / "dvc.yaml"
@@ -860,12 +940,11 @@ def _vl_version(spec: dict[str, Any]) -> str | None:
 # ---------------------------------------------------------------------------- report
 
 
-def _markdown(rev_a: str, rev_b: str, commits: dict[str, str], params: dict[str, Any],
-              metrics: dict[str, Any], images: dict[str, list[str]], metrics_md: str,
-              sides: tuple[Side, Side], review: Review, texts: dict[str, str] | str,
-              runs: dict[str, dict[str, Any]] | None = None) -> str:
-    """The report page. ``runs``: the dvc.lock of each stale side, so that a param
-    change its metrics were not made with is marked as such."""
+def _markdown(c: Comparison, images: dict[str, list[str]], texts: dict[str, str] | str) -> str:
+    """The report page. A stale side's dvc.lock (``c.runs``) marks each param change its
+    metrics were not made with."""
+    rev_a, rev_b, commits, params, metrics = c.rev_a, c.rev_b, c.commits, c.params, c.metrics
+    sides, review, runs = c.sides, c.review, c.runs
     evals = metrics.get(str(EVAL_METRICS), {})
     a, b = (f"{rev} ({commits[rev]})" if rev in commits else rev for rev in (rev_a, rev_b))
     lines = [f"# lorasent: {rev_a} vs {rev_b}", "", review.summary(),
@@ -888,12 +967,10 @@ def _markdown(rev_a: str, rev_b: str, commits: dict[str, str], params: dict[str,
         lines += ["A stale side's metrics were not made with every value below: the last "
                   "column gives the value its dvc.lock says they were made with.", ""]
         lines += _table(["param", "A", "B", "metrics made with (not reproduced)"],
-                        ([f"`{k}`", _fmt(v.get("old")), _fmt(v.get("new")), note]
+                        ([f"`{k}`", _param(v.get("old")), _param(v.get("new")), note]
                          for k, v, note in changed))
     else:
-        lines += _table(["param", "A", "B"], ([f"`{k}`", _fmt(v.get("old")),
-                                               _fmt(v.get("new"))] for k, v, _ in changed)) \
-            if changed else ["None."]
+        lines += params_table(c.changed_params())
 
     lines += ["", "## Metrics (test split)", ""]
     lines += _table(["metric", "A", "B", "Δ", "A 95% interval", "B 95% interval"],
@@ -902,7 +979,7 @@ def _markdown(rev_a: str, rev_b: str, commits: dict[str, str], params: dict[str,
     if review.paired:
         lines += ["", "## Is the difference real? (paired, same test rows"
                   + ("; not a result: a side is stale)" if runs else ")"), ""]
-        lines += _paired(review.paired)
+        lines += paired_table(review.paired)
     lines += ["", "## Per class (test split)", ""]
     header = ["class"] + [f"{name} {side}" for _, name, delta in PER_CLASS
                           for side in ("A", "B", "Δ")[:3 if delta else 2]]
@@ -924,12 +1001,12 @@ def _markdown(rev_a: str, rev_b: str, commits: dict[str, str], params: dict[str,
     if any(v for _, v in training):
         lines += ["## Training (dvclive)", ""]
         lines += _table(["metric", "A", "B", "Δ"], ([name, *_row(v)] for name, v in training if v))
-        lines += [""]
+        lines += [""] + [line for busy in _busy(sides) for line in (busy, "")]
     lines += ["## Plots", ""]
     for title, names in images.items():
         lines += [f"### {title}", ""] + [f"![{title}]({name})" for name in names] + [""]
     lines += ["## Every metric (`dvc metrics diff --all --md`)", "", "<details>",
-              "<summary>All keys of every metrics file</summary>", "", metrics_md.strip(), "",
+              "<summary>All keys of every metrics file</summary>", "", c.metrics_md.strip(), "",
               "</details>", ""]
     return "\n".join(lines)
 
@@ -943,27 +1020,29 @@ def _not_run(runs: dict[str, dict[str, Any]] | None, file: str, key: str,
         ran = [v for v in _ran_with((runs or {}).get(side) or {}, file, key)
                if diff.get(end) not in (v, str(v))]  # DVC gives a list param as its repr
         if ran:
-            said.append(f"{side}: {_fmt(ran[0])}")
+            said.append(f"{side}: {_param(ran[0])}")
     return "; ".join(said)
 
 
-def _paired(p: PairedComparison) -> list[str]:
-    rows = [["Δ accuracy", _fmt(p.delta_accuracy, signed=True),
-             f"[{_fmt(p.delta_accuracy_ci[0], signed=True)}, "
-             f"{_fmt(p.delta_accuracy_ci[1], signed=True)}]"],
-            ["Δ macro-F1", _fmt(p.delta_macro_f1, signed=True),
-             f"[{_fmt(p.delta_macro_f1_ci[0], signed=True)}, "
-             f"{_fmt(p.delta_macro_f1_ci[1], signed=True)}]"]]
+def paired_table(p: PairedComparison) -> list[str]:
+    """Markdown lines: Δ accuracy and Δ macro-F1 with their paired intervals, McNemar's
+    test, and each actual class's rows B fixed and broke; numbers as in the verdict."""
+    rows = [[name, _signed(delta), f"[{_signed(low)}, {_signed(high)}]"]
+            for name, delta, (low, high) in (("Δ accuracy", p.delta_accuracy, p.delta_accuracy_ci),
+                                             ("Δ macro-F1", p.delta_macro_f1, p.delta_macro_f1_ci))]
     lines = _table(["B − A", "value", "paired bootstrap 95% interval"], rows)
-    noise = ("" if p.only_a_right + p.only_b_right == 0 else
-             f" Differences in accuracy smaller than about {p.resolution:.3f} cannot be told "
-             "apart from noise with these rows.")
     lines += ["", f"McNemar's exact test on the {p.rows} rows: {p.only_b_right} right only in B, "
-                  f"{p.only_a_right} right only in A, p = {p.p_value:.4g}.{noise}", ""]
+                  f"{p.only_a_right} right only in A, p = {_p(p.p_value)}.", ""]
     lines += _table(["actual class", "rows B fixed (A wrong, B right)",
                      "rows B broke (A right, B wrong)"],
                     ([label, str(f["fixed"]), str(f["broken"])] for label, f in p.flips.items()))
     return lines
+
+
+def params_table(changed: Sequence[tuple[str, Any, Any]]) -> list[str]:
+    """Markdown lines: a table of ``(key, A's value, B's value)``, or "None."."""
+    return _table(["param", "A", "B"], ([f"`{k}`", _param(old), _param(new)]
+                                        for k, old, new in changed)) if changed else ["None."]
 
 
 def _interval(evals: dict[str, Any] | None, key: str) -> str:
@@ -1065,6 +1144,12 @@ def _fmt(value: Any, signed: bool = False) -> str:
     if isinstance(value, int):
         return f"{value:+d}" if signed else f"{value}"
     return f"{value:+.4f}" if signed else f"{value:.4f}"
+
+
+def _param(value: Any) -> str:
+    """A param's value as params.yaml gives it: a float in full (``5e-05``, not the
+    4 decimals of a metric), anything else as :func:`_fmt`."""
+    return repr(value) if isinstance(value, float) else _fmt(value)
 
 
 def _table(header: list[str], rows: Iterable[list[str]]) -> list[str]:

@@ -18,7 +18,9 @@ over the test rows (``accuracy_ci95_low`` / ``accuracy_ci95_high`` ...; the meth
 paired with the reference's own predictions on the same resampled rows: the zero-shot
 predictions of ``metrics/baseline_predictions.csv`` (matched by row id), or the majority
 class. ``warnings`` lists what a reviewer must not miss (``lorasent.metrics.run_warnings``).
-Also ``metrics/predictions.csv`` (DVC's confusion plot; row ids, no texts) and provenance.
+Also ``metrics/predictions.csv`` (row ids, no texts), ``metrics/confusion.json`` (the
+confusion matrix as the K x K records of DVC's confusion plot, zeros included; see
+``lorasent.metrics.confusion_records``) and provenance.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from lorasent.errors import LorasentError
 from lorasent.launch import is_main
 from lorasent.metrics import (
     classification_metrics,
+    confusion_records,
     predictions_csv,
     read_predictions,
     relative_error_reduction,
@@ -54,6 +57,7 @@ from lorasent.paths import (
     BASE_MODEL_DIR,
     BASELINE_METRICS,
     BASELINE_PREDICTIONS,
+    EVAL_CONFUSION,
     EVAL_METRICS,
     EVAL_PREDICTIONS,
     PROVENANCE_DIR,
@@ -95,8 +99,12 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
                  baseline_predictions_path: Path = BASELINE_PREDICTIONS,
                  metrics_path: Path = EVAL_METRICS,
                  predictions_path: Path = EVAL_PREDICTIONS,
+                 confusion_path: Path = EVAL_CONFUSION,
                  provenance_dir: Path = PROVENANCE_DIR) -> EvaluateResult:
-    """Score the test split with base + adapter and write the metrics."""
+    """Score the test split with base + adapter and write the metrics.
+
+    ``confusion_path`` gets ``confusion_matrix`` as K x K plot records
+    (:func:`lorasent.metrics.confusion_records`)."""
     started = time.perf_counter()
     labels = list(base.labels)
     test_path = split_dir / "test.jsonl"
@@ -154,6 +162,8 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
         write_json(metrics_path, metrics)
         atomic_write_text(predictions_path, predictions_csv(
             [r["id"] for r in test], y_test, scores, labels))
+        write_json(confusion_path, confusion_records(
+            metrics["confusion_matrix"], labels, f"{metrics_path}:confusion_matrix"))
         write_json(provenance_dir / "evaluate.json", provenance(
             stage="evaluate", params=params_record, device=device,
             wall_time_s=time.perf_counter() - started,

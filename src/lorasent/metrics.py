@@ -70,6 +70,46 @@ def classification_metrics(y_true: ClassIds, y_pred: ClassIds,
     }
 
 
+def confusion_records(matrix: Mapping[str, Mapping[str, int]], labels: Sequence[str],
+                      source: str = "confusion_matrix") -> list[dict[str, Any]]:
+    """A confusion matrix as the records of a DVC plot: one per cell, zeros included.
+
+    What ``metrics/confusion.json`` and ``metrics/baseline_confusion.json`` hold, drawn by
+    the template ``.dvc/plots/confusion_counts.json`` (actual on the rows, predicted on
+    the columns, every cell with its count, as ``lorasent compare`` draws it). The
+    template orders the classes as the records first name them, so the order here is
+    the plot's.
+
+    Args:
+        matrix: ``confusion_matrix`` of :func:`classification_metrics`:
+            ``matrix[actual][predicted]`` is the number of test rows (an int >= 0).
+        labels: the K class names in the params' order (``base.labels``).
+        source: where ``matrix`` comes from, e.g. ``metrics/eval.json:confusion_matrix``,
+            named in errors.
+
+    Returns:
+        K * K dicts ``{"actual": str, "predicted": str, "count": int}``, actual-major,
+        both in the order of ``labels``.
+
+    Raises:
+        ValueError: a row or a cell of ``labels`` missing from ``matrix``, or a count that
+            is not an int >= 0 (one line naming ``source.<actual>.<predicted>``).
+    """
+    records = []
+    for actual in labels:
+        row = matrix.get(actual)
+        if not isinstance(row, Mapping):
+            raise ValueError(f"{source}.{actual}: no row for class {actual!r} (classes "
+                             f"{', '.join(labels)})")
+        for predicted in labels:
+            count = row.get(predicted)
+            if isinstance(count, bool) or not isinstance(count, int | np.integer) or count < 0:
+                raise ValueError(f"{source}.{actual}.{predicted}: {count!r} is not a count "
+                                 "of rows (an int >= 0)")
+            records.append({"actual": actual, "predicted": predicted, "count": int(count)})
+    return records
+
+
 def relative_error_reduction(accuracy: float, reference: float) -> tuple[float | None, str | None]:
     """``(accuracy - reference) / (1 - reference)``: the share of the reference's errors removed.
 
@@ -112,8 +152,8 @@ def predictions_csv(ids: Sequence[str], y_true: Sequence[int], scores: np.ndarra
     """One row per test example: ``id, actual, predicted`` and each class's probability.
 
     ``id`` is the split's row id (:func:`lorasent.split.row_id`), never the text, so two
-    revisions' files pair row by row and a private text never reaches git. The
-    ``actual``/``predicted`` columns feed DVC's ``confusion`` plot template.
+    revisions' files pair row by row and a private text never reaches git. DVC's
+    confusion plots draw :func:`confusion_records` instead, which keep every cell.
     """
     probs = probabilities(scores)
     out = io.StringIO()
@@ -252,23 +292,33 @@ COLLAPSE_EXCESS = 0.1  # ... and for this much more than its share of the actual
 
 
 def run_warnings(metrics: Mapping[str, Any]) -> list[str]:
-    """What a reviewer must not miss in one run's ``metrics/eval.json``, as sentences.
+    """What a reviewer must not miss in one run's ``metrics/eval.json``, as sentences:
+    the values of :func:`warnings_by_kind`, in its order."""
+    return list(warnings_by_kind(metrics).values())
 
-    - accuracy below the majority-class baseline;
-    - a class never predicted, or one class predicted for nearly all rows (at least
-      90% of them, and 10 points more than its share of the actual rows);
-    - a relative error reduction against a reference that is itself below the
-      majority-class baseline (it flatters the adapter).
 
+def warnings_by_kind(metrics: Mapping[str, Any]) -> dict[str, str]:
+    """What a reviewer must not miss in one run's ``metrics/eval.json``: ``{kind:
+    sentence}``, at most one sentence of each kind, in this order:
+
+    - ``below_majority``: accuracy below the majority-class baseline;
+    - ``never_predicted``: a class never predicted;
+    - ``collapsed``: one class predicted for nearly all rows (at least 90% of them, and
+      10 points more than its share of the actual rows);
+    - ``weak_reference``: a relative error reduction against a reference that is itself
+      below the majority-class baseline (it flatters the adapter).
+
+    The kind lets ``lorasent compare`` say once what holds for both revisions.
     Tolerates files of older revisions that lack some keys (then that check is skipped).
     """
-    found = []
+    found: dict[str, str] = {}
     baseline = metrics.get("baseline") or {}
     acc, majority = metrics.get("accuracy"), baseline.get("majority_accuracy")
     if acc is not None and majority is not None and acc < majority:
-        found.append(f"accuracy {acc:.3f} is below the majority-class baseline {majority:.3f} "
-                     f"(always `{baseline.get('majority_class')}`): the adapter does worse "
-                     "than predicting one class")
+        found["below_majority"] = (
+            f"accuracy {acc:.3f} is below the majority-class baseline {majority:.3f} (always "
+            f"`{baseline.get('majority_class')}`): the adapter does worse than predicting one "
+            "class")
     matrix = metrics.get("confusion_matrix") or {}
     labels = list(matrix)
     rows = sum(sum(row.values()) for row in matrix.values())
@@ -277,20 +327,20 @@ def run_warnings(metrics: Mapping[str, Any]) -> list[str]:
         actual = {label: sum(matrix[label].values()) for label in labels}
         never = [label for label in labels if predicted[label] == 0 and actual[label] > 0]
         if never:
-            found.append("never predicted: " + ", ".join(
+            found["never_predicted"] = ("never predicted: " + ", ".join(
                 f"`{label}` ({actual[label]} of {rows} test rows are {label})" for label in never))
         top = max(labels, key=lambda label: predicted[label])
         share, true_share = predicted[top] / rows, actual[top] / rows
         if share >= COLLAPSE_SHARE and share - true_share >= COLLAPSE_EXCESS:
-            found.append(f"`{top}` is predicted for {predicted[top]} of {rows} rows "
-                         f"({share:.0%}), though {true_share:.0%} of them are {top}")
+            found["collapsed"] = (f"`{top}` is predicted for {predicted[top]} of {rows} rows "
+                                  f"({share:.0%}), though {true_share:.0%} of them are {top}")
     reference, ref_acc = metrics.get("reference"), metrics.get("reference_accuracy")
     if reference != "majority" and ref_acc is not None and majority is not None \
             and ref_acc < majority:
         against = relative_error_reduction(acc, majority)[0] if acc is not None else None
-        found.append(f"the relative error reduction is measured against the {reference} "
-                     f"baseline ({ref_acc:.3f}), which is itself below the majority-class "
-                     f"baseline ({majority:.3f})" + (
-                         f"; against the majority class it is {against:.3f}"
-                         if against is not None else ""))
+        found["weak_reference"] = (
+            f"the relative error reduction is measured against the {reference} baseline "
+            f"({ref_acc:.3f}), which is itself below the majority-class baseline "
+            f"({majority:.3f})" + (f"; against the majority class it is {against:.3f}"
+                                   if against is not None else ""))
     return found

@@ -247,6 +247,45 @@ def check_head_saved(model: PeftModel, newly_initialized: list[str]) -> None:
             f"{modules} to train.lora.modules_to_save")
 
 
+# The classification head that AutoModelForSequenceClassification adds, by the module
+# names peft's SEQ_CLS task trains in full and saves with the adapter (the
+# modules_to_save it adds itself: Gemma's `score`, BERT's `classifier`).
+HEAD_MODULES = ("classifier", "score")
+
+
+def is_head_weight(name: str) -> bool:
+    """Whether the weight ``name`` (as transformers names it, e.g. ``score.weight``)
+    belongs to a module named as in :data:`HEAD_MODULES`, or to one inside it."""
+    return any(part in HEAD_MODULES for part in name.split(".")[:-1])
+
+
+def new_weights_note(newly_initialized: list[str]) -> tuple[int, str] | None:
+    """``(log level, line)`` on the weights transformers' load report lists as MISSING
+    (``newly_initialized``: the missing keys of the seq_cls model), for after
+    :func:`check_head_saved` has passed; None when there are none.
+
+    The head's weights (:func:`is_head_weight`) are expected to be missing: the head is
+    new, initialised here and trained by this run (peft's ``modules_to_save``). Any
+    other missing weight is not explained away: the line is then a warning naming it.
+    """
+    if not newly_initialized:
+        return None
+    head = [name for name in newly_initialized if is_head_weight(name)]
+    other = [name for name in newly_initialized if not is_head_weight(name)]
+    about_head = (f"{', '.join(head)}, MISSING in transformers' load report above, "
+                  f"{'is' if len(head) == 1 else 'are'} the new classification head: "
+                  "initialised here and trained by this run (peft's modules_to_save, saved "
+                  "with the adapter)")
+    if not other:
+        return logging.INFO, f"seq_cls: {about_head}, so MISSING is expected there"
+    return logging.WARNING, (
+        f"seq_cls: {about_head + '; but ' if head else ''}{', '.join(other)} "
+        f"{'is' if len(other) == 1 else 'are'} MISSING{' too' if head else ''} and not the "
+        "head: not in the base model's checkpoint, initialised at random, and trained here "
+        "only because train.lora.modules_to_save lists its module; check that base.model is "
+        "the model you meant")
+
+
 def _live(folder: Path) -> Live:
     """dvclive's ``Live`` writing the history to ``folder``.
 
@@ -656,6 +695,9 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
         target_modules=list(train.lora.target_modules),
         modules_to_save=list(train.lora.modules_to_save) or None))
     check_head_saved(model, newly_initialized)
+    note = new_weights_note(newly_initialized)
+    if note is not None and is_main():
+        log.log(*note)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
 

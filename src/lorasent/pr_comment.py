@@ -1,0 +1,206 @@
+"""``lorasent pr-comment``: the one comment a pull request keeps, from ``lorasent compare``.
+
+`.github/workflows/metrics-diff.yml` runs it on the pull request's head with the base
+branch's name and the pull request's comments (``gh api --paginate .../comments``). It
+finds the comment an earlier run wrote (its first line is :func:`marker`, naming the head
+that run compared), compares the base with this head, and, when that earlier head is
+another commit git has, the earlier head with this one: what this push did. It writes
+one folder, whole or not at all:
+
+- ``<base>-vs-head/`` and ``previous-vs-head/``: :func:`lorasent.compare.write_report`'s
+  reports (the second only after a push that changed the head);
+- ``comment.md``: the comment's body, a reviewer's minute: each verdict, the warnings
+  about the change (one true of both sides once, as a note), the params that differ
+  (old → new), the paired table (Δ accuracy and Δ macro-F1 with their intervals,
+  McNemar's p), each class's rows fixed and broken, then ``dvc metrics diff`` in a fold
+  without the keys no reviewer reads (:data:`UNREAD`);
+- ``comment-id``: the id of the earlier comment, which the workflow edits instead of
+  adding another; absent when there is none.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from lorasent.artifacts import output_dir
+from lorasent.compare import (
+    REPORT_HTML,
+    Comparison,
+    _check_revisions,
+    _fmt,
+    _param,
+    _slug,
+    _table,
+    collect,
+    paired_table,
+    write_report,
+)
+from lorasent.errors import LorasentError
+from lorasent.programs import program
+
+MARKER = "<!-- lorasent-pr-comment"  # the first line of the comment: marker(head)
+COMMENT_MD = "comment.md"
+COMMENT_ID = "comment-id"
+PREVIOUS = "previous-vs-head"
+# Keys of `dvc metrics diff` the comment's fold leaves out (matched against the key, in
+# any metrics file): each interval bound as its own row (the paired table gives the
+# intervals that matter), confusion cells (the report draws the matrices), eval.json's
+# copies of baseline.json, the intervals' method, and dvclive's step-level training
+# records: runtimes, throughput, grad_norm, epoch, FLOPs and the scheduler's last
+# learning rate, which reads as the param on a learning-rate pull request.
+UNREAD = re.compile(r"_ci95_(low|high)$|(^|\.)confusion_matrix\.|^baseline\.|^intervals\."
+                    r"|^(grad_norm|learning_rate|epoch|total_flos)$"
+                    r"|^train\.(runtime|\w+_per_second)$")
+
+
+def marker(head: str) -> str:
+    """The hidden first line of the comment: ``<!-- lorasent-pr-comment head=<sha> -->``."""
+    return f"{MARKER} head={head} -->"
+
+
+@dataclass(frozen=True)
+class EarlierComment:
+    """The comment an earlier run posted: its GitHub id, and the head it compared."""
+
+    id: int
+    head: str
+
+
+def earlier_comment(text: str, source: str) -> EarlierComment | None:
+    """The last comment in ``text`` whose body starts with :data:`MARKER`; None if none.
+
+    ``text`` is what ``gh api --paginate repos/<o>/<r>/issues/<n>/comments`` prints: one
+    JSON array of comment objects (``id``, ``body``) per page, one after the other.
+
+    Raises:
+        LorasentError: ``text`` is not such arrays; names ``source`` and the offset.
+    """
+    decoder, at, comments = json.JSONDecoder(), 0, []
+    while at < len(text.rstrip()):
+        while text[at].isspace():
+            at += 1
+        try:
+            page, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError as err:
+            raise LorasentError(f"pr-comment: {source}: not the JSON of `gh api --paginate` "
+                                f"({err.msg} at character {err.pos}); pass the comments "
+                                "exactly as gh prints them") from None
+        if not isinstance(page, list) or not all(isinstance(c, dict) for c in page):
+            raise LorasentError(f"pr-comment: {source}: a page that is not a list of comment "
+                                f"objects at character {at}; pass the output of `gh api "
+                                "--paginate repos/<owner>/<repo>/issues/<number>/comments`")
+        comments += page
+    found = None
+    for comment in comments:
+        head = re.match(re.escape(MARKER) + r" head=([0-9a-f]{7,40}) -->",
+                        str(comment.get("body") or ""))
+        if head and isinstance(comment.get("id"), int):
+            found = EarlierComment(comment["id"], head.group(1))
+    return found
+
+
+def pr_comment(base: str, out: str | Path, comments: str | None = None,
+               pr: str | None = None, run_url: str | None = None,
+               repo: str | Path = ".") -> Path:
+    """Write the folder ``out`` (see the module): the reports and the comment on the
+    checked-out head (``HEAD``) against branch ``base``, and against the head of the
+    earlier comment found in ``comments`` (the text of ``gh api --paginate``). ``pr``
+    (the pull request's number) and ``run_url`` (the workflow run, whose artifacts hold
+    the reports) go into the comment's last lines.
+
+    Raises:
+        LorasentError: as :func:`lorasent.compare.compare` for either comparison, and as
+            :func:`earlier_comment`; ``HEAD`` is not a commit.
+    """
+    repo, out = Path(repo), Path(out)
+    head = _rev_parse(repo, "HEAD")
+    if head is None:
+        raise LorasentError(f"pr-comment: {repo.resolve()} has no HEAD commit; run it in a "
+                            "checkout of the pull request's head")
+    earlier = earlier_comment(comments, "--comments") if comments else None
+    _check_revisions(repo, {"base": [base]})
+    against_base = collect(repo, base, "HEAD")
+    previous: Comparison | str | None = None  # the comparison, or why there is none
+    if earlier and earlier.head != head[:len(earlier.head)]:
+        known = _rev_parse(repo, earlier.head, short=True)
+        previous = (collect(repo, known, "HEAD") if known else
+                    f"The head of the previous run ({earlier.head[:7]}) is not in this clone "
+                    "(a force-push rewrote it?), so there is no verdict against it.")
+    base_folder = f"{_slug(base)}-vs-head"
+    with output_dir(out, command="pr-comment") as tmp:
+        write_report(against_base, tmp / base_folder, repo)
+        if isinstance(previous, Comparison):
+            write_report(previous, tmp / PREVIOUS, repo)
+        text = comment_text(head, base, against_base, previous, pr, run_url, base_folder)
+        (tmp / COMMENT_MD).write_text(text, encoding="utf-8")
+        if earlier:
+            (tmp / COMMENT_ID).write_text(f"{earlier.id}\n", encoding="utf-8")
+    return out
+
+
+def comment_text(head: str, base: str, against_base: Comparison,
+                 previous: Comparison | str | None, pr: str | None, run_url: str | None,
+                 base_folder: str) -> str:
+    """The comment's Markdown: :func:`marker`, the comparison against ``base``, the one
+    against the previous head (or why there is none), the fold, the footer."""
+    short = _short(against_base, "HEAD")
+    lines = [marker(head), f"### lorasent: B, this pull request's head ({short}), against "
+             f"A, `{base}` ({_short(against_base, base)})", ""]
+    lines += _section(against_base, base)
+    if previous is not None:
+        lines += ["", f"### This push: B, the head ({short}), against A, the previous head"
+                  + (f" ({previous.rev_a})" if isinstance(previous, Comparison) else ""), ""]
+        lines += [previous] if isinstance(previous, str) else \
+            _section(previous, "previous head", tables=False)
+    lines += ["", "<details>", f"<summary>Every metric that changed against <code>{base}</code> "
+              "(<code>dvc metrics diff</code>, less the keys no reviewer reads)</summary>", ""]
+    lines += _metrics_diff(against_base, base)
+    lines += ["", "</details>", ""]
+    where = f"the `lorasent-report` artifact of [this run]({run_url})" if run_url else \
+        "the `lorasent-report` artifact of this run"
+    fetch = f"`git fetch origin pull/{pr}/head`, then " if pr else ""
+    lines += [f"Per-class tables, confusion matrices, flipped texts and loss curves: {where} "
+              f"(open `{base_folder}/{REPORT_HTML}`). Locally: {fetch}`make compare "
+              f"A={_short(against_base, base)} B={short}` (`{base}` as compared here)."]
+    return "\n".join(lines) + "\n"
+
+
+def _section(c: Comparison, name_a: str, tables: bool = True) -> list[str]:
+    """One comparison: verdict, warnings, params; with ``tables``, the notes true of both
+    sides, the paired table and each class's flips (the report has them all)."""
+    lines = [c.review.summary(notes=tables).rstrip(), ""]
+    changed = c.changed_params()
+    lines += ([f"Params that differ ({name_a} → head): " + "; ".join(
+        f"`{key}` {_param(old)} → {_param(new)}" for key, old, new in changed) + "."]
+              if changed else [f"No param differs from {name_a}."])
+    if tables and c.review.paired:
+        lines += [""] + paired_table(c.review.paired)
+    return lines
+
+
+def _metrics_diff(c: Comparison, base: str) -> list[str]:
+    """``dvc metrics diff``'s changed keys as its Markdown table, less :data:`UNREAD`."""
+    rows = [[path, key, _fmt(v.get("old")), _fmt(v.get("new")), _fmt(v.get("diff"), signed=True)]
+            for path, keys in c.metrics.items() for key, v in keys.items()
+            if v.get("old") != v.get("new") and not UNREAD.search(key)
+            and not isinstance(v.get("old", v.get("new")), list | dict | str)]
+    return _table(["Path", "Metric", base, "head", "Change"], rows) if rows else \
+        ["No metric a reviewer reads changed."]
+
+
+def _short(c: Comparison, rev: str) -> str:
+    return c.commits.get(rev, rev)
+
+
+def _rev_parse(repo: Path, rev: str, short: bool = False) -> str | None:
+    """The commit ``rev`` names in ``repo`` (its full hash, or git's short one), None when
+    git does not have it."""
+    done = subprocess.run([program("git"), "rev-parse", *(["--short"] if short else []),
+                           "--verify", "-q", f"{rev}^{{commit}}"],
+                          cwd=repo, capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
+

@@ -1,0 +1,184 @@
+"""The pull request comment (issue 28) on a throwaway git + DVC repo of one stage: one
+comment found by its marker, both verdicts, warnings about the change only, the fold;
+and its pieces: the earlier comment in `gh api --paginate`'s output, shared warnings."""
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from markdown_it import MarkdownIt
+
+from lorasent.compare import Side, _alike, _busy, _run_warnings
+from lorasent.errors import LorasentError
+from lorasent.pr_comment import UNREAD, EarlierComment, earlier_comment, marker, pr_comment
+from test_compare import git_dvc, make_metrics_repo
+
+HEAD_A, HEAD_B = "a" * 40, "b" * 40
+
+
+def _pages(*pages: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(page) + "\n" for page in pages)
+
+
+def test_the_earlier_comment_is_the_last_that_starts_with_the_marker():
+    text = _pages([{"id": 1, "body": marker(HEAD_A) + "\nold"}, {"id": 2, "body": "LGTM"}],
+                  [{"id": 3, "body": "> " + marker(HEAD_B) + "\nquoted by a reviewer"}],
+                  [{"id": 4, "body": marker(HEAD_B) + "\nnewer"}, {"id": 5, "body": None}])
+    assert earlier_comment(text, "comments.json") == EarlierComment(4, HEAD_B)
+    assert earlier_comment(_pages([{"id": 2, "body": "LGTM"}]), "c") is None
+    assert earlier_comment("[]", "c") is None
+
+
+@pytest.mark.parametrize("text, why", [
+    ('[{"id": 1}] {', "not the JSON of `gh api --paginate` (Expecting property name "
+                      "enclosed in double quotes at character 13)"),
+    ('{"message": "Not Found"}', "a page that is not a list of comment objects at character "
+                                 "24"),
+])
+def test_comments_that_are_not_gh_api_pages_are_one_error(text, why):
+    with pytest.raises(LorasentError) as err:
+        earlier_comment(text, "comments.json")
+    assert str(err.value).startswith(f"pr-comment: comments.json: {why}")
+
+
+def test_a_warning_of_a_kind_both_sides_have_is_one_note():
+    def side(rev: str, accuracy: float, reference: float) -> Side:
+        evals = {"accuracy": accuracy, "reference": "zero_shot", "reference_accuracy": reference,
+                 "baseline": {"majority_class": "neg", "majority_accuracy": 0.5},
+                 "confusion_matrix": {"neg": {"neg": 5, "pos": 0}, "pos": {"neg": 5, "pos": 0}}}
+        return Side(rev, evals, None, None, None, None)
+
+    warnings, notes = _run_warnings(side("main", 0.6, 0.4), side("HEAD", 0.45, 0.4))
+    assert warnings == ["B: accuracy 0.450 is below the majority-class baseline 0.500 (always "
+                        "`neg`): the adapter does worse than predicting one class"]
+    assert notes == [
+        "A and B alike, so not this change: never predicted: `pos` (5 of 10 test rows are pos)",
+        "A and B alike, so not this change: `neg` is predicted for 10 of 10 rows (100%), "
+        "though 50% of them are neg",
+        "A and B alike, so not this change: the relative error reduction is measured against "
+        "the zero_shot baseline (0.400), which is itself below the majority-class baseline "
+        "(0.500); against the majority class it is -0.100 (A: 0.200)"]
+    assert _alike("same words", "same words") == "same words"
+
+
+def test_a_busy_machine_is_said_with_what_it_affects():
+    busy = {"machine_load": {"load_average": 5.2, "cpu_cores": 2, "busy": True}}
+    sides = [Side("main", None, None, None, None, busy), Side("HEAD", None, None, None, None, {})]
+    assert _busy(sides) == ["A (main) trained on a busy machine (load 5.2 on 2 cores): its "
+                            "training time and examples per second are not comparable; that "
+                            "affects runtimes only, not the metrics."]
+
+
+def test_the_fold_leaves_out_the_keys_no_reviewer_reads():
+    keys = ["accuracy", "accuracy_ci95_low", "macro_f1_ci95_high", "per_class.neg.f1",
+            "confusion_matrix.neg.pos", "zero_shot.confusion_matrix.neg.neg",
+            "baseline.majority_accuracy", "majority_accuracy", "intervals.resamples",
+            "loss", "train.loss", "step", "grad_norm", "learning_rate", "epoch", "total_flos",
+            "train.runtime", "train.samples_per_second", "train.steps_per_second",
+            "split_rows.test", "relative_error_reduction"]
+    assert [k for k in keys if not UNREAD.search(k)] == [
+        "accuracy", "per_class.neg.f1", "majority_accuracy", "loss", "train.loss", "step",
+        "split_rows.test", "relative_error_reduction"]
+
+
+@pytest.fixture(scope="module")
+def pull_request(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """main (tag v1: no row wrong), then branch pr: push4 (4 rows wrong), push6 (6)."""
+    root = make_metrics_repo(tmp_path_factory.mktemp("pull-request"))
+    git_dvc(root, "git", "checkout", "-q", "-b", "pr")
+    for wrong in (4, 6):
+        (root / "params.yaml").write_text(f"wrong: {wrong}\n", encoding="utf-8")
+        git_dvc(root, "dvc", "repro", "-q")
+        git_dvc(root, "git", "commit", "-q", "-am", f"push{wrong}")
+        git_dvc(root, "git", "tag", f"push{wrong}")
+    return root
+
+
+def _comment_on(root: Path, head: str, out: Path, comments: str | None = None) -> str:
+    git_dvc(root, "git", "checkout", "-q", "--detach", head)
+    pr_comment("main", out, comments, pr="7", run_url="https://github.example/run", repo=root)
+    return (out / "comment.md").read_text(encoding="utf-8")
+
+
+def _commit(root: Path, rev: str) -> str:
+    return git_dvc(root, "git", "rev-parse", rev)
+
+
+def test_a_push_after_the_first_gets_its_own_verdict_against_the_previous_head(pull_request,
+                                                                            tmp_path):
+    root = pull_request
+    head4, head6 = _commit(root, "push4"), _commit(root, "push6")
+    main = _commit(root, "main")[:7]
+    first = _comment_on(root, "push4", tmp_path / "one")
+    assert not (tmp_path / "one" / "comment-id").exists()
+    assert first.startswith(
+        f"{marker(head4)}\n### lorasent: B, this pull request's head ({head4[:7]}), against A, "
+        f"`main` ({main})\n\n**No detectable difference in accuracy: accuracy −0.100 "
+        "[−0.200, −0.025], McNemar p = 0.12; macro-F1 −0.100 [−0.202, −0.025]. With 40 test "
+        "rows, accuracy differences smaller than about 0.087 cannot be told apart from noise. "
+        "But macro-F1 is lower in B: its interval excludes 0 (report.md's per-class table).**"
+        "\n\nParams that differ (main → head): `wrong` 0 → 4.\n\n| B − A | value | paired "
+        "bootstrap 95% interval |\n|---|---|---|\n| Δ accuracy | −0.100 | [−0.200, −0.025] |\n"
+        "| Δ macro-F1 | −0.100 | [−0.202, −0.025] |\n\nMcNemar's exact test on the 40 rows: 0 "
+        "right only in B, 4 right only in A, p = 0.12.\n\n| actual class | rows B fixed (A "
+        "wrong, B right) | rows B broke (A right, B wrong) |\n|---|---|---|\n| neg | 0 | 2 |\n"
+        "| pos | 0 | 2 |\n\n<details>\n")
+    # one number for the smallest difference the rows tell apart, in comment and report
+    report = (tmp_path / "one" / "main-vs-head" / "report.md").read_text(encoding="utf-8")
+    for text in (first, report):
+        assert text.count("cannot be told apart") == 1 and "about 0.087 " in text
+    assert first.endswith(
+        "(open `main-vs-head/report.html`). Locally: `git fetch origin pull/7/head`, then "
+        f"`make compare A={main} B={head4[:7]}` (`main` as compared here).\n")
+
+    comments = _pages([{"id": 1, "body": "LGTM"}, {"id": 9, "body": first}])
+    second = _comment_on(root, "push6", tmp_path / "two", comments)
+    assert (tmp_path / "two" / "comment-id").read_text(encoding="utf-8") == "9\n"
+    assert second.startswith(f"{marker(head6)}\n### lorasent: B, this pull request's head "
+                             f"({head6[:7]}), against A, `main` ({main})\n\n**B is worse than "
+                             "A: accuracy −0.150 [−0.275, −0.050], McNemar p = 0.031;")
+    assert (f"### This push: B, the head ({head6[:7]}), against A, the previous head "
+            f"({head4[:7]})\n\n**No detectable difference: accuracy −0.050 [−0.125, +0.000], "
+            "McNemar p = 0.5; macro-F1 −0.050 [−0.127, +0.000]. With 40 test rows, accuracy "
+            "differences smaller than about 0.062 cannot be told apart from noise.**\n\n"
+            "Params that differ (previous head → head): `wrong` 4 → 6.\n\n<details>") in second
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == [
+        ".lorasent-output", "comment-id", "comment.md", "main-vs-head", "previous-vs-head"]
+    # the fold renders as GitHub renders Markdown: a summary, then a table
+    html = MarkdownIt("commonmark", {"html": True}).enable("table").render(second)
+    fold = html[html.index("<details>"):html.index("</details>")]
+    assert "<summary>Every metric that changed against <code>main</code>" in fold
+    assert "<td>metrics/eval.json</td>\n<td>accuracy</td>\n<td>1.0000</td>\n<td>0.8500</td>" \
+        in fold
+
+    # the same head again (a rerun): the comment is edited, nothing compared twice
+    again = _pages([{"id": 9, "body": second}])
+    assert "### This push" not in _comment_on(root, "push6", tmp_path / "three", again)
+    # a previous head this clone does not have (a force-push)
+    gone = _pages([{"id": 9, "body": marker("c" * 40)}])
+    assert (f"### This push: B, the head ({head6[:7]}), against A, the previous head\n\nThe "
+            "head of the previous run (ccccccc) is not in this clone (a force-push rewrote "
+            "it?), so there is no verdict against it.\n") in \
+        _comment_on(root, "push6", tmp_path / "four", gone)
+    git_dvc(root, "git", "checkout", "-q", "pr")
+
+
+def test_the_command_refuses_bad_comments_in_one_line_and_writes_nothing(pull_request,
+                                                                        tmp_path, monkeypatch):
+    from lorasent.cli import main
+
+    monkeypatch.chdir(pull_request)
+    bad = tmp_path / "comments.json"
+    bad.write_text("<html>rate limited</html>", encoding="utf-8")
+    out = tmp_path / "report"
+    result = CliRunner().invoke(main, ["pr-comment", "main", "--comments", str(bad),
+                                       "--out", str(out)])
+    assert result.exit_code == 1 and not out.exists()
+    assert result.output.strip().splitlines() == [
+        "lorasent pr-comment: error: --comments: not the JSON of `gh api --paginate` "
+        "(Expecting value at character 0); pass the comments exactly as gh prints them"]
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=pull_request,
+                          capture_output=True, text=True).stdout == ""
