@@ -403,8 +403,8 @@ def test_two_pushes_of_a_pull_request_give_one_comment_edited_with_both_verdicts
     assert (f"### This push: B, the head ({heads[1][:7]}), against A, the previous head "
             f"({heads[0][:7]})") in two
     # each verdict and its params, old -> new; the base's paired table and flips
-    assert "Params that differ (base → head): `train.lora.r` 8 → 16; `train.learning_rate` " \
-           "0.0002 → 0.001." in one
+    assert "Params that differ (base → head): `train.learning_rate` 0.0002 → 0.001; " \
+           "`train.lora.r` 8 → 16." in one
     assert "Params that differ (previous head → head): `train.learning_rate` 0.001 → 0.0002." \
         in two
     for comment in (one, two):

@@ -179,11 +179,12 @@ class Comparison:
     runs: dict[str, dict[str, Any]]  # the dvc.lock of each stale side
 
     def changed_params(self) -> list[tuple[str, Any, Any]]:
-        """``(key, A's value, B's value)`` of each param that differs; keys of files other
-        than params.yaml are ``<file>: <key>``."""
-        return [(key if file == "params.yaml" else f"{file}: {key}", v.get("old"), v.get("new"))
-                for file, keys in self.params.items() for key, v in keys.items()
-                if v.get("old") != v.get("new")]
+        """``(key, A's value, B's value)`` of each param that differs, sorted by key (DVC
+        gives them in no fixed order); keys of files other than params.yaml are
+        ``<file>: <key>``."""
+        return sorted((key if file == "params.yaml" else f"{file}: {key}", v.get("old"),
+                       v.get("new")) for file, keys in self.params.items()
+                      for key, v in keys.items() if v.get("old") != v.get("new"))
 
 
 def collect(repo: Path, rev_a: str, rev_b: str, notes: Sequence[str] = ()) -> Comparison:
@@ -960,9 +961,10 @@ def _markdown(c: Comparison, images: dict[str, list[str]], texts: dict[str, str]
                 lines.append(f"- {key.replace('_', ' ')} ({'A' if side == 'old' else 'B'}): "
                              f"{evals[key][side]}")
     lines += ["", "## Params that differ", ""]
-    changed = [(f"{file}: {key}" if file != "params.yaml" else key, v, _not_run(runs, file, key, v))
-               for file, keys in params.items() for key, v in keys.items()
-               if v.get("old") != v.get("new")]
+    changed = sorted(((f"{file}: {key}" if file != "params.yaml" else key, v,
+                       _not_run(runs, file, key, v))
+                      for file, keys in params.items() for key, v in keys.items()
+                      if v.get("old") != v.get("new")), key=lambda row: row[0])
     if any(note for *_, note in changed):
         lines += ["A stale side's metrics were not made with every value below: the last "
                   "column gives the value its dvc.lock says they were made with.", ""]

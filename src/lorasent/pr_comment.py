@@ -183,9 +183,10 @@ def _section(c: Comparison, name_a: str, tables: bool = True) -> list[str]:
 
 
 def _metrics_diff(c: Comparison, base: str) -> list[str]:
-    """``dvc metrics diff``'s changed keys as its Markdown table, less :data:`UNREAD`."""
+    """``dvc metrics diff``'s changed keys as its Markdown table, less :data:`UNREAD`,
+    sorted by file and key (DVC gives them in no fixed order)."""
     rows = [[path, key, _fmt(v.get("old")), _fmt(v.get("new")), _fmt(v.get("diff"), signed=True)]
-            for path, keys in c.metrics.items() for key, v in keys.items()
+            for path, keys in sorted(c.metrics.items()) for key, v in sorted(keys.items())
             if v.get("old") != v.get("new") and not UNREAD.search(key)
             and not isinstance(v.get("old", v.get("new")), list | dict | str)]
     return _table(["Path", "Metric", base, "head", "Change"], rows) if rows else \
