@@ -421,7 +421,9 @@ def test_two_pushes_of_a_pull_request_give_one_comment_edited_with_both_verdicts
         html = MarkdownIt("commonmark", {"html": True}).enable("table").render(comment)
         fold = html[html.index("<details>"):html.index("</details>")]
         assert "<summary>" in fold and "<table>" in fold and "<td>metrics/" in fold
-        assert comment.rstrip().endswith("(`base` as compared here).")
+    assert one.endswith("(`base` as compared here).\n")
+    assert two.endswith(f"(`base` as compared here); this push: `make compare "
+                        f"A={heads[0][:7]} B={heads[1][:7]}`.\n")
     # the footer compares what the comment compared
     base_commit = run(sweep, "git", "rev-parse", "--short", "HEAD").strip()
     assert (f"`git fetch origin pull/7/head`, then `make compare A={base_commit} "

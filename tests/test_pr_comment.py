@@ -45,15 +45,27 @@ def test_comments_that_are_not_gh_api_pages_are_one_error(text, why):
 
 
 def test_a_warning_of_a_kind_both_sides_have_is_one_note():
-    def side(rev: str, accuracy: float, reference: float) -> Side:
+    def side(rev: str, accuracy: float, reference: float, predicted: str = "neg") -> Side:
+        other = "pos" if predicted == "neg" else "neg"
         evals = {"accuracy": accuracy, "reference": "zero_shot", "reference_accuracy": reference,
                  "baseline": {"majority_class": "neg", "majority_accuracy": 0.5},
-                 "confusion_matrix": {"neg": {"neg": 5, "pos": 0}, "pos": {"neg": 5, "pos": 0}}}
+                 "confusion_matrix": {label: {predicted: 5, other: 0} for label in ("neg", "pos")}}
         return Side(rev, evals, None, None, None, None)
 
     warnings, notes = _run_warnings(side("main", 0.6, 0.4), side("HEAD", 0.45, 0.4))
     assert warnings == ["B: accuracy 0.450 is below the majority-class baseline 0.500 (always "
                         "`neg`): the adapter does worse than predicting one class"]
+    assert _run_warnings(side("main", 0.48, 0.4), side("HEAD", 0.45, 0.4))[1][0] == (
+        "A and B alike, so not this change: accuracy 0.450 (A: 0.480) is below the "
+        "majority-class baseline 0.500 (always `neg`): the adapter does worse than "
+        "predicting one class")
+    # the same kind of warning about other classes, or another reference: not alike
+    apart, none = _run_warnings(side("main", 0.6, 0.4), side("HEAD", 0.6, 0.45, "pos"))
+    assert [w[:28] for w in apart] == [
+        "A: never predicted: `pos` (5", "A: `neg` is predicted for 10",
+        "A: the relative error reduct", "B: never predicted: `neg` (5",
+        "B: `pos` is predicted for 10", "B: the relative error reduct"]
+    assert none == []
     assert notes == [
         "A and B alike, so not this change: never predicted: `pos` (5 of 10 test rows are pos)",
         "A and B alike, so not this change: `neg` is predicted for 10 of 10 rows (100%), "
@@ -116,26 +128,25 @@ def test_a_push_after_the_first_gets_its_own_verdict_against_the_previous_head(p
     assert not (tmp_path / "one" / "comment-id").exists()
     assert first.startswith(
         f"{marker(head4)}\n### lorasent: B, this pull request's head ({head4[:7]}), against A, "
-        f"`main` ({main})\n\n**No detectable difference in accuracy: accuracy −0.100 "
-        "[−0.200, −0.025], McNemar p = 0.12; macro-F1 −0.100 [−0.202, −0.025]. With 40 test "
-        "rows, accuracy differences smaller than about 0.087 cannot be told apart from noise. "
-        "But macro-F1 is lower in B: its interval excludes 0 (report.md's per-class table).**"
-        "\n\nParams that differ (main → head): `wrong` 0 → 4.\n\n| B − A | value | paired "
+        f"`main` ({main})\n\n**Not settled: accuracy −0.100 [−0.200, −0.025], McNemar p = "
+        "0.12; macro-F1 −0.100 [−0.202, −0.025]. The paired interval of Δ accuracy excludes 0, "
+        "but McNemar's p is not below 0.05: only both together call B worse, so more test rows "
+        "are needed to tell.**\n\n| test split | A (main) | B (head) |\n|---|---|---|\n"
+        "| accuracy [95% interval] | 1.0000 | 0.9000 |\n| macro-F1 [95% "
+        "interval] | — | — |\n\nParams that differ (main → head): `wrong` 0 → 4.\n\n| B − A "
+        "| value | paired "
         "bootstrap 95% interval |\n|---|---|---|\n| Δ accuracy | −0.100 | [−0.200, −0.025] |\n"
         "| Δ macro-F1 | −0.100 | [−0.202, −0.025] |\n\nMcNemar's exact test on the 40 rows: 0 "
         "right only in B, 4 right only in A, p = 0.12.\n\n| actual class | rows B fixed (A "
         "wrong, B right) | rows B broke (A right, B wrong) |\n|---|---|---|\n| neg | 0 | 2 |\n"
         "| pos | 0 | 2 |\n\n<details>\n")
-    # one number for the smallest difference the rows tell apart, in comment and report
-    report = (tmp_path / "one" / "main-vs-head" / "report.md").read_text(encoding="utf-8")
-    for text in (first, report):
-        assert text.count("cannot be told apart") == 1 and "about 0.087 " in text
     assert first.endswith(
         "(open `main-vs-head/report.html`). Locally: `git fetch origin pull/7/head`, then "
         f"`make compare A={main} B={head4[:7]}` (`main` as compared here).\n")
 
     comments = _pages([{"id": 1, "body": "LGTM"}, {"id": 9, "body": first}])
     second = _comment_on(root, "push6", tmp_path / "two", comments)
+    assert _comment_on(root, "push6", tmp_path / "two", comments) == second  # the same again
     assert (tmp_path / "two" / "comment-id").read_text(encoding="utf-8") == "9\n"
     assert second.startswith(f"{marker(head6)}\n### lorasent: B, this pull request's head "
                              f"({head6[:7]}), against A, `main` ({main})\n\n**B is worse than "
@@ -145,6 +156,12 @@ def test_a_push_after_the_first_gets_its_own_verdict_against_the_previous_head(p
             "McNemar p = 0.5; macro-F1 −0.050 [−0.127, +0.000]. With 40 test rows, accuracy "
             "differences smaller than about 0.062 cannot be told apart from noise.**\n\n"
             "Params that differ (previous head → head): `wrong` 4 → 6.\n\n<details>") in second
+    # one number for the smallest difference the rows tell apart, in comment and report
+    report = (tmp_path / "two" / "previous-vs-head" / "report.md").read_text(encoding="utf-8")
+    for text in (second, report):
+        assert text.count("cannot be told apart") == 1 and "about 0.062 " in text
+    assert second.endswith(f"(`main` as compared here); this push: `make compare "
+                           f"A={head4[:7]} B={head6[:7]}`.\n")
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == [
         ".lorasent-output", "comment-id", "comment.md", "main-vs-head", "previous-vs-head"]
     # the fold renders as GitHub renders Markdown: a summary, then a table
@@ -166,19 +183,32 @@ def test_a_push_after_the_first_gets_its_own_verdict_against_the_previous_head(p
     git_dvc(root, "git", "checkout", "-q", "pr")
 
 
-def test_the_command_refuses_bad_comments_in_one_line_and_writes_nothing(pull_request,
-                                                                        tmp_path, monkeypatch):
+@pytest.mark.parametrize("content, error", [
+    (b"<html>rate limited</html>", "--comments: not the JSON of `gh api --paginate` (Expecting "
+                                   "value at character 0); pass the comments exactly as gh "
+                                   "prints them"),
+    (b"\n", "--comments: empty; `gh api --paginate` prints [] for a pull request without "
+            "comments, so an empty file means it failed: pass what it printed"),
+    (b"[\xe4]", "--comments {path}: not UTF-8 text (byte 1); pass what `gh api --paginate "
+                ".../comments` printed"),
+    (b"[]", None),
+])
+def test_the_command_refuses_bad_comments_in_one_line_and_writes_nothing(
+        pull_request, tmp_path, monkeypatch, content, error):
     from lorasent.cli import main
 
     monkeypatch.chdir(pull_request)
     bad = tmp_path / "comments.json"
-    bad.write_text("<html>rate limited</html>", encoding="utf-8")
+    bad.write_bytes(content)
     out = tmp_path / "report"
     result = CliRunner().invoke(main, ["pr-comment", "main", "--comments", str(bad),
                                        "--out", str(out)])
+    if error is None:  # no comments yet: a new one
+        assert result.exit_code == 0, result.output
+        assert result.output == f"wrote {out / 'comment.md'}: a new comment\n"
+        return
     assert result.exit_code == 1 and not out.exists()
     assert result.output.strip().splitlines() == [
-        "lorasent pr-comment: error: --comments: not the JSON of `gh api --paginate` "
-        "(Expecting value at character 0); pass the comments exactly as gh prints them"]
+        f"lorasent pr-comment: error: {error.format(path=bad)}"]
     assert subprocess.run(["git", "status", "--porcelain"], cwd=pull_request,
                           capture_output=True, text=True).stdout == ""

@@ -595,13 +595,20 @@ def pr_comment(base: str, out_dir: Path, comments_path: Path | None, pr: str | N
     metrics only; retrains nothing.
     """
     from lorasent.artifacts import check_output_folder
-    from lorasent.pr_comment import COMMENT_MD
+    from lorasent.pr_comment import COMMENT_ID, COMMENT_MD
     from lorasent.pr_comment import pr_comment as write_comment
 
     check_output_folder(out_dir, command="pr-comment", force=force)
-    comments = comments_path.read_text(encoding="utf-8") if comments_path else None
+    try:
+        comments = comments_path.read_bytes().decode("utf-8") if comments_path else None
+    except UnicodeDecodeError as err:
+        raise LorasentError(f"--comments {comments_path}: not UTF-8 text (byte {err.start}); "
+                            "pass what `gh api --paginate .../comments` printed") from None
     out = write_comment(base, out_dir, comments, pr=pr, run_url=run_url)
-    click.echo(f"wrote {out / COMMENT_MD}")
+    edits = out / COMMENT_ID
+    click.echo(f"wrote {out / COMMENT_MD}: " + (
+        f"it replaces comment {edits.read_text(encoding='utf-8').strip()}, the earlier "
+        f"lorasent comment ({edits})" if edits.is_file() else "a new comment"))
 
 
 def _progress_bars_only_in_a_terminal() -> None:

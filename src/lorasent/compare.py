@@ -76,6 +76,7 @@ from lorasent.paths import (
 )
 from lorasent.programs import environment, program
 from lorasent.statistics import (
+    ALPHA,
     GroupComparison,
     PairedComparison,
     group_comparison,
@@ -358,12 +359,15 @@ def _run_warnings(a: Side, b: Side) -> tuple[list[str], list[str]]:
 
 
 def _alike(text_a: str, text_b: str) -> str:
-    """B's sentence, and what A's says instead from the first word that differs:
-    ``... it is 0.455 (A: 0.487)``."""
-    if text_a == text_b:
+    """B's sentence, with A's words in brackets after the span of words that differs:
+    ``accuracy 0.375 (A: 0.400) is below ...``, ``... it is 0.455 (A: 0.487)``."""
+    a, b = text_a.split(" "), text_b.split(" ")
+    if a == b:
         return text_b
-    same = os.path.commonprefix([text_a, text_b])
-    return f"{text_b} (A: {text_a[same.rfind(' ') + 1:]})"
+    start = len(os.path.commonprefix([a, b]))
+    end = len(os.path.commonprefix([a[start:][::-1], b[start:][::-1]]))
+    return " ".join([*b[:len(b) - end], f"(A: {' '.join(a[start:len(a) - end])})",
+                     *b[len(b) - end:]])
 
 
 def _busy(sides: Sequence[Side]) -> list[str]:
@@ -418,13 +422,23 @@ def _paired_review(a: Side, b: Side, labels: list[str]) -> Review:
 
 
 def paired_verdict(p: PairedComparison) -> str:
-    """One sentence: which of A and B is better on the same rows, or that the difference
-    is within the noise (then with the smallest difference these rows resolve). Accuracy
-    decides; a macro-F1 interval that excludes 0 while accuracy's does not is said too."""
+    """One sentence: which of A and B is better on the same rows; that the two tests
+    disagree ("Not settled": the paired interval of Δ accuracy excludes 0 but McNemar's
+    p is not below :data:`~lorasent.statistics.ALPHA`, or the other way round); or that
+    the difference is within the noise (then with the smallest difference these rows
+    resolve). Accuracy decides; a macro-F1 interval that excludes 0 while accuracy's
+    does not is said too."""
     f1_low, f1_high = p.delta_macro_f1_ci
     measured = _measured(p)
     if p.significant:
         return f"B is {'better' if p.delta_accuracy > 0 else 'worse'} than A: {measured}."
+    low, high = p.delta_accuracy_ci
+    if low > 0 or high < 0 or p.p_value < ALPHA:  # one test says so, the other not
+        return (f"Not settled: {measured}. The paired interval of Δ accuracy "
+                f"{'excludes' if low > 0 or high < 0 else 'holds'} 0, but McNemar's p "
+                f"{'is' if p.p_value < ALPHA else 'is not'} below {ALPHA}: only both together "
+                f"call B {'better' if p.delta_accuracy > 0 else 'worse'}, so more test rows "
+                "are needed to tell.")
     if p.only_a_right + p.only_b_right == 0:
         return f"No detectable difference: {measured}. A and B are right on exactly the same rows."
     f1_note = (f" But macro-F1 is {'higher' if f1_low > 0 else 'lower'} in B: its interval "

@@ -302,13 +302,15 @@ def warnings_by_kind(metrics: Mapping[str, Any]) -> dict[str, str]:
     sentence}``, at most one sentence of each kind, in this order:
 
     - ``below_majority``: accuracy below the majority-class baseline;
-    - ``never_predicted``: a class never predicted;
-    - ``collapsed``: one class predicted for nearly all rows (at least 90% of them, and
-      10 points more than its share of the actual rows);
-    - ``weak_reference``: a relative error reduction against a reference that is itself
-      below the majority-class baseline (it flatters the adapter).
+    - ``never_predicted:<classes>``: these classes never predicted;
+    - ``collapsed:<class>``: that class predicted for nearly all rows (at least 90% of
+      them, and 10 points more than its share of the actual rows);
+    - ``weak_reference:<reference>:<its accuracy>``: a relative error reduction against
+      a reference that is itself below the majority-class baseline (it flatters the
+      adapter).
 
-    The kind lets ``lorasent compare`` say once what holds for both revisions.
+    Two runs with the same kind share the same fact (the same classes, the same
+    reference), so that ``lorasent compare`` says it once, as true of both.
     Tolerates files of older revisions that lack some keys (then that check is skipped).
     """
     found: dict[str, str] = {}
@@ -327,18 +329,19 @@ def warnings_by_kind(metrics: Mapping[str, Any]) -> dict[str, str]:
         actual = {label: sum(matrix[label].values()) for label in labels}
         never = [label for label in labels if predicted[label] == 0 and actual[label] > 0]
         if never:
-            found["never_predicted"] = ("never predicted: " + ", ".join(
+            found[f"never_predicted:{','.join(never)}"] = ("never predicted: " + ", ".join(
                 f"`{label}` ({actual[label]} of {rows} test rows are {label})" for label in never))
         top = max(labels, key=lambda label: predicted[label])
         share, true_share = predicted[top] / rows, actual[top] / rows
         if share >= COLLAPSE_SHARE and share - true_share >= COLLAPSE_EXCESS:
-            found["collapsed"] = (f"`{top}` is predicted for {predicted[top]} of {rows} rows "
-                                  f"({share:.0%}), though {true_share:.0%} of them are {top}")
+            found[f"collapsed:{top}"] = (
+                f"`{top}` is predicted for {predicted[top]} of {rows} rows ({share:.0%}), "
+                f"though {true_share:.0%} of them are {top}")
     reference, ref_acc = metrics.get("reference"), metrics.get("reference_accuracy")
     if reference != "majority" and ref_acc is not None and majority is not None \
             and ref_acc < majority:
         against = relative_error_reduction(acc, majority)[0] if acc is not None else None
-        found["weak_reference"] = (
+        found[f"weak_reference:{reference}:{ref_acc:.3f}"] = (
             f"the relative error reduction is measured against the {reference} baseline "
             f"({ref_acc:.3f}), which is itself below the majority-class baseline "
             f"({majority:.3f})" + (f"; against the majority class it is {against:.3f}"

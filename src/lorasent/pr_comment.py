@@ -23,8 +23,10 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from lorasent.artifacts import output_dir
 from lorasent.compare import (
@@ -35,6 +37,7 @@ from lorasent.compare import (
     _param,
     _slug,
     _table,
+    _with_interval,
     collect,
     paired_table,
     write_report,
@@ -42,6 +45,7 @@ from lorasent.compare import (
 from lorasent.errors import LorasentError
 from lorasent.programs import program
 
+T = TypeVar("T")
 MARKER = "<!-- lorasent-pr-comment"  # the first line of the comment: marker(head)
 COMMENT_MD = "comment.md"
 COMMENT_ID = "comment-id"
@@ -77,8 +81,13 @@ def earlier_comment(text: str, source: str) -> EarlierComment | None:
     JSON array of comment objects (``id``, ``body``) per page, one after the other.
 
     Raises:
-        LorasentError: ``text`` is not such arrays; names ``source`` and the offset.
+        LorasentError: ``text`` is empty, or not such arrays; names ``source`` and the
+            offset.
     """
+    if not text.strip():
+        raise LorasentError(f"pr-comment: {source}: empty; `gh api --paginate` prints [] for "
+                            "a pull request without comments, so an empty file means it "
+                            "failed: pass what it printed")
     decoder, at, comments = json.JSONDecoder(), 0, []
     while at < len(text.rstrip()):
         while text[at].isspace():
@@ -121,13 +130,13 @@ def pr_comment(base: str, out: str | Path, comments: str | None = None,
     if head is None:
         raise LorasentError(f"pr-comment: {repo.resolve()} has no HEAD commit; run it in a "
                             "checkout of the pull request's head")
-    earlier = earlier_comment(comments, "--comments") if comments else None
-    _check_revisions(repo, {"base": [base]})
-    against_base = collect(repo, base, "HEAD")
+    earlier = earlier_comment(comments, "--comments") if comments is not None else None
+    _own(_check_revisions, repo, {"base": [base]})
+    against_base = _own(collect, repo, base, "HEAD")
     previous: Comparison | str | None = None  # the comparison, or why there is none
     if earlier and earlier.head != head[:len(earlier.head)]:
         known = _rev_parse(repo, earlier.head, short=True)
-        previous = (collect(repo, known, "HEAD") if known else
+        previous = (_own(collect, repo, known, "HEAD") if known else
                     f"The head of the previous run ({earlier.head[:7]}) is not in this clone "
                     "(a force-push rewrote it?), so there is no verdict against it.")
     base_folder = f"{_slug(base)}-vs-head"
@@ -161,11 +170,13 @@ def comment_text(head: str, base: str, against_base: Comparison,
     lines += _metrics_diff(against_base, base)
     lines += ["", "</details>", ""]
     where = f"the `lorasent-report` artifact of [this run]({run_url})" if run_url else \
-        "the `lorasent-report` artifact of this run"
+        "the folder this comment was written to"
     fetch = f"`git fetch origin pull/{pr}/head`, then " if pr else ""
+    push = (f"; this push: `make compare A={previous.rev_a} B={short}`"
+            if isinstance(previous, Comparison) else "")
     lines += [f"Per-class tables, confusion matrices, flipped texts and loss curves: {where} "
               f"(open `{base_folder}/{REPORT_HTML}`). Locally: {fetch}`make compare "
-              f"A={_short(against_base, base)} B={short}` (`{base}` as compared here)."]
+              f"A={_short(against_base, base)} B={short}` (`{base}` as compared here){push}."]
     return "\n".join(lines) + "\n"
 
 
@@ -173,6 +184,11 @@ def _section(c: Comparison, name_a: str, tables: bool = True) -> list[str]:
     """One comparison: verdict, warnings, params; with ``tables``, the notes true of both
     sides, the paired table and each class's flips (the report has them all)."""
     lines = [c.review.summary(notes=tables).rstrip(), ""]
+    if tables:  # each side's own numbers: what the deltas are of
+        lines += _table(["test split", f"A ({name_a})", "B (head)"],
+                        ([name, *(_with_interval(s.evals, key) for s in c.sides)]
+                         for key, name in (("accuracy", "accuracy [95% interval]"),
+                                           ("macro_f1", "macro-F1 [95% interval]")))) + [""]
     changed = c.changed_params()
     lines += ([f"Params that differ ({name_a} → head): " + "; ".join(
         f"`{key}` {_param(old)} → {_param(new)}" for key, old, new in changed) + "."]
@@ -191,6 +207,14 @@ def _metrics_diff(c: Comparison, base: str) -> list[str]:
             and not isinstance(v.get("old", v.get("new")), list | dict | str)]
     return _table(["Path", "Metric", base, "head", "Change"], rows) if rows else \
         ["No metric a reviewer reads changed."]
+
+
+def _own(func: Callable[..., T], *args: Any) -> T:
+    """``func(*args)``, its errors said as pr-comment's, not compare's."""
+    try:
+        return func(*args)
+    except LorasentError as err:
+        raise LorasentError(f"pr-comment: {str(err).removeprefix('compare: ')}") from None
 
 
 def _short(c: Comparison, rev: str) -> str:
