@@ -67,7 +67,7 @@ smoke: $(STAMP)  ## A 2-minute run of all five stages on a tiny split (configs/s
 		"git checkout params.yaml dvc.lock metrics, then make run (or $(BIN)/dvc checkout" \
 		"where make run has built the committed outputs before)"
 
-test: $(STAMP) browser  ## Set up if needed, then run all tests (22 to 30 minutes on 2 cores)
+test: $(STAMP) browser  ## Set up if needed, then run all tests (22 to 32 minutes on 2 cores)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The report test opens report.html in headless Chromium. Debian's package; as root or
