@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,9 @@ from lorasent.compare import (
     REPORT_HTML,
     Comparison,
     _check_revisions,
+    _commits,
     _fmt,
+    _git_lines,
     _param,
     _slug,
     _table,
@@ -43,7 +44,6 @@ from lorasent.compare import (
     write_report,
 )
 from lorasent.errors import LorasentError
-from lorasent.programs import program
 
 T = TypeVar("T")
 MARKER = "<!-- lorasent-pr-comment"  # the first line of the comment: marker(head)
@@ -126,7 +126,8 @@ def pr_comment(base: str, out: str | Path, comments: str | None = None,
             :func:`earlier_comment`; ``HEAD`` is not a commit.
     """
     repo, out = Path(repo), Path(out)
-    head = _rev_parse(repo, "HEAD")
+    head = next(iter(_git_lines(repo, "rev-parse", "--verify", "-q", "HEAD^{commit}") or []),
+                None)
     if head is None:
         raise LorasentError(f"pr-comment: {repo.resolve()} has no HEAD commit; run it in a "
                             "checkout of the pull request's head")
@@ -135,7 +136,7 @@ def pr_comment(base: str, out: str | Path, comments: str | None = None,
     against_base = _own(collect, repo, base, "HEAD")
     previous: Comparison | str | None = None  # the comparison, or why there is none
     if earlier and earlier.head != head[:len(earlier.head)]:
-        known = _rev_parse(repo, earlier.head, short=True)
+        known = _commits(repo, earlier.head).get(earlier.head)
         previous = (_own(collect, repo, known, "HEAD") if known else
                     f"The head of the previous run ({earlier.head[:7]}) is not in this clone "
                     "(a force-push rewrote it?), so there is no verdict against it.")
@@ -219,13 +220,3 @@ def _own(func: Callable[..., T], *args: Any) -> T:
 
 def _short(c: Comparison, rev: str) -> str:
     return c.commits.get(rev, rev)
-
-
-def _rev_parse(repo: Path, rev: str, short: bool = False) -> str | None:
-    """The commit ``rev`` names in ``repo`` (its full hash, or git's short one), None when
-    git does not have it."""
-    done = subprocess.run([program("git"), "rev-parse", *(["--short"] if short else []),
-                           "--verify", "-q", f"{rev}^{{commit}}"],
-                          cwd=repo, capture_output=True, text=True)
-    return done.stdout.strip() if done.returncode == 0 else None
-
