@@ -26,7 +26,7 @@ PYTEST_ARGS ?=
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run smoke test bench device-check exp-show metrics seeds compare browser lint lock lock-check \
+.PHONY: help setup run smoke test test-fast test-integration test-e2e bench device-check exp-show metrics seeds compare browser lint lock lock-check \
 	doctor clean \
 	docker-build docker-run docker-build-cpu docker-run-cpu
 
@@ -67,8 +67,22 @@ smoke: $(STAMP)  ## A 2-minute run of all five stages on a tiny split (configs/s
 		"git checkout params.yaml dvc.lock metrics, then make run (or $(BIN)/dvc checkout" \
 		"where make run has built the committed outputs before)"
 
-test: $(STAMP) browser  ## Set up if needed, then run all tests (22 to 32 minutes on 2 cores)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+# The tiers (pyproject.toml's markers, tests/conftest.py): fast, then integration, then
+# end to end; make stops at the first tier that fails. PYTEST_ARGS goes to each.
+FAST := -m "not integration and not slow"
+test: $(STAMP) browser  ## Set up if needed, then all three test tiers, fast first, stopping at the first that fails
+	$(BIN)/python -m pytest $(FAST) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m integration $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
+
+test-fast: $(STAMP)  ## The fast tier: pure tests and mechanics on a tiny random Gemma (90 s budget)
+	$(BIN)/python -m pytest $(FAST) $(PYTEST_ARGS)
+
+test-integration: $(STAMP)  ## The integration tier: the stages in-process on the packaged models
+	$(BIN)/python -m pytest -m integration $(PYTEST_ARGS)
+
+test-e2e: $(STAMP) browser  ## The end-to-end tier: dvc, make and Chromium in subprocesses on a tiny repo
+	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
 
 # The report test opens report.html in headless Chromium. Debian's package; as root or
 # through sudo. CHROMIUM=/path/to/chrome uses another build instead.

@@ -1,4 +1,19 @@
-"""Shared fixtures: the repo's params, the bad-input cases, the packaged Gemma."""
+"""Shared fixtures: the repo's params, the bad-input cases, the models of each tier.
+
+The tiers (pyproject.toml's markers; `make test` runs them in this order):
+
+- fast, unmarked: pure tests, and training mechanics on a tiny random Gemma 3
+  (:func:`tiny_gemma_dir`); nothing converted from the packaged GGUF, no subprocess DVC.
+- ``integration``: the packaged models in-process (:func:`packaged_model_dir`,
+  :func:`gemma`, :func:`minilm_dir`), sharing session fixtures.
+- ``slow``: end to end in subprocesses, on the session's tiny repo (:func:`tiny_run`)
+  and its copies (:func:`tiny_copy`).
+
+A test that asks for a fixture of a later tier than its own is refused at collection,
+and in the fast tier the packaged Gemma cannot be converted at all (:func:`_tier_guard`).
+Each tier has a time limit per test, setup included (:data:`TIME_LIMIT_S`), unless the
+test sets its own ``pytest.mark.timeout``.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +34,52 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = REPO / "tests" / "data" / "cases"
+
+TIERS = ("fast", "integration", "slow")
+# Seconds a test of each tier may take, its fixtures' setup included (the first test of
+# a session fixture pays for it: the tiny repo's `dvc repro` takes minutes on 2 cores).
+TIME_LIMIT_S = {"fast": 60, "integration": 300, "slow": 1200}
+# The fixtures that belong to a later tier than the fast one.
+FIXTURE_TIER = {"packaged_model_dir": "integration", "gemma": "integration",
+                "minilm_dir": "integration", "tiny_run": "slow", "tiny_copy": "slow"}
+
+
+def tier(item: pytest.Item) -> str:
+    """``"slow"``, ``"integration"`` or ``"fast"``: the tier of a collected test."""
+    return next((name for name in ("slow", "integration") if item.get_closest_marker(name)),
+                "fast")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test gets its tier's time limit; a test that uses a fixture of a later tier
+    than its own stops the run at collection, naming the marker to add."""
+    wrong = []
+    for item in items:
+        own = tier(item)
+        for name in getattr(item, "fixturenames", ()):
+            needed = FIXTURE_TIER.get(name, "fast")
+            if TIERS.index(needed) > TIERS.index(own):
+                wrong.append(f"{item.nodeid} uses the fixture {name} of the {needed} tier: "
+                             f"mark it pytest.mark.{needed} (or use a fast one)")
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(TIME_LIMIT_S[own]))
+    if wrong:
+        raise pytest.UsageError("\n".join(wrong))
+
+
+@pytest.fixture(autouse=True)
+def _tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the fast tier, converting the packaged Gemma (what ``packaged:gemma-3-270m``,
+    the bench and the fixtures of the integration tier all go through) fails the test."""
+    if not isinstance(request.node, pytest.Item) or tier(request.node) != "fast":
+        return
+
+    def refuse() -> Path:
+        raise AssertionError(f"{request.node.nodeid}: the fast tier loads no packaged Gemma: "
+                             "use the tiny_gemma_dir fixture, or mark the test "
+                             "pytest.mark.integration")
+
+    monkeypatch.setattr("lorasent.fetch._packaged_gemma", refuse)
 
 
 @pytest.fixture(scope="session")
@@ -48,6 +109,25 @@ def packaged_model_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_gemma_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Gemma 3 with its tokenizer, as a base model folder (fast tier)."""
+    from tiny_gemma import make_tiny_gemma
+
+    return make_tiny_gemma(tmp_path_factory.mktemp("tiny-gemma"))
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma(tiny_gemma_dir: Path) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+    """``(model, tokenizer)``: :func:`tiny_gemma_dir` loaded as the stages load a base
+    model (fp32, sdpa, on the CPU)."""
+    from lorasent.modeling import load_base_model
+
+    model, tokenizer, _ = load_base_model(tiny_gemma_dir, device="cpu", precision="fp32",
+                                          attn_implementation="sdpa")
+    return model, tokenizer
+
+
+@pytest.fixture(scope="session")
 def gemma(packaged_model_dir: Path) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     """``(model, tokenizer)``: the real packaged Gemma 3 270M, fp32, on the CPU."""
     import torch
@@ -58,6 +138,26 @@ def gemma(packaged_model_dir: Path) -> tuple[torch.nn.Module, PreTrainedTokenize
                                           attn_implementation="sdpa")
     torch.manual_seed(0)
     return model, tokenizer
+
+
+# ---------------------------------------------------------- the end-to-end tier's run
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory, packaged_model_dir: Path) -> Path:
+    """The tiny repo (tests/tiny_repo.py) after one ``dvc repro``, its run committed:
+    read it, never change it; a test that changes a repo takes :func:`tiny_copy`."""
+    from tiny_repo import make_tiny_run
+
+    folder = tmp_path_factory.mktemp("tiny-run")
+    return make_tiny_run(folder / "repo", folder / "dvc-cache")
+
+
+@pytest.fixture
+def tiny_copy(tiny_run: Path, tmp_path: Path) -> Path:
+    """A clone of :func:`tiny_run` with its outputs, this test's own to change."""
+    from tiny_repo import clone_run
+
+    return clone_run(tiny_run, tmp_path / "repo")
 
 
 # ------------------------------------------------- small real training runs (MiniLM)

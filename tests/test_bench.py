@@ -8,6 +8,7 @@ from lorasent.bench import LONG_TEMPLATE, bench_eval, bench_train, main, markdow
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
 
+@pytest.mark.integration  # the real Gemma 3 tokenizer on a tiny random model
 def test_train_ways_on_a_tiny_gemma():
     result = bench_train("tiny", torch.device("cpu"), batch_size=8, warmup=0, steps=1)
     ways = result["ways"]
@@ -24,6 +25,7 @@ def test_train_ways_on_a_tiny_gemma():
         assert way["examples_per_s"] == pytest.approx(8 / way["seconds_per_step"])
 
 
+@pytest.mark.integration  # the real Gemma 3 tokenizer on a tiny random model
 def test_long_template_part_runs_the_project_ways_and_the_floor():
     result = bench_train("tiny", torch.device("cpu"), batch_size=8, warmup=0, steps=1,
                          template=LONG_TEMPLATE)
@@ -31,6 +33,7 @@ def test_long_template_part_runs_the_project_ways_and_the_floor():
     assert result["shared_prefix_tokens"] == 70   # BOS and the 69-token instruction
 
 
+@pytest.mark.integration  # the real Gemma 3 tokenizer on a tiny random model
 def test_eval_ways_on_a_tiny_gemma():
     result = bench_eval("tiny", torch.device("cpu"), n=8, batch_size=4, rounds=2)
     assert set(result["ways"]) == {"project", "seed000"} and result["rounds"] == 2

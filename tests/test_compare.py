@@ -177,6 +177,7 @@ def _verdict(out: Path) -> str:
     return (out / "verdict.md").read_text(encoding="utf-8").splitlines()[0]
 
 
+@pytest.mark.slow
 def test_a_fresh_workspace_gets_its_verdict(metrics_repo, tmp_path):
     from lorasent.compare import compare, workspace_staleness
 
@@ -186,6 +187,7 @@ def test_a_fresh_workspace_gets_its_verdict(metrics_repo, tmp_path):
                              "on exactly the same rows.**")
 
 
+@pytest.mark.slow
 def test_a_stale_workspace_is_said_first_and_gives_no_result(changed_params, tmp_path):
     from lorasent.compare import compare
 
@@ -202,6 +204,7 @@ def test_a_stale_workspace_is_said_first_and_gives_no_result(changed_params, tmp
         "stale)" in report
 
 
+@pytest.mark.slow
 def test_metrics_warns_first_when_the_workspace_is_stale(changed_params, monkeypatch):
     from lorasent.cli import metrics
 
@@ -214,6 +217,7 @@ def test_metrics_warns_first_when_the_workspace_is_stale(changed_params, monkeyp
         "dvc repro")
 
 
+@pytest.mark.slow
 def test_metrics_prints_no_warning_when_the_workspace_is_fresh(metrics_repo, monkeypatch):
     from lorasent.cli import metrics
 
@@ -225,6 +229,7 @@ def test_metrics_prints_no_warning_when_the_workspace_is_fresh(metrics_repo, mon
     assert "WARNING" not in result.output
 
 
+@pytest.mark.slow
 def test_a_commit_whose_lock_does_not_match_its_params_is_stale(metrics_repo, tmp_path):
     from lorasent.compare import compare
 
@@ -246,6 +251,7 @@ def test_a_commit_whose_code_changed_without_repro_is_stale(metrics_repo):
     assert _commit_staleness(metrics_repo, "v1") is None
 
 
+@pytest.mark.slow
 def test_staleness_from_dvc_status_ignores_outputs_not_pulled(metrics_repo):
     """A fresh clone without `dvc pull`: outputs missing are not stale metrics."""
     from lorasent.compare import workspace_staleness
@@ -265,6 +271,7 @@ def test_staleness_from_dvc_status_ignores_outputs_not_pulled(metrics_repo):
     assert json.loads((metrics_repo / "metrics/eval.json").read_text())["accuracy"] == 1.0
 
 
+@pytest.mark.slow
 def test_two_names_of_one_commit_are_compared_not_called_metric_less(metrics_repo, tmp_path):
     """`dvc metrics diff v1 main` of one commit is `{}`; it read as "neither has metrics"."""
     from lorasent.compare import compare

@@ -166,6 +166,7 @@ SAME_ROWS = ("No detectable difference: accuracy +0.000 [+0.000, +0.000], McNema
              "macro-F1 +0.000 [+0.000, +0.000]. A and B are right on exactly the same rows.")
 
 
+@pytest.mark.slow
 def test_a_file_with_its_columns_in_another_order_is_paired(cases_repo, tmp_path):
     out = compare("base6", "reordered", tmp_path / "r", repo=cases_repo)
     assert _verdict(out) == f"**{SAME_ROWS}**\n"
@@ -181,6 +182,7 @@ def test_a_file_with_its_columns_in_another_order_is_paired(cases_repo, tmp_path
                            "fields, the header has 6: a cut-off or damaged row; rerun its "
                            "stage (dvc repro)"),
 ])
+@pytest.mark.slow
 def test_a_damaged_side_is_one_line_and_nothing_is_written(cases_repo, monkeypatch, a, b,
                                                             message):
     from lorasent.cli import compare as compare_command
@@ -192,6 +194,7 @@ def test_a_damaged_side_is_one_line_and_nothing_is_written(cases_repo, monkeypat
     assert not (cases_repo / "reports").exists()
 
 
+@pytest.mark.slow
 def test_rows_only_on_one_side_are_counted_and_named(cases_repo, tmp_path):
     out = compare("v1", "fewer", tmp_path / "r", repo=cases_repo)
     assert _verdict(out) == (
@@ -201,6 +204,7 @@ def test_rows_only_on_one_side_are_counted_and_named(cases_repo, tmp_path):
         "in A: r37, r38, r39): other split params or data, so their metrics are not paired\n")
 
 
+@pytest.mark.slow
 def test_a_pattern_matching_one_run_a_side_is_a_plain_pair_and_says_so(cases_repo, tmp_path):
     out = compare("solo-a*", "solo-b*", tmp_path / "r", repo=cases_repo)
     assert _verdict(out) == (
@@ -213,6 +217,7 @@ def test_a_pattern_matching_one_run_a_side_is_a_plain_pair_and_says_so(cases_rep
         "# lorasent: solo-a1 vs solo-b1\n")
 
 
+@pytest.mark.slow
 def test_a_group_against_a_pattern_matching_one_run(cases_repo, tmp_path):
     from lorasent.errors import LorasentError
 

@@ -122,6 +122,7 @@ def _checkpoint_messages(caplog: pytest.LogCaptureFixture) -> list[str]:
             if r.name == "lorasent.train" and not r.getMessage().startswith("seq_cls: ")]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", DAMAGE)
 def test_a_damaged_checkpoint_is_set_aside_and_the_older_good_one_resumed(
         case, runs, tmp_path, caplog, minilm_dir, split_dir):
@@ -151,6 +152,7 @@ def test_a_damaged_checkpoint_is_set_aside_and_the_older_good_one_resumed(
     assert json.loads(got["provenance/train.json"])["resumed_from_step"] == 2
 
 
+@pytest.mark.integration
 def test_when_every_checkpoint_is_damaged_training_starts_at_step_0(
         runs, tmp_path, caplog, minilm_dir, split_dir):
     params, whole, stopped = runs
@@ -201,6 +203,7 @@ SPACE_REMEDY = ("move the project to a larger disk (`lorasent doctor` shows the 
                 "where checkpoints, models and the DVC cache go)")
 
 
+@pytest.mark.integration
 def test_a_checkpoint_that_finds_the_disk_full_names_it(
         runs, tmp_path, monkeypatch, minilm_dir, split_dir):
     params, _, _ = runs
@@ -221,6 +224,7 @@ def test_a_checkpoint_that_finds_the_disk_full_names_it(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints"]
 
 
+@pytest.mark.integration
 def test_the_adapter_that_finds_the_disk_full_names_it_and_leaves_nothing(
         runs, tmp_path, monkeypatch, minilm_dir, split_dir):
     import peft.peft_model
@@ -306,6 +310,7 @@ def _project(root: Path, base_bytes: int) -> None:
     (root / "models/base/model.safetensors").write_bytes(b"\0" * base_bytes)
 
 
+@pytest.mark.slow
 def test_doctor_reports_the_free_space_where_a_run_writes_and_warns_when_short(
         tmp_path, monkeypatch):
     from dvc.repo import Repo

@@ -243,6 +243,7 @@ def test_make_device_check_runs_the_module_after_setup():
     assert "make device-check" in help_
 
 
+@pytest.mark.slow
 def test_doctor_json_is_read():
     doctor = device_check.run_doctor()
     assert doctor["report"]["torch"] == torch.__version__

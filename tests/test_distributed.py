@@ -12,7 +12,7 @@ import pytest
 from lorasent.errors import LorasentError
 from lorasent.launch import launch_command, needs_launch
 from lorasent.params import parse_params
-from tiny_repo import kill_after_checkpoint, make_tiny_repo, run, set_params
+from tiny_repo import kill_after_checkpoint, run, set_params
 
 
 def test_one_process_runs_in_place(params):
@@ -57,9 +57,10 @@ def _predictions(root, name):
 
 
 @pytest.mark.slow
-def test_two_gloo_processes_train_and_score_as_one(tmp_path, packaged_model_dir):
-    root = make_tiny_repo(tmp_path / "repo", {"base": {"num_processes": 2},
-                                              "train": {"save_steps": 1}})
+def test_two_gloo_processes_train_and_score_as_one(tiny_copy):
+    root = tiny_copy  # fetch and split are the tiny run's; the rest reruns in 2 processes
+    set_params(root, {"base": {"num_processes": 2}})
+    run(root, "dvc", "repro")
     for stage in ("baseline", "train", "evaluate"):
         record = _read(root, f"metrics/provenance/{stage}.json")
         assert (record["status"], record["processes"]) == ("ok", 2), stage

@@ -114,6 +114,7 @@ def test_stage_deps_are_its_import_closure(stage):
     assert set(declared) == closure(stage) - set(EXEMPT)
 
 
+@pytest.mark.slow
 def test_the_closures_hold_what_writes_and_maps_the_outputs():
     assert closure("fetch") - set(EXEMPT) == {
         "fetch", "artifacts", "cli", "environment", "errors", "launch", "params", "paths",

@@ -97,6 +97,7 @@ def test_the_confusion_plots_use_the_projects_template_which_compare_skips():
     assert _confusion_plots(REPO) == set(FILES)  # compare draws these itself
 
 
+@pytest.mark.slow
 def test_dvc_plots_show_puts_actual_on_the_rows_with_every_count(plots_repo):
     specs = _specs(plots_repo, "show")
     assert sorted(specs) == sorted(FILES)
@@ -141,6 +142,7 @@ def _drawn(spec: dict[str, Any]) -> tuple[dict[str, list[str]], dict[str, dict[s
     return axes, counts
 
 
+@pytest.mark.slow
 def test_the_spec_draws_a_k_by_k_matrix_with_the_never_predicted_class(plots_repo):
     spec = _specs(plots_repo, "diff", "v1")["Confusion matrix, adapter (test split)"]
     assert _cells(spec, "v1") == V1_ADAPTER
@@ -151,6 +153,7 @@ def test_the_spec_draws_a_k_by_k_matrix_with_the_never_predicted_class(plots_rep
     assert counts == V1_ADAPTER  # every cell's count drawn in its cell, zeros too
 
 
+@pytest.mark.slow
 def test_dvc_plots_diff_draws_both_revisions_and_its_html_needs_a_cdn(plots_repo, tmp_path):
     spec = _specs(plots_repo, "diff", "v1")["Confusion matrix, adapter (test split)"]
     assert {v["rev"] for v in spec["data"]["values"]} == {"v1", "workspace"}

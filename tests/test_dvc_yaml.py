@@ -252,6 +252,7 @@ def _dvc_exp_run(root: Path, *sets: str) -> subprocess.CompletedProcess[str]:
                           timeout=300)
 
 
+@pytest.mark.slow
 def test_a_rejected_dvc_exp_run_set_does_not_pass_silently_into_the_next_run(tmp_path):
     root = copy_repo(tmp_path)
     for argv in (["git", "init", "-q"], ["git", "add", "-A"], [*GIT, "commit", "-q", "-m", "x"]):

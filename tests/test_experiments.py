@@ -20,7 +20,7 @@ import yaml
 from PIL import Image
 
 from conftest import REPO
-from tiny_repo import GIT, LABELS, env, exp_named, make_tiny_repo, run
+from tiny_repo import GIT, LABELS, clone_run, env, exp_named, run
 
 pytestmark = pytest.mark.slow
 
@@ -86,12 +86,10 @@ def _stop_workers(root: Path, timeout_s: float = 60) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory, packaged_model_dir):
-    """The tiny repo with its run committed, then two experiments queued and run at once
+def sweep(tmp_path_factory, tiny_run):
+    """A clone of the tiny run (committed), then two experiments queued and run at once
     (in DVC's temporary copies, which hold only what git tracks) and one in the workspace."""
-    root = make_tiny_repo(tmp_path_factory.mktemp("lorasent-sweep"))
-    run(root, "git", "add", "-A")
-    run(root, *GIT, "commit", "-q", "-m", "tiny run")
+    root = clone_run(tiny_run, tmp_path_factory.mktemp("lorasent-sweep") / "repo")
     assert run(root, "git", "status", "--porcelain") == ""
     for name in ("r16", "r16-lr"):
         r, lr = EXPERIMENTS[name]

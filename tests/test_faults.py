@@ -17,6 +17,7 @@ from lorasent.scoring import TextEncoder
 from lorasent.train import NonFiniteLossError
 
 
+@pytest.mark.integration
 def test_nan_loss_stops_training_at_its_step(tmp_path, monkeypatch, minilm_params, minilm_dir,
                                              split_dir):
     real, calls = TextEncoder.loss, []
@@ -34,6 +35,7 @@ def test_nan_loss_stops_training_at_its_step(tmp_path, monkeypatch, minilm_param
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no adapter, no history
 
 
+@pytest.mark.integration
 def test_out_of_memory_names_the_batch_size_and_the_way_out(tmp_path, monkeypatch,
                                                             minilm_params, minilm_dir,
                                                             split_dir):

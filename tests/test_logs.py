@@ -43,6 +43,7 @@ def test_scoring_draws_no_bar_off_a_terminal(capfd):
     assert "\r" not in err and "%|" not in err  # pytest's capture is no terminal
 
 
+@pytest.mark.integration
 def test_trainer_logs_plain_lines_when_the_bars_are_off(tmp_path, capfd, minilm_params,
                                                           minilm_dir, split_dir):
     """As `lorasent train` runs off a terminal (lorasent.cli turns transformers' bars off):

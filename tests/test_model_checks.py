@@ -229,6 +229,7 @@ def minilm_run_params(repo_params_raw: dict[str, Any]) -> Any:
     return parse_params(merge(repo_params_raw, preset))
 
 
+@pytest.mark.integration
 def test_predict_refuses_a_base_whose_config_was_edited(
         minilm_adapter: Path, minilm_dir: Path, tmp_path: Path, cache: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -270,12 +271,14 @@ ONE_TEN = ("prompt.label_words: ' 1' (tokens ['▁', '1'] ids [236743, 236770]) 
            "(e.g. ' 1.' and ' 10.')")
 
 
+@pytest.mark.integration
 def test_a_label_word_that_starts_another_is_refused(tokenizer: Any) -> None:
     with pytest.raises(PromptError) as err:
         label_token_ids(tokenizer, [" 1", " 2", " 10"])
     assert str(err.value) == ONE_TEN
 
 
+@pytest.mark.integration
 def test_every_prefix_pair_is_named(tokenizer: Any) -> None:
     with pytest.raises(PromptError) as err:
         label_token_ids(tokenizer, ["时政", "时", "时差"])
@@ -289,6 +292,7 @@ def test_every_prefix_pair_is_named(tokenizer: Any) -> None:
         "'时政.')")
 
 
+@pytest.mark.integration
 def test_words_that_share_first_tokens_only_are_kept(tokenizer: Any) -> None:
     assert label_token_ids(tokenizer, ["时政", "时差"]) == [(237298, 238079), (237298, 238575)]
     # the advice works: a full stop after each word ends the shared start
@@ -296,6 +300,7 @@ def test_words_that_share_first_tokens_only_are_kept(tokenizer: Any) -> None:
         (236743, 236770, 236761), (236743, 236770, 236771, 236761), (236743, 236778, 236761)]
 
 
+@pytest.mark.integration
 def test_words_with_the_same_tokens_are_refused(tokenizer: Any) -> None:
     with pytest.raises(PromptError) as err:
         label_token_ids(tokenizer, [" good", " bad", " good"])
@@ -315,6 +320,7 @@ def no_weights(monkeypatch: pytest.MonkeyPatch) -> None:
 RATINGS = {"negative": " 1", "neutral": " 2", "positive": " 10"}
 
 
+@pytest.mark.integration
 def test_baseline_fails_before_loading_weights(
         tmp_path: Path, repo_params_raw: dict[str, Any], packaged_model_dir: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -336,6 +342,7 @@ def test_baseline_fails_before_loading_weights(
     assert not (tmp_path / "metrics" / "baseline.json").exists()
 
 
+@pytest.mark.integration
 def test_train_and_baseline_share_the_check(packaged_model_dir: Path,
                                             repo_params_raw: dict[str, Any],
                                             monkeypatch: pytest.MonkeyPatch) -> None:
@@ -346,6 +353,7 @@ def test_train_and_baseline_share_the_check(packaged_model_dir: Path,
     assert str(err.value) == ONE_TEN
 
 
+@pytest.mark.integration
 def test_predict_refuses_a_recorded_prefix_before_loading_weights(
         tmp_path: Path, packaged_model_dir: Path, repo_params_raw: dict[str, Any],
         cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -226,6 +226,7 @@ def test_a_predictions_file_is_told_by_its_first_line(tmp_path, name, content, o
     assert written_by_predict(path) is ours
 
 
+@pytest.mark.slow
 def test_an_output_file_predict_did_not_write_needs_force(tmp_path):
     ours = ("predict", written_by_predict)
     for i, (fmt, columns) in enumerate((("csv", []), ("csv", ["id", "text"]),
@@ -382,6 +383,7 @@ def _export(trained, out: str, *extra: str):
                                      "--out", out, *extra])
 
 
+@pytest.mark.integration
 def test_export_to_the_checkout_deletes_nothing(trained, repo):
     before = _snapshot(repo)
     for extra in ((), ("--force",)):
@@ -393,6 +395,7 @@ def test_export_to_the_checkout_deletes_nothing(trained, repo):
         assert _snapshot(repo) == before
 
 
+@pytest.mark.integration
 def test_a_file_given_for_a_folder_or_a_folder_for_a_file_is_one_line(trained, repo):
     before = _snapshot(repo)
     result = _export(trained, "docs/params.md", "--force")
@@ -406,6 +409,7 @@ def test_a_file_given_for_a_folder_or_a_folder_for_a_file_is_one_line(trained, r
     assert _snapshot(repo) == before
 
 
+@pytest.mark.integration
 def test_a_device_error_names_the_option_that_set_it(trained, repo, monkeypatch):
     import torch
 
@@ -430,6 +434,7 @@ def test_a_device_error_names_the_option_that_set_it(trained, repo, monkeypatch)
     assert not (repo / "exported").exists()
 
 
+@pytest.mark.integration
 def test_export_into_a_foreign_folder_needs_force_and_reruns_replace_its_own(trained, repo):
     before = _snapshot(repo)
     result = _export(trained, "docs")
@@ -454,6 +459,7 @@ def metrics_repo(tmp_path_factory):
     return make_metrics_repo(tmp_path_factory.mktemp("compare"))
 
 
+@pytest.mark.slow
 def test_compare_to_the_checkout_or_a_foreign_folder_deletes_nothing(metrics_repo,
                                                                      monkeypatch):
     monkeypatch.chdir(metrics_repo)
@@ -484,6 +490,7 @@ def _predict(trained, *args: str):
                                      *args])
 
 
+@pytest.mark.integration
 def test_predict_never_writes_over_its_input(trained, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     source = tmp_path / "texts.jsonl"
@@ -500,6 +507,7 @@ def test_predict_never_writes_over_its_input(trained, tmp_path, monkeypatch):
             assert source.read_bytes() == before
 
 
+@pytest.mark.integration
 def test_predict_csv_of_texts_with_carriage_returns_reads_back(trained, tmp_path,
                                                                monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -234,6 +234,7 @@ FAKE_MODEL = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_predict_table_on_a_terminal_is_not_drawn_through_by_progress_bars(tmp_path):
     adapter = tmp_path / "adapter"
     adapter.mkdir()

@@ -13,8 +13,8 @@ from tiny_repo import (
     PLANTED_TOKEN,
     env,
     exp_named,
+    clone_run,
     kill_after_checkpoint,
-    make_tiny_repo,
     run,
     set_params,
 )
@@ -23,9 +23,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory, packaged_model_dir):
-    # a checkpoint after every step, for the kill-and-resume tests
-    return make_tiny_repo(tmp_path_factory.mktemp("lorasent-repo"), {"train": {"save_steps": 1}})
+def repo(tmp_path_factory, tiny_run):
+    """This module's clone of the session's tiny run: its tests rerun stages in it."""
+    return clone_run(tiny_run, tmp_path_factory.mktemp("lorasent-repo") / "repo")
 
 
 def read(root: Path, name: str):

@@ -119,6 +119,7 @@ def _commit(root: Path, rev: str) -> str:
     return git_dvc(root, "git", "rev-parse", rev)
 
 
+@pytest.mark.slow
 def test_a_push_after_the_first_gets_its_own_verdict_against_the_previous_head(pull_request,
                                                                             tmp_path):
     root = pull_request
@@ -193,6 +194,7 @@ def test_a_push_after_the_first_gets_its_own_verdict_against_the_previous_head(p
                 ".../comments` printed"),
     (b"[]", None),
 ])
+@pytest.mark.slow
 def test_the_command_refuses_bad_comments_in_one_line_and_writes_nothing(
         pull_request, tmp_path, monkeypatch, content, error):
     from lorasent.cli import main

@@ -25,7 +25,7 @@ from lorasent.tables import TableError
 from lorasent.train import run_train
 from test_outputs import check_table_on_terminal, run_in_terminal
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 TINY = {"split": {"train_size": 24, "validation_size": 0, "test_size": 24},
         "train": {"max_steps": 2, "per_device_train_batch_size": 4, "logging_steps": 1},

@@ -76,6 +76,7 @@ def test_dvc_is_found_beside_python_without_an_activated_venv(monkeypatch):
     assert path == [str(BESIDE), *NO_VENV_PATH.split(os.pathsep)]  # for dvc's `lorasent ...`
 
 
+@pytest.mark.slow
 def test_compare_runs_dvc_without_an_activated_venv(repo, monkeypatch):
     """`.venv/bin/lorasent compare` with the venv off PATH gets as far as DVC's answer
     (no metrics here), not `dvc: not found; run the earlier stages first`."""
@@ -138,6 +139,7 @@ def test_user_errors_tell_a_missing_program_from_a_missing_file(tmp_path, monkey
 # --------------------------------------------------------- item 10: a mistyped revision
 
 
+@pytest.mark.slow
 def test_a_mistyped_revision_gets_the_names_it_could_have_meant(repo):
     with pytest.raises(LorasentError) as err:
         compare("balanced-wieght", "workspace", repo=repo)
@@ -159,6 +161,7 @@ def test_known_revisions_pass_the_check(repo):
                             "B": ["balanced-weight", "workspace"]})
 
 
+@pytest.mark.slow
 def test_a_mistyped_revision_through_make_compare(repo, monkeypatch):
     monkeypatch.chdir(repo)
     result = CliRunner().invoke(compare_command, ["main", "lr-swep"])

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from conftest import REPO
-from tiny_repo import GIT, make_tiny_repo, run
+from tiny_repo import GIT, clone_run, run
 
 pytestmark = pytest.mark.slow
 
@@ -33,16 +33,16 @@ class Origin:
 
 
 @pytest.fixture(scope="module")
-def origin(tmp_path_factory, packaged_model_dir) -> Origin:
+def origin(tmp_path_factory, tiny_run) -> Origin:
     tmp = tmp_path_factory.mktemp("remote")
-    root = make_tiny_repo(tmp / "origin")
+    root = clone_run(tiny_run, tmp / "origin")
     run(root, "dvc", "remote", "add", "--default", "store", str(tmp / "dvc-store"))
     run(root, "git", "add", "-A")
     run(root, *GIT, "commit", "-q", "-m", "a run, with its DVC remote")
     run(root, "dvc", "push")
     bare = tmp / "origin.git"
     run(tmp, "git", "clone", "-q", "--bare", str(root), str(bare))
-    run(root, "git", "remote", "add", "origin", str(bare))
+    run(root, "git", "remote", "set-url", "origin", str(bare))  # was the tiny run
     return Origin(root, bare, _outputs(root), _predict(root))
 
 

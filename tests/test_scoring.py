@@ -1,4 +1,9 @@
-"""Label scoring on the real packaged Gemma 3 270M: exact, batched, multi-token."""
+"""Label scoring: exact, batched, multi-token, with a shared prompt start.
+
+The mechanics run on the tiny random Gemma 3 (fast tier), whose tokenizer splits the
+Chinese label words as Gemma 3 does; what is Gemma's own (its splits, its template
+start) and one exactness check run on the real packaged Gemma 3 270M (integration).
+"""
 
 import copy
 
@@ -37,19 +42,24 @@ def brute_force(model, prompt_ids, label_ids):
 
 
 @pytest.fixture(scope="module")
-def zh(gemma):
-    model, tokenizer = gemma
+def zh(tiny_gemma):
+    model, tokenizer = tiny_gemma
     return PromptEncoder.create(tokenizer, ZH_TEMPLATE, ZH_WORDS, max_length=96)
 
 
+@pytest.mark.integration
 def test_gemma_splits_chinese_label_words(gemma):
     _, tokenizer = gemma
     ids = label_token_ids(tokenizer, ZH_WORDS)
     assert [len(i) for i in ids] == [2, 2, 1]   # 消极 and 中性 are two tokens each
 
 
-def test_multi_token_label_words_scored_on_all_tokens(gemma, zh):
-    model, tokenizer = gemma
+@pytest.mark.parametrize("lm", ["tiny_gemma",
+                                pytest.param("gemma", marks=pytest.mark.integration)])
+def test_multi_token_label_words_scored_on_all_tokens(lm, request):
+    model, tokenizer = request.getfixturevalue(lm)
+    zh = PromptEncoder.create(tokenizer, ZH_TEMPLATE, ZH_WORDS, max_length=96)
+    assert [len(ids) for ids in zh.label_ids] == [2, 2, 1]
     prompts = [zh.encode(t) for t in TEXTS]
     with torch.inference_mode():
         scores = score_batch(model, prompts, zh.label_ids, tokenizer.pad_token_id)
@@ -57,8 +67,8 @@ def test_multi_token_label_words_scored_on_all_tokens(gemma, zh):
     np.testing.assert_allclose(scores.numpy(), np.array(expected), atol=1e-4)
 
 
-def test_label_words_sharing_their_first_token_are_told_apart(gemma):
-    model, tokenizer = gemma
+def test_label_words_sharing_their_first_token_are_told_apart(tiny_gemma):
+    model, tokenizer = tiny_gemma
     enc = PromptEncoder.create(tokenizer, "新闻：{text}\n栏目：", ["时政", "时差"], max_length=64)
     assert enc.label_ids[0][0] == enc.label_ids[1][0]   # same first token 时
     prompt = enc.encode("国务院召开常务会议，部署下一阶段经济工作")
@@ -70,11 +80,11 @@ def test_label_words_sharing_their_first_token_are_told_apart(gemma):
 
 
 @pytest.mark.parametrize("padding_side", ["left", "right"])
-def test_batched_scores_equal_one_by_one(gemma, zh, padding_side):
-    model, tokenizer = gemma
+def test_batched_scores_equal_one_by_one(tiny_gemma, zh, padding_side):
+    model, tokenizer = tiny_gemma
     tokenizer.padding_side = padding_side  # scoring pads on its own, whatever this says
     prompts = [zh.encode(t) for t in TEXTS]
-    assert max(map(len, prompts)) - min(map(len, prompts)) > 40
+    assert max(map(len, prompts)) - min(map(len, prompts)) > 30
     with torch.inference_mode():
         batched = score_batch(model, prompts, zh.label_ids, tokenizer.pad_token_id)
         single = torch.cat([score_batch(model, [p], zh.label_ids, tokenizer.pad_token_id)
@@ -98,14 +108,14 @@ def _counting_calls(model):
     return calls, hook
 
 
-def test_shared_prompt_start_runs_once_and_scores_as_without(gemma, zh, monkeypatch):
+def test_shared_prompt_start_runs_once_and_scores_as_without(tiny_gemma, zh, monkeypatch):
     """Prefix caching: the template's start goes through the model once (batch 1), and the
     scores, multi-token label words included, are those of full prompts in one batch."""
-    model, tokenizer = gemma
+    model, tokenizer = tiny_gemma
     prompts = [zh.encode(t) for t in TEXTS]
     n = shared_prefix(prompts)
-    # BOS and the template before {text}
-    assert n == len(tokenizer(ZH_TEMPLATE.split("{text}")[0])["input_ids"]) == 25
+    # BOS and the template before {text} (25 tokens of Gemma 3's)
+    assert n == len(tokenizer(ZH_TEMPLATE.split("{text}")[0])["input_ids"])
     calls, hook = _counting_calls(model)
     try:
         with torch.inference_mode():
@@ -120,9 +130,9 @@ def test_shared_prompt_start_runs_once_and_scores_as_without(gemma, zh, monkeypa
     assert shared.argmax(1).tolist() == whole.argmax(1).tolist()
 
 
-def test_no_shared_start_when_prompts_could_outgrow_the_sliding_window(gemma, zh,
+def test_no_shared_start_when_prompts_could_outgrow_the_sliding_window(tiny_gemma, zh,
                                                                          monkeypatch):
-    model, tokenizer = gemma
+    model, tokenizer = tiny_gemma
     prompts = [zh.encode(t) for t in TEXTS]
     monkeypatch.setattr(model.config, "sliding_window", max(map(len, prompts)) + 1)
     calls, hook = _counting_calls(model)
@@ -134,8 +144,8 @@ def test_no_shared_start_when_prompts_could_outgrow_the_sliding_window(gemma, zh
     assert calls == [(4, max(map(len, prompts))), (4 * 2, 1)]
 
 
-def test_score_texts_keeps_input_order(gemma, zh):
-    model, tokenizer = gemma
+def test_score_texts_keeps_input_order(tiny_gemma, zh):
+    model, tokenizer = tiny_gemma
     scores = score_texts(model, zh, TEXTS, batch_size=3)
     assert scores.shape == (4, 3) and scores.dtype == np.float32
     with torch.inference_mode():
@@ -144,8 +154,8 @@ def test_score_texts_keeps_input_order(gemma, zh):
     np.testing.assert_allclose(scores, single.numpy(), atol=1e-4)
 
 
-def test_truncation_cuts_only_the_text(gemma, zh):
-    _, tokenizer = gemma
+def test_truncation_cuts_only_the_text(tiny_gemma, zh):
+    _, tokenizer = tiny_gemma
     ids = zh.encode("很" * 10_000)
     assert len(ids) <= zh.prompt_budget == 96 - 2
     tail = tokenizer("\n情绪：", add_special_tokens=False)["input_ids"]
@@ -162,14 +172,14 @@ def test_short_text_is_not_truncated(zh):
         ZH_TEMPLATE.replace("{text}", text)
 
 
-def test_label_words_that_encode_the_same_are_refused(gemma):
-    _, tokenizer = gemma
+def test_label_words_that_encode_the_same_are_refused(tiny_gemma):
+    _, tokenizer = tiny_gemma
     with pytest.raises(PromptError, match="encode to the same tokens"):
         label_token_ids(tokenizer, [" good", " good"])
 
 
-def test_template_too_long_for_max_length_is_refused(gemma):
-    _, tokenizer = gemma
+def test_template_too_long_for_max_length_is_refused(tiny_gemma):
+    _, tokenizer = tiny_gemma
     with pytest.raises(PromptError, match="raise prompt.max_length"):
         PromptEncoder.create(tokenizer, ZH_TEMPLATE, ZH_WORDS, max_length=20)
 
@@ -184,8 +194,8 @@ def test_collate_right_aligns_label_tokens():
     assert batch["weight"].tolist() == [2.0, 1.0]
 
 
-def test_label_token_loss_is_weighted_cross_entropy_of_label_tokens(gemma, zh):
-    model, tokenizer = gemma
+def test_label_token_loss_is_weighted_cross_entropy_of_label_tokens(tiny_gemma, zh):
+    model, tokenizer = tiny_gemma
     features = [{**zh.training_example(t, k), "weight": w}
                 for t, k, w in zip(TEXTS[:3], [0, 2, 1], [1.0, 3.0, 0.5], strict=True)]
     batch = collate_training(features, tokenizer.pad_token_id)
@@ -202,11 +212,11 @@ def test_label_token_loss_is_weighted_cross_entropy_of_label_tokens(gemma, zh):
     assert loss.item() == pytest.approx(num / den, abs=1e-4)
 
 
-def test_training_loss_puts_only_label_tokens_through_the_lm_head(gemma, zh):
+def test_training_loss_puts_only_label_tokens_through_the_lm_head(tiny_gemma, zh):
     """With autograd on (training), the LM head gets one contiguous (N, hidden) matrix of
     the N supervised positions, not a strided (B, L, hidden) view (which autograd
     multiplies by the vocabulary once per example), and the loss is the inference one."""
-    model, tokenizer = gemma
+    model, tokenizer = tiny_gemma
     features = [zh.training_example(t, k) for t, k in zip(TEXTS[:3], [0, 2, 1], strict=True)]
     batch = collate_training(features, tokenizer.pad_token_id)
     seen = []
@@ -244,8 +254,10 @@ def test_training_prefix_stops_before_every_supervised_position():
     assert prefix(([2, 7, 8, 9], [5]), ([2, 7, 8, 3, 4], [6]), window=5) == 3
 
 
-def test_template_start_is_bos_and_the_instruction(gemma, zh, params):
+@pytest.mark.integration
+def test_template_start_is_bos_and_the_instruction(gemma, params):
     _, tokenizer = gemma
+    zh = PromptEncoder.create(tokenizer, ZH_TEMPLATE, ZH_WORDS, max_length=96)
     assert zh.template_start() == 25
     prompt = params.prompt
     default = PromptEncoder.create(tokenizer, prompt.template,
@@ -255,14 +267,14 @@ def test_template_start_is_bos_and_the_instruction(gemma, zh, params):
 
 
 @pytest.fixture(scope="module")
-def lora_gemma(gemma):
-    """A float64 copy of the Gemma with LoRA (dropout 0) on all seven projections, B drawn
+def lora_gemma(tiny_gemma):
+    """A float64 copy of the tiny Gemma with LoRA (dropout 0) on all seven projections, B drawn
     at random rather than zero, so that every LoRA weight gets a gradient. float64, so
     that a comparison within 1e-5 tests the computation, not float32's summation order
     (which alone moves gradients of size 3 by about 1e-5)."""
     from peft import LoraConfig, get_peft_model
 
-    model = get_peft_model(copy.deepcopy(gemma[0]).double(), LoraConfig(
+    model = get_peft_model(copy.deepcopy(tiny_gemma[0]).double(), LoraConfig(
         task_type="CAUSAL_LM", r=8, lora_alpha=16, lora_dropout=0.0,
         target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                         "down_proj"]))
@@ -284,14 +296,17 @@ def _loss_and_lora_grads(model, batch, share_prefix):
     return loss.item(), grads
 
 
-@pytest.mark.parametrize(("template", "shared"), [(ZH_TEMPLATE, 25), ("{text}\n情绪：", 1)],
+@pytest.mark.parametrize(("template", "shared"), [(ZH_TEMPLATE, 52), ("{text}\n情绪：", 1)],
                          ids=["instruction", "bos-only"])
 def test_shared_prefix_training_equals_the_unshared_loss_and_lora_gradients(
-        gemma, lora_gemma, template, shared):
+        tiny_gemma, lora_gemma, template, shared):
     """With dropout 0 the shared start is the same computation: the loss and every LoRA
     gradient equal the plain path's, with two-token Chinese label words in the batch,
-    and when the examples share BOS alone."""
-    _, tokenizer = gemma
+    and when the examples share BOS alone. With the instruction, the shared start (52
+    tokens) is longer than the rest of every example, where the attention mask once
+    covered too few of the shared tokens' columns (found on the tiny Gemma: the loss
+    was 0.01 off)."""
+    _, tokenizer = tiny_gemma
     encoder = PromptEncoder.create(tokenizer, template, ZH_WORDS, max_length=96)
     features = [{**encoder.training_example(t, k), "weight": w}
                 for t, k, w in zip(TEXTS, [0, 1, 2, 0], [1.0, 2.0, 0.5, 1.0], strict=True)]
@@ -307,15 +322,16 @@ def test_shared_prefix_training_equals_the_unshared_loss_and_lora_gradients(
     width = batch["input_ids"].shape[1]
     assert calls == [(1, shared), (4, width - shared), (4, width)]
     assert loss == pytest.approx(plain_loss, abs=1e-5)
-    assert len(grads) == 18 * 7 * 2 and grads.keys() == plain_grads.keys()
+    layers = lora_gemma.config.num_hidden_layers
+    assert len(grads) == layers * 7 * 2 and grads.keys() == plain_grads.keys()
     for name, grad in grads.items():
         assert grad.abs().max() > 0, name
         torch.testing.assert_close(grad, plain_grads[name], atol=1e-5, rtol=0, msg=name)
 
 
 def test_no_shared_training_prefix_when_the_batch_outgrows_the_sliding_window(
-        gemma, lora_gemma, zh, monkeypatch):
-    _, tokenizer = gemma
+        tiny_gemma, lora_gemma, zh, monkeypatch):
+    _, tokenizer = tiny_gemma
     batch = collate_training([zh.training_example(t, k) for t, k in zip(TEXTS, [0, 1, 2, 0],
                                                                          strict=True)],
                              tokenizer.pad_token_id)

@@ -37,6 +37,7 @@ def gemma_head(packaged_model_dir):
     return model, tokenizer
 
 
+@pytest.mark.integration
 def test_head_follows_the_params_label_order(gemma_head):
     model, tokenizer = gemma_head
     assert type(model).__name__ == "Gemma3TextForSequenceClassification"
@@ -78,6 +79,7 @@ def test_only_the_heads_missing_weights_are_explained_away():
         logging.WARNING, f"seq_cls: scores.weight is MISSING {NOT_THE_HEAD}")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_batched_logits_equal_one_by_one_on_either_padding_side(gemma_head, side):
     model, tokenizer = gemma_head
@@ -96,6 +98,7 @@ def test_batched_logits_equal_one_by_one_on_either_padding_side(gemma_head, side
     torch.testing.assert_close(batched, single, atol=1e-4, rtol=0)
 
 
+@pytest.mark.integration
 def test_decoder_without_pad_token_gets_eos_on_tokenizer_and_config(tmp_path,
                                                                       packaged_model_dir):
     for p in packaged_model_dir.iterdir():
@@ -146,6 +149,7 @@ def _fresh_process_scores(adapter_dir, model_dir):
     return np.array(json.loads(done.stdout.splitlines()[-1]), dtype=np.float32)
 
 
+@pytest.mark.integration
 def test_minilm_round_trip_gives_identical_logits_in_a_fresh_process(
         tmp_path, minilm_params, minilm_dir, split_dir, caplog):
     params = minilm_params()
@@ -184,6 +188,7 @@ def test_minilm_round_trip_gives_identical_logits_in_a_fresh_process(
     assert done.stdout.startswith(f"('{expected}',")
 
 
+@pytest.mark.integration
 def test_validation_each_epoch_keeps_the_best(tmp_path, minilm_params, minilm_dir,
                                               split_dir):
     params = parse_params(merge(minilm_params().model_dump(mode="json"), {
@@ -221,6 +226,7 @@ def poolerless_bert_dir(tmp_path_factory):
     return out
 
 
+@pytest.mark.integration
 def test_a_head_that_would_not_be_saved_is_caught(tmp_path, minilm_params,
                                                   poolerless_bert_dir, split_dir, caplog):
     params = minilm_params()

@@ -39,6 +39,7 @@ def test_trainer_divides_its_per_batch_loss_by_accumulation():
     assert LorasentTrainer.loss_is_scaled_for_ga is False
 
 
+@pytest.mark.integration
 def test_the_last_step_is_logged_when_logging_steps_do_not_divide_max_steps(
         tmp_path, minilm_params, minilm_dir, split_dir):
     result = train_in(tmp_path, minilm_params(max_steps=3, logging_steps=2), minilm_dir,
@@ -59,6 +60,7 @@ def _files(folder):
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.integration
 def test_a_stopped_run_resumes_to_the_adapter_of_an_uninterrupted_one(
         tmp_path, monkeypatch, caplog, minilm_params, minilm_dir, split_dir):
     # 8 rows, batches of 2: 4 steps an epoch, 12 in all; checkpoints every 3 steps, so the

@@ -1,6 +1,10 @@
 """A copy of this repo with tiny sizes, for the end-to-end tests (`dvc repro`, `dvc exp`).
 
-The real packaged corpus and Gemma, 24 training rows, 3 optimiser steps, 24 test rows.
+The real packaged corpus and Gemma, 24 training rows, 3 optimiser steps (a checkpoint
+after each, for the kill-and-resume tests), 24 test rows. The session runs it once
+(conftest's ``tiny_run``, :func:`make_tiny_run`); a test that changes it works on a clone
+(:func:`clone_run`) that shares its DVC cache, so nothing is trained twice for the same
+params.
 """
 
 import contextlib
@@ -19,7 +23,8 @@ import psutil
 from conftest import REPO
 
 TINY = {"split": {"train_size": 24, "validation_size": 0, "test_size": 24},
-        "train": {"max_steps": 3, "per_device_train_batch_size": 4, "logging_steps": 1},
+        "train": {"max_steps": 3, "per_device_train_batch_size": 4, "logging_steps": 1,
+                  "save_steps": 1},
         "evaluate": {"batch_size": 8}}
 LABELS = ["negative", "neutral", "positive"]
 
@@ -92,18 +97,29 @@ def copy_repo(dest: Path) -> Path:
 GIT = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
 
 
-def make_tiny_repo(dest: Path, changes: dict[str, Any] | None = None) -> Path:
-    """``dest`` as a git repo holding this repo at tiny sizes (and ``changes`` to its
-    params), after one ``dvc repro`` (its outputs uncommitted)."""
+def make_tiny_run(dest: Path, cache: Path) -> Path:
+    """``dest`` as a git repo holding this repo at tiny sizes, after one ``dvc repro``
+    whose run (``dvc.lock``, ``metrics/``) is committed; its DVC cache in ``cache``."""
     root = copy_repo(dest)
     set_params(root, TINY)
-    if changes:
-        set_params(root, changes)
     run(root, "git", "init", "-q")
+    run(root, "dvc", "cache", "dir", "--local", str(cache))
     run(root, "git", "add", "-A")
     run(root, *GIT, "commit", "-q", "-m", "tiny")
     run(root, "dvc", "repro")
+    run(root, "git", "add", "-A")
+    run(root, *GIT, "commit", "-q", "-m", "tiny run")
     return root
+
+
+def clone_run(source: Path, dest: Path) -> Path:
+    """``dest``: a git clone of the tiny run ``source`` with its DVC outputs checked out
+    from the DVC cache they share (copied, not linked: a clone may damage its files)."""
+    cache = run(source, "dvc", "cache", "dir").strip()
+    run(dest.parent, "git", "clone", "-q", str(source), str(dest))
+    run(dest, "dvc", "cache", "dir", "--local", cache)
+    run(dest, "dvc", "checkout", "-q")
+    return dest
 
 
 def exp_named(node: object, name: str) -> Iterator[dict[str, Any]]:

@@ -480,7 +480,8 @@ def label_token_loss(model: torch.nn.Module, batch: dict[str, torch.Tensor],
         columns = torch.arange(width - shared, device=ids.device)
         index = columns + shared * (columns >= (width - mask.sum(-1))[:, None])
         ids, mask, positions = (t.gather(1, index) for t in (ids, mask, positions))
-        mask = torch.cat([torch.ones_like(mask[:, :shared]), mask], -1)
+        # the shared tokens' columns, S of them however narrow the rest is
+        mask = torch.cat([mask.new_ones((len(ids), shared)), mask], -1)
     keep = torch.zeros_like(ids, dtype=torch.bool)
     keep[:, -labels.shape[1]:] = supervised
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
