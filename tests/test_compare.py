@@ -81,7 +81,8 @@ def test_the_reports_own_matrices_replace_dvcs_confusion_plots(tmp_path):
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com",
        "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false", "-c", "tag.gpgsign=false"]
-# One stage that writes a predictions file of 40 rows and the keys `lorasent metrics` reads;
+# One stage that writes a predictions file of 40 rows and an eval.json (as of before the
+# intervals: lorasent.contracts.EvalMetrics reads it);
 # `wrong` rows are predicted wrongly (param `wrong` of params.yaml).
 MAKE_METRICS = '''\
 import json, pathlib
@@ -97,12 +98,17 @@ for i, (row_id, gold) in enumerate(rows):
 pathlib.Path("metrics").mkdir(exist_ok=True)
 pathlib.Path("metrics/predictions.csv").write_text("\\n".join(lines) + "\\n")
 accuracy = right / len(rows)
+scores = {"precision": accuracy, "recall": accuracy, "f1": accuracy, "support": 20}
 pathlib.Path("metrics/eval.json").write_text(json.dumps({
-    "accuracy": accuracy, "test_rows": len(rows), "mode": "generative",
-    "reference": "majority", "reference_accuracy": 0.5,
-    "relative_error_reduction": (accuracy - 0.5) / 0.5,
-    "baseline": {"majority_class": "neg", "majority_accuracy": 0.5},
-    "per_class": {"neg": {"f1": accuracy, "support": 20}, "pos": {"f1": accuracy, "support": 20}},
+    "accuracy": accuracy, "macro_f1": accuracy, "relative_error_reduction": (accuracy - 0.5) / 0.5,
+    "per_class": {"neg": scores, "pos": scores},
+    "confusion_matrix": {"neg": {"neg": 20 - wrong // 2, "pos": wrong // 2},
+                         "pos": {"neg": wrong - wrong // 2, "pos": 20 - (wrong - wrong // 2)}},
+    "labels": ["neg", "pos"], "test_rows": len(rows),
+    "baseline": {"majority_class": "neg", "majority_accuracy": 0.5, "zero_shot_accuracy": None,
+                 "zero_shot_macro_f1": None},
+    "mode": "generative", "reference": "majority", "reference_accuracy": 0.5,
+    "relative_error_reduction_note": None,
 }))
 '''
 DVC_YAML = f"""stages:

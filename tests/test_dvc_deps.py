@@ -118,7 +118,8 @@ def test_the_closures_hold_what_writes_and_maps_the_outputs():
     assert closure("fetch") - set(EXEMPT) == {
         "fetch", "artifacts", "cli", "environment", "errors", "launch", "params", "paths",
         "tables"}
-    assert closure("train") - closure("fetch") == {"train", "metrics", "modeling", "scoring"}
+    assert closure("train") - closure("fetch") == {"train", "contracts", "metrics", "modeling",
+                                                   "scoring"}
     assert closure("evaluate") - closure("train") == {"evaluate", "statistics"}
 
 
