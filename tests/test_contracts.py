@@ -57,7 +57,7 @@ def test_exp_show_keeps_the_headline_its_intervals_and_each_class_f1():
 
 
 def test_the_pull_request_fold_leaves_out_what_no_reviewer_reads():
-    from lorasent.pr_comment import UNREAD
+    from lorasent.review.pr_comment import UNREAD
 
     evals = EvalMetrics.model_validate_json((REPO / "metrics/eval.json").read_bytes())
     columns = list(flatten(dump(evals)))
@@ -79,7 +79,7 @@ def test_the_pull_request_fold_leaves_out_what_no_reviewer_reads():
 
 
 def test_the_reports_rows_name_fields_of_eval_json():
-    from lorasent.compare import HEADLINE, PER_CLASS
+    from lorasent.review.render import HEADLINE, PER_CLASS
 
     evals = EvalMetrics.model_validate_json((REPO / "metrics/eval.json").read_bytes())
     columns = set(flatten(dump(evals)))

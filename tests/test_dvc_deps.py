@@ -101,7 +101,7 @@ def test_the_walk_follows_imports_inside_functions():
     # cli imports the stage module inside the stage's function, and params imports
     # artifacts inside update_params: both are followed
     assert "train" in _imports(_cli_roots("train"))
-    assert "compare" not in _imports(_cli_roots("train"))
+    assert "review" not in _imports(_cli_roots("train"))
     assert "artifacts" in _imports(_module("params").body)
     # statistics names metrics only for the type checker
     assert "metrics" not in _imports(_module("statistics").body)

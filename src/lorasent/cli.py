@@ -478,9 +478,9 @@ def metrics() -> None:
     """
     import json
 
-    from lorasent.compare import workspace_staleness
     from lorasent.contracts import EvalMetrics, read
     from lorasent.paths import BASELINE_METRICS, EVAL_METRICS
+    from lorasent.review.collect import workspace_staleness
     from lorasent.statistics import with_interval
 
     m = read(EvalMetrics, EVAL_METRICS, "rerun evaluate (dvc repro)")
@@ -534,7 +534,7 @@ def seeds(n: int, name: str, sets: tuple[str, ...], jobs: int, params_path: Path
 
     Waits for the queue. Then `lorasent compare 'A-seed*' 'B-seed*'` compares two groups.
     """
-    from lorasent.seeds import run_seeds
+    from lorasent.review.seeds import run_seeds
 
     result = run_seeds(n=n, name=name, sets=sets, jobs=jobs,
                        base_seed=load_params(params_path).base.seed,
@@ -564,8 +564,8 @@ def compare(rev_a: str, rev_b: str, out_dir: Path | None, force: bool) -> None:
     the verdict.
     """
     from lorasent.artifacts import check_output_folder
-    from lorasent.compare import REPORT_HTML, REPORT_MD, VERDICT_MD, report_folder
-    from lorasent.compare import compare as write_report
+    from lorasent.review.compare import compare as write_report
+    from lorasent.review.render import REPORT_HTML, REPORT_MD, VERDICT_MD, report_folder
 
     folder = report_folder(rev_a, rev_b, out_dir)
     check_output_folder(folder, command="compare", force=force,
@@ -601,8 +601,8 @@ def pr_comment(base: str, out_dir: Path, comments_path: Path | None, pr: str | N
     metrics only; retrains nothing.
     """
     from lorasent.artifacts import check_output_folder
-    from lorasent.pr_comment import COMMENT_ID, COMMENT_MD
-    from lorasent.pr_comment import pr_comment as write_comment
+    from lorasent.review.pr_comment import COMMENT_ID, COMMENT_MD
+    from lorasent.review.pr_comment import pr_comment as write_comment
 
     check_output_folder(out_dir, command="pr-comment", force=force)
     try:

@@ -19,7 +19,7 @@ Everything is resampled or tested by ``scipy.stats`` (``bootstrap``, ``binomtest
 
 A paired difference counts as real (:attr:`PairedComparison.significant`) only when the
 interval of Δ accuracy excludes 0 *and* McNemar's p-value is below 0.05. The sentences
-a reviewer reads are worded in ``lorasent.compare``.
+a reviewer reads are worded in ``lorasent.review.verdict``.
 """
 
 from __future__ import annotations
