@@ -107,13 +107,13 @@ device-check: $(STAMP)  ## GPU check: doctor, bench on the GPU, pipeline GPU vs 
 # `dvc exp show` narrowed to what a sweep is read by: accuracy, macro-F1 and the relative
 # error reduction with their 95% intervals, each class's F1, the mean training loss, and
 # the params that differ; the split's row and class counts, the queue's state and
-# eval.json's copies of the baselines are dropped. DVC matches
+# eval.json's copies of the baselines, labels, warnings and notes are dropped. DVC matches
 # these regexes at the start of each column name. The recipe is not echoed, so
 # `make exp-show EXP_SHOW_ARGS=--csv > runs.csv` writes a CSV and nothing else.
 EXP_SHOW_ARGS ?=
 exp-show: $(STAMP)  ## dvc exp show: headline metrics with intervals, per-class F1, swept params
 	@$(BIN)/dvc exp show --only-changed \
-		--drop '.*(confusion_matrix|zero_shot|\.precision|\.recall|\.support)|(src|data|models|metrics)/|rows_read|rows_kept|dropped\.|split_rows\.|class_counts\.|overlap\.|intervals\.|baseline\.|majority_class|mode|reference|test_rows|grad_norm|learning_rate|total_flos|epoch|step|loss|train\.(runtime|.*_per_second)|Created|State|Executor' \
+		--drop '.*(confusion_matrix|zero_shot|\.precision|\.recall|\.support)|(src|data|models|metrics)/|rows_read|rows_kept|dropped\.|split_rows\.|class_counts\.|overlap\.|intervals\.|baseline\.|majority_class|mode|reference|relative_error_reduction_note|test_rows|labels|warnings|grad_norm|learning_rate|total_flos|epoch|step|loss|train\.(runtime|.*_per_second)|Created|State|Executor' \
 		--keep '(accuracy|macro_f1|relative_error_reduction)(_ci95_(low|high))?$$|per_class\..+\.f1$$|train\.loss$$' \
 		$(EXP_SHOW_ARGS)
 

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from lorasent.compare import _fmt, _labels, _param, _slug, _static
+from lorasent.review.render import cell, param_cell, slug, still_spec
+from lorasent.review.verdict import class_order
 
 
 def _confusion(facet: dict[str, Any]) -> dict[str, Any]:
@@ -21,7 +22,7 @@ def _confusion(facet: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_plot_faceted_by_revision_keeps_dvcs_order_and_shows_counts():
-    spec = _static(_confusion({"column": {"field": "rev", "sort": []}}))
+    spec = still_spec(_confusion({"column": {"field": "rev", "sort": []}}))
     assert spec["facet"] == {"column": {"field": "rev", "sort": []}}  # A, then B
     assert spec["params"] == [{"name": "showValues", "bind": {"input": "checkbox"},
                                "value": True}]
@@ -30,58 +31,59 @@ def test_a_plot_faceted_by_revision_keeps_dvcs_order_and_shows_counts():
 def test_a_plot_faceted_by_revision_and_file_loses_the_empty_sorts():
     original = _confusion({"column": {"field": "rev", "sort": []},
                            "row": {"field": "filename", "sort": []}})
-    spec = _static(original)
+    spec = still_spec(original)
     assert spec["facet"] == {"column": {"field": "rev"}, "row": {"field": "filename"}}
     assert original["facet"]["row"] == {"field": "filename", "sort": []}  # not changed
 
 
 def test_cells():
-    assert [_fmt(None), _fmt(0.70666), _fmt(257), _fmt("generative")] == [
+    assert [cell(None), cell(0.70666), cell(257), cell("generative")] == [
         "—", "0.7067", "257", "generative"]
-    assert [_fmt(-0.01834, signed=True), _fmt(0, signed=True), _fmt(0.0, signed=True)] == [
+    assert [cell(-0.01834, signed=True), cell(0, signed=True), cell(0.0, signed=True)] == [
         "-0.0183", "+0", "+0.0000"]
-    assert [_param(5e-05), _param(0.001), _param(2.0e-4), _param(8), _param(["a", "b"])] == [
+    assert [param_cell(v) for v in (5e-05, 0.001, 2.0e-4, 8, ["a", "b"])] == [
         "5e-05", "0.001", "0.0002", "8", "`['a', 'b']`"]
-    assert _slug("Confusion matrix, adapter (test split)") == "confusion-matrix-adapter-test-split"
-    assert _slug("origin/main") == "origin-main"
+    assert slug("Confusion matrix, adapter (test split)") == "confusion-matrix-adapter-test-split"
+    assert slug("origin/main") == "origin-main"
 
 
 def test_classes_follow_base_labels_then_the_metrics():
     params = {"params.yaml": {"base.labels": {"old": "['neg', 'pos']",  # DVC's repr
                                               "new": "['neg', 'pos', 'neu']"}}}
     evals: dict[str, Any] = {"per_class.other.f1": {}, "per_class.neg.f1": {}}
-    assert _labels(params, evals) == ["neg", "pos", "neu", "other"]
+    assert class_order(params, evals) == ["neg", "pos", "neu", "other"]
 
 
 def test_a_users_text_is_one_cell_shown_as_written():
-    from lorasent.compare import _clip
+    from lorasent.review.render import clip
 
-    assert _clip("a <b>x</b>\n*y* _z_ [l](u) `c` #t") == (
+    assert clip("a <b>x</b>\n*y* _z_ [l](u) `c` #t") == (
         "a &lt;b&gt;x&lt;/b&gt; \\*y\\* \\_z\\_ \\[l\\](u) \\`c\\` \\#t")
-    assert _clip("w " * 200) == ("w " * 100)[:199] + "…"
+    assert clip("w " * 200) == ("w " * 100)[:199] + "…"
 
 
 def test_groups_split_at_commas_and_keep_their_order(tmp_path):
-    from lorasent.compare import _group
+    from lorasent.review.collect import expand_group
 
-    assert _group(tmp_path, "b-seed43, a-seed42,b-seed43") == ["b-seed43", "a-seed42"]
-    assert _group(tmp_path, "HEAD") == ["HEAD"]
+    assert expand_group(tmp_path, "b-seed43, a-seed42,b-seed43") == ["b-seed43", "a-seed42"]
+    assert expand_group(tmp_path, "HEAD") == ["HEAD"]
 
 
 def test_the_reports_own_matrices_replace_dvcs_confusion_plots(tmp_path):
     from conftest import REPO
-    from lorasent.compare import _confusion_plots
+    from lorasent.review.render import confusion_plot_titles
 
-    assert _confusion_plots(REPO) == {"Confusion matrix, adapter (test split)",
+    assert confusion_plot_titles(REPO) == {"Confusion matrix, adapter (test split)",
                                       "Confusion matrix, baseline (test split)"}
-    assert _confusion_plots(tmp_path) == set()
+    assert confusion_plot_titles(tmp_path) == set()
 
 
 # ------------------------------------------------- issue 27 item 3: a stale side is said first
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com",
        "-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false", "-c", "tag.gpgsign=false"]
-# One stage that writes a predictions file of 40 rows and the keys `lorasent metrics` reads;
+# One stage that writes a predictions file of 40 rows and an eval.json (as of before the
+# intervals: lorasent.contracts.EvalMetrics reads it);
 # `wrong` rows are predicted wrongly (param `wrong` of params.yaml).
 MAKE_METRICS = '''\
 import json, pathlib
@@ -97,12 +99,17 @@ for i, (row_id, gold) in enumerate(rows):
 pathlib.Path("metrics").mkdir(exist_ok=True)
 pathlib.Path("metrics/predictions.csv").write_text("\\n".join(lines) + "\\n")
 accuracy = right / len(rows)
+scores = {"precision": accuracy, "recall": accuracy, "f1": accuracy, "support": 20}
 pathlib.Path("metrics/eval.json").write_text(json.dumps({
-    "accuracy": accuracy, "test_rows": len(rows), "mode": "generative",
-    "reference": "majority", "reference_accuracy": 0.5,
-    "relative_error_reduction": (accuracy - 0.5) / 0.5,
-    "baseline": {"majority_class": "neg", "majority_accuracy": 0.5},
-    "per_class": {"neg": {"f1": accuracy, "support": 20}, "pos": {"f1": accuracy, "support": 20}},
+    "accuracy": accuracy, "macro_f1": accuracy, "relative_error_reduction": (accuracy - 0.5) / 0.5,
+    "per_class": {"neg": scores, "pos": scores},
+    "confusion_matrix": {"neg": {"neg": 20 - wrong // 2, "pos": wrong // 2},
+                         "pos": {"neg": wrong - wrong // 2, "pos": 20 - (wrong - wrong // 2)}},
+    "labels": ["neg", "pos"], "test_rows": len(rows),
+    "baseline": {"majority_class": "neg", "majority_accuracy": 0.5, "zero_shot_accuracy": None,
+                 "zero_shot_macro_f1": None},
+    "mode": "generative", "reference": "majority", "reference_accuracy": 0.5,
+    "relative_error_reduction_note": None,
 }))
 '''
 DVC_YAML = f"""stages:
@@ -179,7 +186,8 @@ def _verdict(out: Path) -> str:
 
 @pytest.mark.slow
 def test_a_fresh_workspace_gets_its_verdict(metrics_repo, tmp_path):
-    from lorasent.compare import compare, workspace_staleness
+    from lorasent.review.collect import workspace_staleness
+    from lorasent.review.compare import compare
 
     assert workspace_staleness(metrics_repo) is None
     out = compare("v1", "workspace", tmp_path / "r", repo=metrics_repo)
@@ -189,7 +197,7 @@ def test_a_fresh_workspace_gets_its_verdict(metrics_repo, tmp_path):
 
 @pytest.mark.slow
 def test_a_stale_workspace_is_said_first_and_gives_no_result(changed_params, tmp_path):
-    from lorasent.compare import compare
+    from lorasent.review.compare import compare
 
     out = compare("v1", "workspace", tmp_path / "r", repo=changed_params)
     assert _verdict(out) == (
@@ -231,7 +239,7 @@ def test_metrics_prints_no_warning_when_the_workspace_is_fresh(metrics_repo, mon
 
 @pytest.mark.slow
 def test_a_commit_whose_lock_does_not_match_its_params_is_stale(metrics_repo, tmp_path):
-    from lorasent.compare import compare
+    from lorasent.review.compare import compare
 
     out = compare("v1", "unreproduced", tmp_path / "r", repo=metrics_repo)
     assert _verdict(out) == (
@@ -244,17 +252,18 @@ def test_a_commit_whose_lock_does_not_match_its_params_is_stale(metrics_repo, tm
 
 
 def test_a_commit_whose_code_changed_without_repro_is_stale(metrics_repo):
-    from lorasent.compare import Stale, _commit_staleness
+    from lorasent.review.collect import commit_staleness
+    from lorasent.review.verdict import Stale
 
-    assert _commit_staleness(metrics_repo, "code-changed") == Stale(
+    assert commit_staleness(metrics_repo, "code-changed") == Stale(
         ["evaluate"], ["make_metrics.py"], "its dvc.lock")
-    assert _commit_staleness(metrics_repo, "v1") is None
+    assert commit_staleness(metrics_repo, "v1") is None
 
 
 @pytest.mark.slow
 def test_staleness_from_dvc_status_ignores_outputs_not_pulled(metrics_repo):
     """A fresh clone without `dvc pull`: outputs missing are not stale metrics."""
-    from lorasent.compare import workspace_staleness
+    from lorasent.review.collect import workspace_staleness
 
     lock = (metrics_repo / "dvc.lock").read_text(encoding="utf-8")
     (metrics_repo / "metrics/predictions.csv").unlink()
@@ -274,7 +283,7 @@ def test_staleness_from_dvc_status_ignores_outputs_not_pulled(metrics_repo):
 @pytest.mark.slow
 def test_two_names_of_one_commit_are_compared_not_called_metric_less(metrics_repo, tmp_path):
     """`dvc metrics diff v1 main` of one commit is `{}`; it read as "neither has metrics"."""
-    from lorasent.compare import compare
+    from lorasent.review.compare import compare
 
     sha = git_dvc(metrics_repo, "git", "rev-parse", "--short", "v1")
     out = compare("v1", "main", tmp_path / "r", repo=metrics_repo)

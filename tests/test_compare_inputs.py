@@ -15,8 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import CASES
-from lorasent.compare import _in_order, compare, read_predictions_strict
 from lorasent.metrics import NoRowIdsError, Predictions, PredictionsFileError
+from lorasent.review.collect import read_predictions_strict
+from lorasent.review.compare import compare
+from lorasent.review.verdict import in_order
 from test_compare import commit_files, git_dvc, make_metrics_repo
 
 SOURCE = "HEAD:metrics/predictions.csv"
@@ -120,14 +122,14 @@ def test_columns_in_another_order_pair_by_name():
     a = read_predictions_strict(BASE6, "A")
     b = read_predictions_strict(_reordered(BASE6, REORDERED), "B")
     assert b.labels == ["positive", "negative", "neutral"]
-    back = _in_order(b, a.labels)
+    back = in_order(b, a.labels)
     assert back.labels == a.labels and back.ids == a.ids
     assert back.actual.tolist() == a.actual.tolist()
     assert back.predicted.tolist() == a.predicted.tolist()
     np.testing.assert_array_equal(back.probabilities, a.probabilities)
     p = Predictions(["x", "y"], np.array([0, 1]), np.array([1, 1]),
                     np.array([[0.1, 0.9], [0.3, 0.7]]), ["b", "a"])
-    q = _in_order(p, ["a", "b"])
+    q = in_order(p, ["a", "b"])
     assert (q.actual.tolist(), q.predicted.tolist(), q.probabilities.tolist()) == (
         [1, 0], [0, 0], [[0.9, 0.1], [0.7, 0.3]])
 

@@ -5,14 +5,18 @@ from typing import Any
 
 import pytest
 
+from lorasent.contracts import AdapterRecord
 from lorasent.modeling import AdapterMismatchError, check_adapter
 from lorasent.params import PromptParams
 
 LABELS = ["negative", "neutral", "positive"]
-RECORD: dict[str, Any] = {
-    "mode": "generative", "labels": LABELS, "template": "Tweet: {text}\nSentiment:",
-    "label_words": [" negative", " neutral", " positive"], "max_length": 128,
-    "base_model": {"source": "packaged:gemma-3-270m", "sha256": "a" * 64}}
+FIELDS: dict[str, Any] = {
+    "mode": "generative", "labels": LABELS, "label2id": {"negative": 0, "neutral": 1,
+                                                         "positive": 2},
+    "template": "Tweet: {text}\nSentiment:", "label_words": [" negative", " neutral", " positive"],
+    "max_length": 128, "base_model": {"source": "packaged:gemma-3-270m", "sha256": "a" * 64},
+    "params": {}}
+RECORD = AdapterRecord(**FIELDS)
 
 
 @pytest.fixture
@@ -22,8 +26,8 @@ def base_dir(tmp_path):
 
 
 def prompt(**changes):
-    fields = {"template": RECORD["template"], "max_length": 128,
-              "label_words": dict(zip(LABELS, RECORD["label_words"], strict=True))}
+    fields = {"template": RECORD.template, "max_length": 128,
+              "label_words": dict(zip(LABELS, FIELDS["label_words"], strict=True))}
     return PromptParams(**{**fields, **changes})
 
 
@@ -60,8 +64,8 @@ def test_other_mode_is_refused(base_dir):
 
 
 def test_seq_cls_adapter_depends_on_max_length_only(base_dir):
-    record = {"mode": "seq_cls", "labels": LABELS, "max_length": 128,
-              "base_model": RECORD["base_model"]}
+    record = AdapterRecord(mode="seq_cls", labels=LABELS, label2id=FIELDS["label2id"],
+                           max_length=128, base_model=RECORD.base_model, params={})
     check_adapter(record, model_dir=base_dir, adapter_dir="a", labels=LABELS, mode="seq_cls",
                   prompt=prompt(template="Other: {text}", label_words={"negative": " bad"}))
     with pytest.raises(AdapterMismatchError, match="another prompt"):

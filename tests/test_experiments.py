@@ -200,7 +200,7 @@ def report(sweep):
 
 def test_report_names_every_metric_class_and_changed_param(sweep, report):
     from lorasent.artifacts import OUTPUT_MARKER
-    from lorasent.compare import _fmt
+    from lorasent.review.render import cell
 
     assert sorted(p.name for p in report.iterdir()) == sorted(
         [*CONFUSION_PNGS, "training-loss.png", "report.html", "report.md", "verdict.md",
@@ -219,12 +219,12 @@ def test_report_names_every_metric_class_and_changed_param(sweep, report):
             for end in ("low", "high")} <= set(evals)  # `dvc metrics diff` shows the intervals
     for key, name in [("accuracy", "accuracy"), ("macro_f1", "macro-F1"),
                       ("relative_error_reduction", "relative error reduction")]:
-        row = [name, _fmt(evals[key]["old"]), _fmt(evals[key]["new"]),
-               _fmt(evals[key]["diff"], signed=True)]
+        row = [name, cell(evals[key]["old"]), cell(evals[key]["new"]),
+               cell(evals[key]["diff"], signed=True)]
         assert "| " + " | ".join(row) + " |" in text
     for label in LABELS:
         f1 = evals[f"per_class.{label}.f1"]
-        assert f"| {label} | {_fmt(f1['old'])} | {_fmt(f1['new'])} |" in text
+        assert f"| {label} | {cell(f1['old'])} | {cell(f1['new'])} |" in text
     # every key of every metrics file, through DVC's own Markdown table
     for file, keys in diff.items():
         for key in keys:
@@ -496,8 +496,8 @@ def test_warnings_a_reviewer_cannot_miss_are_in_the_report_and_the_comment(sweep
     two classes never predicted), measured against a reference below the majority class,
     trained on a busy machine. A warning of a kind A has too is one note; the busy
     machine is said once, beside the training times, and not in the comment."""
-    from lorasent.compare import _alike
     from lorasent.metrics import classification_metrics, read_predictions, warnings_by_kind
+    from lorasent.review.verdict import alike
 
     text = _show(sweep, "r4", "metrics/predictions.csv")
     rows = read_predictions(text, "r4")
@@ -523,7 +523,7 @@ def test_warnings_a_reviewer_cannot_miss_are_in_the_report_and_the_comment(sweep
     assert list(in_b) == ["below_majority", f"never_predicted:{others}",
                           f"collapsed:{LABELS[rarest]}", "weak_reference:zero_shot:0.100"]
     expected = [f"- ⚠ B: {w}\n" if kind not in in_a else
-                f"- Note: A and B alike, so not this change: {_alike(in_a[kind], w)}\n"
+                f"- Note: A and B alike, so not this change: {alike(in_a[kind], w)}\n"
                 for kind, w in in_b.items()]
     _, report = _lorasent_compare(sweep, "r4", "collapsed", tmp_path / "collapsed")
     comment = _pull_request(sweep, tmp_path, "r4", ["collapsed"])["states"][0]["comments"][1]
@@ -565,7 +565,7 @@ def test_seed_groups_are_compared_over_seeds(sweep, tmp_path):
     printed, text = _lorasent_compare(sweep, "a-seed*", "b-seed*", tmp_path / "seeds")
     accuracies = {name: next(exp_named(shown, name))["data"]["metrics"]["metrics/eval.json"][
         "data"]["accuracy"] for name in ("a-seed42", "a-seed43", "b-seed42", "b-seed43")}
-    from lorasent.compare import group_verdict
+    from lorasent.review.verdict import group_verdict
     from lorasent.statistics import group_comparison
 
     expected = group_comparison("accuracy", [accuracies["a-seed42"], accuracies["a-seed43"]],

@@ -371,7 +371,9 @@ def test_predict_refuses_a_recorded_prefix_before_loading_weights(
     adapter = tmp_path / "adapter"
     adapter.mkdir()
     (adapter / "lorasent.json").write_text(json.dumps({
-        "mode": "generative", "labels": labels, "max_length": params.prompt.max_length,
+        "mode": "generative", "labels": labels,
+        "label2id": {label: i for i, label in enumerate(labels)},
+        "max_length": params.prompt.max_length,
         "base_model": {"source": "packaged:gemma-3-270m", "sha256": combined_sha256(files)},
         "params": params.model_dump(mode="json"), "template": params.prompt.template,
         "label_words": [RATINGS[label] for label in labels]}))

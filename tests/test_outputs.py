@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 from lorasent.artifacts import atomic_dir, atomic_open, atomic_write_text, sha256_file
 from lorasent.cli import main
+from lorasent.contracts import AdapterRecord, EvalMetrics, dump
 from lorasent.predict import (
     Prediction,
     adapter_evaluation,
@@ -214,13 +215,15 @@ def check_table_on_terminal(lines: list[str], texts: list[str]) -> None:
 
 FAKE_MODEL = textwrap.dedent("""
     import sys
+    import types
     import numpy as np
     from tqdm.auto import tqdm
     import lorasent.modeling, lorasent.predict
     from lorasent.cli import main
 
     def load_trained_model(adapter_dir, base_dir, device=None, device_option=None):
-        return None, None, {"labels": ["negative", "neutral", "positive"]}, None
+        record = types.SimpleNamespace(labels=["negative", "neutral", "positive"])
+        return None, None, record, None
 
     def score_texts(model, encoder, texts, batch_size, desc="score"):
         # scoring's own bar, on standard error, as lorasent.scoring draws it
@@ -249,16 +252,23 @@ def test_predict_table_on_a_terminal_is_not_drawn_through_by_progress_bars(tmp_p
 
 # ------------------------------------------------------------------ the model card
 
-RECORD = {"mode": "generative", "labels": LABELS, "max_length": 128,
-          "base_model": {"source": "packaged:gemma-3-270m", "sha256": "b" * 64},
-          "template": "Text: {text}\nSentiment:", "label_words": [" negative", " neutral",
-                                                                  " positive"]}
+RECORD = AdapterRecord.model_validate({
+    "mode": "generative", "labels": LABELS,
+    "label2id": {label: i for i, label in enumerate(LABELS)}, "max_length": 128,
+    "base_model": {"source": "packaged:gemma-3-270m", "sha256": "b" * 64}, "params": {},
+    "template": "Text: {text}\nSentiment:", "label_words": [" negative", " neutral", " positive"]})
 EVAL = {"accuracy": 0.7066666, "accuracy_ci95_low": 0.67, "accuracy_ci95_high": 0.7433333,
         "macro_f1": 0.6858269, "macro_f1_ci95_low": 0.6437913, "macro_f1_ci95_high": 0.7252515,
+        "relative_error_reduction": 0.5356, "per_class": {
+            label: {"precision": 0.7, "recall": 0.7, "f1": 0.7, "support": 200}
+            for label in LABELS},
+        "confusion_matrix": {actual: {predicted: 140 if actual == predicted else 30
+                                      for predicted in LABELS} for actual in LABELS},
         "labels": LABELS, "test_rows": 600,
         "baseline": {"majority_class": "negative", "majority_accuracy": 0.4283333,
                      "zero_shot_accuracy": 0.3683333, "zero_shot_macro_f1": 0.3070309},
-        "warnings": []}
+        "reference": "zero_shot", "reference_accuracy": 0.3683333,
+        "relative_error_reduction_note": None, "warnings": []}
 
 
 @pytest.fixture
@@ -267,7 +277,7 @@ def project(tmp_path):
     adapter = tmp_path / "models" / "adapter"
     adapter.mkdir(parents=True)
     (adapter / "adapter_model.safetensors").write_bytes(b"lora weights")
-    (adapter / "lorasent.json").write_text(json.dumps(RECORD))
+    (adapter / "lorasent.json").write_text(json.dumps(dump(RECORD)))
     (tmp_path / "metrics" / "provenance").mkdir(parents=True)
     (tmp_path / "metrics" / "eval.json").write_text(json.dumps(EVAL))
     provenance = {"stage": "evaluate", "status": "ok", "test_rows": 600,
@@ -280,7 +290,7 @@ def project(tmp_path):
 def test_model_card_gives_the_adapters_metrics(project):
     evaluation = adapter_evaluation(project / "models" / "adapter", RECORD,
                                     project / "metrics" / "eval.json")
-    assert evaluation.metrics == EVAL
+    assert evaluation.metrics == EvalMetrics.model_validate(EVAL)
     card = export_readme(RECORD, "models/adapter", evaluation)
     assert "## Evaluation" in card and "600 held-out test rows" in card
     assert "| **this model** | **0.707** [0.670, 0.743] | **0.686** [0.644, 0.725] |" in card

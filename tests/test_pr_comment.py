@@ -11,9 +11,16 @@ import pytest
 from click.testing import CliRunner
 from markdown_it import MarkdownIt
 
-from lorasent.compare import Side, _alike, _busy, _run_warnings
+from lorasent.contracts import EvalMetrics
 from lorasent.errors import LorasentError
-from lorasent.pr_comment import UNREAD, EarlierComment, earlier_comment, marker, pr_comment
+from lorasent.review.pr_comment import (
+    UNREAD,
+    EarlierComment,
+    earlier_comment,
+    marker,
+    pr_comment,
+)
+from lorasent.review.verdict import Side, alike, busy, side_warnings
 from test_compare import git_dvc, make_metrics_repo
 
 HEAD_A, HEAD_B = "a" * 40, "b" * 40
@@ -47,20 +54,27 @@ def test_comments_that_are_not_gh_api_pages_are_one_error(text, why):
 def test_a_warning_of_a_kind_both_sides_have_is_one_note():
     def side(rev: str, accuracy: float, reference: float, predicted: str = "neg") -> Side:
         other = "pos" if predicted == "neg" else "neg"
-        evals = {"accuracy": accuracy, "reference": "zero_shot", "reference_accuracy": reference,
-                 "baseline": {"majority_class": "neg", "majority_accuracy": 0.5},
-                 "confusion_matrix": {label: {predicted: 5, other: 0} for label in ("neg", "pos")}}
+        scores = {"precision": 0.5, "recall": 0.5, "f1": 0.5, "support": 5}
+        evals = EvalMetrics.model_validate({
+            "accuracy": accuracy, "macro_f1": 0.5, "relative_error_reduction": 0.1,
+            "per_class": {"neg": scores, "pos": scores},
+            "confusion_matrix": {label: {predicted: 5, other: 0} for label in ("neg", "pos")},
+            "labels": ["neg", "pos"], "test_rows": 10,
+            "baseline": {"majority_class": "neg", "majority_accuracy": 0.5,
+                         "zero_shot_accuracy": reference, "zero_shot_macro_f1": 0.3},
+            "reference": "zero_shot", "reference_accuracy": reference,
+            "relative_error_reduction_note": None})
         return Side(rev, evals, None, None, None, None)
 
-    warnings, notes = _run_warnings(side("main", 0.6, 0.4), side("HEAD", 0.45, 0.4))
+    warnings, notes = side_warnings(side("main", 0.6, 0.4), side("HEAD", 0.45, 0.4))
     assert warnings == ["B: accuracy 0.450 is below the majority-class baseline 0.500 (always "
                         "`neg`): the adapter does worse than predicting one class"]
-    assert _run_warnings(side("main", 0.48, 0.4), side("HEAD", 0.45, 0.4))[1][0] == (
+    assert side_warnings(side("main", 0.48, 0.4), side("HEAD", 0.45, 0.4))[1][0] == (
         "A and B alike, so not this change: accuracy 0.450 (A: 0.480) is below the "
         "majority-class baseline 0.500 (always `neg`): the adapter does worse than "
         "predicting one class")
     # the same kind of warning about other classes, or another reference: not alike
-    apart, none = _run_warnings(side("main", 0.6, 0.4), side("HEAD", 0.6, 0.45, "pos"))
+    apart, none = side_warnings(side("main", 0.6, 0.4), side("HEAD", 0.6, 0.45, "pos"))
     assert [w[:28] for w in apart] == [
         "A: never predicted: `pos` (5", "A: `neg` is predicted for 10",
         "A: the relative error reduct", "B: never predicted: `neg` (5",
@@ -73,13 +87,14 @@ def test_a_warning_of_a_kind_both_sides_have_is_one_note():
         "A and B alike, so not this change: the relative error reduction is measured against "
         "the zero_shot baseline (0.400), which is itself below the majority-class baseline "
         "(0.500); against the majority class it is -0.100 (A: 0.200)"]
-    assert _alike("same words", "same words") == "same words"
+    assert alike("same words", "same words") == "same words"
 
 
 def test_a_busy_machine_is_said_with_what_it_affects():
-    busy = {"machine_load": {"load_average": 5.2, "cpu_cores": 2, "busy": True}}
-    sides = [Side("main", None, None, None, None, busy), Side("HEAD", None, None, None, None, {})]
-    assert _busy(sides) == ["A (main) trained on a busy machine (load 5.2 on 2 cores): its "
+    loaded = {"machine_load": {"load_average": 5.2, "cpu_cores": 2, "busy": True}}
+    sides = [Side("main", None, None, None, None, loaded),
+             Side("HEAD", None, None, None, None, {})]
+    assert busy(sides) == ["A (main) trained on a busy machine (load 5.2 on 2 cores): its "
                             "training time and examples per second are not comparable; that "
                             "affects runtimes only, not the metrics."]
 
@@ -134,8 +149,8 @@ def test_a_push_after_the_first_gets_its_own_verdict_against_the_previous_head(p
         "but McNemar's p is not below 0.05: only both together call B worse, so more test rows "
         "are needed to tell.**\n\n| test split | A (main) | B (head) |\n|---|---|---|\n"
         "| accuracy [95% interval] | 1.0000 | 0.9000 |\n| macro-F1 [95% "
-        "interval] | — | — |\n\nParams that differ (main → head): `wrong` 0 → 4.\n\n| B − A "
-        "| value | paired "
+        "interval] | 1.0000 | 0.9000 |\n\nParams that differ (main → head): `wrong` 0 → 4."
+        "\n\n| B − A | value | paired "
         "bootstrap 95% interval |\n|---|---|---|\n| Δ accuracy | −0.100 | [−0.200, −0.025] |\n"
         "| Δ macro-F1 | −0.100 | [−0.202, −0.025] |\n\nMcNemar's exact test on the 40 rows: 0 "
         "right only in B, 4 right only in A, p = 0.12.\n\n| actual class | rows B fixed (A "

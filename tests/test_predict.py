@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from lorasent.baseline import run_baseline
 from lorasent.cli import main
+from lorasent.contracts import AdapterRecord, EvalMetrics
 from lorasent.evaluate import run_evaluate
 from lorasent.fetch import fetch_dataset, fetch_model
 from lorasent.metrics import probabilities
@@ -23,6 +24,7 @@ from lorasent.scoring import PromptEncoder, score_texts
 from lorasent.split import run_split
 from lorasent.tables import TableError
 from lorasent.train import run_train
+from test_contracts import round_trip
 from test_outputs import check_table_on_terminal, run_in_terminal
 
 pytestmark = pytest.mark.integration
@@ -212,6 +214,18 @@ def test_export_loads_with_plain_transformers_and_predicts_the_same(trained, loa
     assert f"on {evals['test_rows']} held-out test rows" in card
     assert {"model.safetensors", "config.json", "tokenizer.json", "lorasent.json",
             "README.md"} <= {p.name for p in out.iterdir()}
+    # the written records and metrics are the contracts' own bytes (issue 29, item 2)
+    for path, model in ((trained / "adapter" / "lorasent.json", AdapterRecord),
+                        (out / "lorasent.json", AdapterRecord),
+                        (trained / "eval.json", EvalMetrics)):
+        text = path.read_text(encoding="utf-8")
+        assert round_trip(text, model) == text, path
+    exported = json.loads((out / "lorasent.json").read_text(encoding="utf-8"))
+    assert exported == {**json.loads((trained / "adapter" / "lorasent.json").read_text(
+        encoding="utf-8")), "exported_from": str(trained / "adapter")}
+    assert list(exported)[:6] == ["mode", "labels", "label2id", "max_length", "base_model",
+                                  "params"]
+    assert list(exported)[6:] == ["label_words", "label_token_ids", "template", "exported_from"]
     merged = AutoModelForCausalLM.from_pretrained(out).eval()
     tokenizer = AutoTokenizer.from_pretrained(out)
     saved = json.loads((out / "lorasent.json").read_text(encoding="utf-8"))

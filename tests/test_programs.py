@@ -17,8 +17,9 @@ from click.testing import CliRunner
 from lorasent import programs
 from lorasent.cli import _user_errors
 from lorasent.cli import compare as compare_command
-from lorasent.compare import _check_revisions, compare
 from lorasent.errors import LorasentError
+from lorasent.review.collect import check_revisions
+from lorasent.review.compare import compare
 
 BESIDE = Path(sys.executable).parent
 # PATH without the venv (as without `source .venv/bin/activate`): git still on it, no dvc
@@ -157,7 +158,7 @@ def test_a_mistyped_revision_gets_the_names_it_could_have_meant(repo):
 
 
 def test_known_revisions_pass_the_check(repo):
-    _check_revisions(repo, {"A": ["main", "v1", "HEAD~0", "lr-sweep"],
+    check_revisions(repo, {"A": ["main", "v1", "HEAD~0", "lr-sweep"],
                             "B": ["balanced-weight", "workspace"]})
 
 

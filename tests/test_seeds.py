@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from lorasent import seeds
 from lorasent.errors import LorasentError
+from lorasent.review import seeds
 
 HEADER = "Task     Name        Created    Status"
 
@@ -17,7 +17,7 @@ def _queue(*rows: str, workers: int) -> str:
 def _follow(monkeypatch, screens, restarts=None):
     """wait_for over a scripted sequence of `dvc queue status` screens."""
     shown = iter(screens)
-    monkeypatch.setattr(seeds, "_dvc", lambda repo, *args, as_json=True: next(shown))
+    monkeypatch.setattr(seeds, "run_dvc", lambda repo, *args, as_json=True: next(shown))
     monkeypatch.setattr(seeds, "POLL_S", 0)
     lines: list[str] = []
     restart = None if restarts is None else (lambda: restarts.append(1))

@@ -18,12 +18,14 @@ from safetensors import safe_open
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreTrainedModel
 
 from conftest import LABELS, minilm_folder, train_in
+from lorasent.contracts import AdapterRecord
 from lorasent.fetch import fetch_model
 from lorasent.metrics import probabilities
 from lorasent.modeling import load_base_model, load_tokenizer, load_trained_model
 from lorasent.params import merge, parse_params
 from lorasent.scoring import TextEncoder, score_texts
 from lorasent.train import HeadNotSavedError, new_weights_note
+from test_contracts import round_trip
 
 TEXTS = ["I love this phone", "the flight was delayed again, third time this month",
          "ok", "Meeting moved to 3pm tomorrow", "worst customer service ever!!!"]
@@ -169,6 +171,10 @@ def test_minilm_round_trip_gives_identical_logits_in_a_fresh_process(
     record = json.loads((tmp_path / "adapter" / "lorasent.json").read_text())
     assert record["mode"] == "seq_cls" and record["head"] == ["classifier", "score"]
     assert record["label2id"] == {"positive": 0, "negative": 1, "neutral": 2}
+    text = (tmp_path / "adapter" / "lorasent.json").read_text(encoding="utf-8")
+    assert round_trip(text, AdapterRecord) == text  # the contract's own bytes
+    assert list(record) == ["mode", "labels", "label2id", "max_length", "base_model", "params",
+                            "head"]
 
     # export: the merged model loads with plain transformers and predicts the same
     from lorasent.predict import export_merged
@@ -180,6 +186,9 @@ def test_minilm_round_trip_gives_identical_logits_in_a_fresh_process(
     got = score_texts(merged, TextEncoder(load_tokenizer(tmp_path / "exported"), 32, 3),
                       TEXTS, 2)
     np.testing.assert_allclose(probabilities(got), probabilities(in_memory), atol=1e-5)
+    text = (tmp_path / "exported" / "lorasent.json").read_text(encoding="utf-8")
+    assert round_trip(text, AdapterRecord) == text
+    assert json.loads(text) == {**record, "exported_from": str(tmp_path / "adapter")}
     readme = (tmp_path / "exported" / "README.md").read_text(encoding="utf-8")
     snippet = readme.split("```python\n")[1].split("```")[0]
     done = subprocess.run([sys.executable, "-c", snippet], capture_output=True, text=True,

@@ -5,7 +5,7 @@ import pytest
 from scipy import stats
 from sklearn.metrics import f1_score
 
-from lorasent.compare import group_verdict, paired_verdict
+from lorasent.review.verdict import group_verdict, paired_verdict
 from lorasent.statistics import (
     BOOTSTRAP_SEED,
     RESAMPLES,

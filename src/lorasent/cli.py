@@ -298,17 +298,17 @@ def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_pat
         first = list(itertools.islice(rows, 1))  # fail on a bad file before loading the model
         model, encoder, record, _ = load_trained_model(adapter_dir, base_dir, device=device,
                                                        device_option="--device")
-        predictions = stream_predictions(model, encoder, record["labels"],
+        predictions = stream_predictions(model, encoder, record.labels,
                                          itertools.chain(first, rows), batch_size,
                                          progress=not to_terminal)
         if output_path is None:
             write_predictions(list(predictions) if to_terminal else predictions,
-                              record["labels"], sys.stdout, fmt)
+                              record.labels, sys.stdout, fmt)
             return
         from lorasent.artifacts import atomic_open
 
         with atomic_open(output_path) as out:  # streamed; complete or not there at all
-            write_predictions(predictions, record["labels"], out, fmt, inputs.columns)
+            write_predictions(predictions, record.labels, out, fmt, inputs.columns)
     click.echo(f"wrote {output_path}", err=True)
 
 
@@ -343,7 +343,7 @@ def export(adapter_dir: Path, base_dir: Path, out_dir: Path, force: bool, metric
     export_merged(model, encoder, record, adapter_dir, out_dir, evaluation)
     card = ("with the evaluation of " + str(metrics_path) if evaluation.metrics is not None
             else f"without metrics: no evaluation of this adapter found ({evaluation.reason})")
-    click.echo(f"exported {adapter_dir} merged into {record['base_model']['source']} to "
+    click.echo(f"exported {adapter_dir} merged into {record.base_model.source} to "
                f"{out_dir} (see {out_dir}/README.md, {card})")
 
 
@@ -478,35 +478,41 @@ def metrics() -> None:
     """
     import json
 
-    from lorasent.compare import _with_interval, workspace_staleness
+    from lorasent.contracts import EvalMetrics, read
     from lorasent.paths import BASELINE_METRICS, EVAL_METRICS
+    from lorasent.review.collect import workspace_staleness
+    from lorasent.statistics import with_interval
 
-    m = json.loads(EVAL_METRICS.read_text(encoding="utf-8"))
+    m = read(EvalMetrics, EVAL_METRICS, "rerun evaluate (dvc repro)")
     stale = workspace_staleness()
     if stale:
         click.echo("WARNING: " + stale.sentence("the workspace", metrics=str(EVAL_METRICS),
                                                 params="params.yaml and the code"))
-    base = m["baseline"]
+    base = m.baseline
     zero_shot = (json.loads(BASELINE_METRICS.read_text(encoding="utf-8"))
                  if BASELINE_METRICS.is_file() else {}).get("zero_shot") or {}
-    method = m.get("intervals") or {}
-    rows = [("accuracy", _with_interval(m, "accuracy")),
-            ("macro-F1", _with_interval(m, "macro_f1")),
-            ("relative error reduction", _with_interval(m, "relative_error_reduction")
-             + f"  against {m['reference']} ({m['reference_accuracy']:.4f})"),
-            *((f"F1 {label}", f"{scores['f1']:.4f}  (support {scores['support']})")
-              for label, scores in m["per_class"].items()),
+
+    def baseline(key: str) -> str:  # baseline.json: not one of the contracts
+        return with_interval(*(zero_shot.get(k) for k in (key, f"{key}_ci95_low",
+                                                           f"{key}_ci95_high")))
+
+    method = m.intervals
+    rows = [("accuracy", with_interval(*m.interval("accuracy"))),
+            ("macro-F1", with_interval(*m.interval("macro_f1"))),
+            ("relative error reduction", with_interval(*m.interval("relative_error_reduction"))
+             + f"  against {m.reference} ({m.reference_accuracy:.4f})"),
+            *((f"F1 {label}", f"{scores.f1:.4f}  (support {scores.support})")
+              for label, scores in m.per_class.items()),
             ("majority-class baseline",
-             f"{base['majority_accuracy']:.4f}  (always `{base['majority_class']}`)"),
+             f"{base.majority_accuracy:.4f}  (always `{base.majority_class}`)"),
             ("zero-shot baseline", "none (seq_cls)" if not zero_shot else
-             f"{_with_interval(zero_shot, 'accuracy')}  macro-F1 "
-             f"{_with_interval(zero_shot, 'macro_f1')}")]
-    click.echo(f"{EVAL_METRICS}: {m['test_rows']} test rows, {m['mode']} mode"
-               + (f"; [95% interval: {method['method']}, {method['resamples']:,} resamples]"
+             f"{baseline('accuracy')}  macro-F1 {baseline('macro_f1')}")]
+    click.echo(f"{EVAL_METRICS}: {m.test_rows} test rows, {m.mode} mode"
+               + (f"; [95% interval: {method.method}, {method.resamples:,} resamples]"
                   if method else ""))
     for name, value in rows:
         click.echo(f"  {name:<26}{value}")
-    for warning in m.get("warnings") or []:
+    for warning in m.warnings:
         click.echo(f"WARNING: {warning}")
 
 
@@ -528,7 +534,7 @@ def seeds(n: int, name: str, sets: tuple[str, ...], jobs: int, params_path: Path
 
     Waits for the queue. Then `lorasent compare 'A-seed*' 'B-seed*'` compares two groups.
     """
-    from lorasent.seeds import run_seeds
+    from lorasent.review.seeds import run_seeds
 
     result = run_seeds(n=n, name=name, sets=sets, jobs=jobs,
                        base_seed=load_params(params_path).base.seed,
@@ -558,8 +564,8 @@ def compare(rev_a: str, rev_b: str, out_dir: Path | None, force: bool) -> None:
     the verdict.
     """
     from lorasent.artifacts import check_output_folder
-    from lorasent.compare import REPORT_HTML, REPORT_MD, VERDICT_MD, report_folder
-    from lorasent.compare import compare as write_report
+    from lorasent.review.compare import compare as write_report
+    from lorasent.review.render import REPORT_HTML, REPORT_MD, VERDICT_MD, report_folder
 
     folder = report_folder(rev_a, rev_b, out_dir)
     check_output_folder(folder, command="compare", force=force,
@@ -595,8 +601,8 @@ def pr_comment(base: str, out_dir: Path, comments_path: Path | None, pr: str | N
     metrics only; retrains nothing.
     """
     from lorasent.artifacts import check_output_folder
-    from lorasent.pr_comment import COMMENT_ID, COMMENT_MD
-    from lorasent.pr_comment import pr_comment as write_comment
+    from lorasent.review.pr_comment import COMMENT_ID, COMMENT_MD
+    from lorasent.review.pr_comment import pr_comment as write_comment
 
     check_output_folder(out_dir, command="pr-comment", force=force)
     try:

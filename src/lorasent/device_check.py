@@ -55,6 +55,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from lorasent.statistics import with_interval
+
 REPO = Path(__file__).resolve().parents[2]
 # The check passes when at least this share of the test rows get the same label on the
 # GPU (bf16) as on the CPU (fp32).
@@ -257,8 +259,8 @@ def compare_pipelines(repo: Path = REPO, devices: tuple[str, str] = ("cpu", "cud
 
 # ----------------------------------------------------------------------------- report
 
-def _fmt(value: float | None, digits: int = 3) -> str:
-    return "n/a" if value is None else f"{value:.{digits}f}"
+def _fmt(value: float | None) -> str:
+    return with_interval(value, digits=3, missing="n/a")
 
 
 def agreement_line(pipeline: dict[str, Any]) -> str:

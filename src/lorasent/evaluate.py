@@ -26,7 +26,7 @@ confusion matrix as the K x K records of DVC's confusion plot, zeros included; s
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from lorasent.artifacts import (
     sha256_file,
     write_json,
 )
+from lorasent.contracts import EvalMetrics, dump
 from lorasent.errors import LorasentError
 from lorasent.launch import is_main
 from lorasent.metrics import (
@@ -64,29 +65,29 @@ from lorasent.paths import (
     SPLIT_DIR,
 )
 from lorasent.scoring import score_texts
-from lorasent.statistics import METHOD, intervals
+from lorasent.statistics import METHOD, intervals, with_interval
 
 
 @dataclass(frozen=True)
 class EvaluateResult:
-    metrics: dict[str, Any]  # what metrics/eval.json holds
-    warnings: list[str] = field(default_factory=list)
+    metrics: EvalMetrics  # what metrics/eval.json holds
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.metrics.warnings
 
     def summary(self, metrics_path: Path = EVAL_METRICS) -> str:
         """The stage's last line: headline with intervals, the reference, the file."""
         m = self.metrics
 
         def ci(key: str) -> str:
-            value, low, high = m[key], m.get(f"{key}_ci95_low"), m.get(f"{key}_ci95_high")
-            if value is None:
-                return "n/a"
-            return f"{value:.4f}" + (f" [{low:.4f}, {high:.4f}]" if low is not None else "")
+            return with_interval(*m.interval(key), missing="n/a")
 
-        base = m["baseline"]
+        base = m.baseline
         line = (f"accuracy {ci('accuracy')}, macro-F1 {ci('macro_f1')} (95% intervals); "
                 f"relative error reduction {ci('relative_error_reduction')} against the "
-                f"{m['reference']} baseline {m['reference_accuracy']:.4f}; majority-class "
-                f"baseline {base['majority_accuracy']:.4f} (always `{base['majority_class']}`)"
+                f"{m.reference} baseline {m.reference_accuracy:.4f}; majority-class "
+                f"baseline {base.majority_accuracy:.4f} (always `{base.majority_class}`)"
                 f". Details: {metrics_path} (make metrics)")
         return "\n".join([line, *(f"WARNING: {w}" for w in self.warnings)])
 
@@ -140,7 +141,7 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
                      "majority_accuracy": baseline["majority_accuracy"],
                      "zero_shot_accuracy": zero_shot and zero_shot["accuracy"],
                      "zero_shot_macro_f1": zero_shot and zero_shot["macro_f1"]},
-        "mode": record["mode"],
+        "mode": record.mode,
         "reference": reference_name,
         "reference_note": reference_note,
         "reference_accuracy": reference,
@@ -156,22 +157,21 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
         ordered.update({f"{name}_ci95_{end}": bounds[f"{name}_ci95_{end}"]
                         for end in ("low", "high")})
     metrics = {**ordered, **metrics}
-    warnings = run_warnings(metrics)
-    metrics["warnings"] = warnings
+    result = EvalMetrics(**metrics, warnings=run_warnings(metrics))
     if is_main():  # the other processes of a launched run only scored
-        write_json(metrics_path, metrics)
+        write_json(metrics_path, dump(result))
         atomic_write_text(predictions_path, predictions_csv(
             [r["id"] for r in test], y_test, scores, labels))
         write_json(confusion_path, confusion_records(
-            metrics["confusion_matrix"], labels, f"{metrics_path}:confusion_matrix"))
+            result.confusion_matrix, labels, f"{metrics_path}:confusion_matrix"))
         write_json(provenance_dir / "evaluate.json", provenance(
             stage="evaluate", params=params_record, device=device,
             wall_time_s=time.perf_counter() - started,
-            inputs={"model": record["base_model"]["sha256"],
+            inputs={"model": record.base_model.sha256,
                     "adapter": sha256_file(adapter_dir / "adapter_model.safetensors"),
                     "test.jsonl": sha256_file(test_path)},
             extra={"test_rows": len(test)}))
-    return EvaluateResult(metrics, warnings)
+    return EvaluateResult(result)
 
 
 def _reference_predictions(path: Path, ids: list[str], labels: list[str]) -> np.ndarray:

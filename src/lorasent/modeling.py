@@ -20,6 +20,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from lorasent.artifacts import combined_sha256, read_json, sha256_file, write_json
+from lorasent.contracts import AdapterRecord, read
 from lorasent.environment import PARAMS_DEVICE, require_environment
 from lorasent.errors import LorasentError
 from lorasent.params import BaseParams, PromptParams
@@ -309,21 +310,24 @@ def check_base_files(model_dir: str | Path, *, adapter_dir: str | Path | None = 
             f"edited); {fix}")
 
 
-def read_adapter_record(adapter_dir: str | Path) -> dict[str, Any]:
-    """The adapter's ``lorasent.json``: mode, labels, prompt, label words, max_length,
-    base model source and hash, resolved params.
+def read_adapter_record(adapter_dir: str | Path) -> AdapterRecord:
+    """The adapter's ``lorasent.json`` (:class:`lorasent.contracts.AdapterRecord`): mode,
+    labels, prompt, label words, max_length, base model source and hash, resolved params.
 
     Raises:
-        LorasentError: the folder holds no record (not an adapter lorasent trained).
+        LorasentError: the folder holds no record (not an adapter lorasent trained), or
+            one that is not JSON or not such a record (one line naming the first wrong
+            key).
     """
     path = Path(adapter_dir) / ADAPTER_RECORD
     if not path.is_file():
         raise LorasentError(f"{path}: not found; {adapter_dir} is not an adapter trained by "
                             "lorasent (run `dvc repro`, or point --adapter at models/adapter)")
-    return read_json(path)
+    return read(AdapterRecord, path, "retrain it (dvc repro), or point --adapter at an "
+                "adapter lorasent trained")
 
 
-def check_adapter(record: dict[str, Any], *, model_dir: str | Path, adapter_dir: str | Path,
+def check_adapter(record: AdapterRecord, *, model_dir: str | Path, adapter_dir: str | Path,
                   labels: list[str] | None = None, prompt: PromptParams | None = None,
                   mode: str | None = None) -> None:
     """Refuse an adapter whose base model hash (or label order, prompt or mode) differs.
@@ -331,26 +335,26 @@ def check_adapter(record: dict[str, Any], *, model_dir: str | Path, adapter_dir:
     Raises:
         AdapterMismatchError: naming what differs and how to fix it.
     """
-    expected = record["base_model"]["sha256"]
+    expected = record.base_model.sha256
     manifest = Path(model_dir) / MANIFEST
     found = _read_manifest(manifest).get("sha256") if manifest.is_file() else None
     if found != expected:
         raise AdapterMismatchError(
-            f"{adapter_dir}: trained on base model {record['base_model']['source']} with "
+            f"{adapter_dir}: trained on base model {record.base_model.source} with "
             f"sha256 {expected}, but {model_dir} has "
             f"{found or 'no manifest.json (not fetched by lorasent)'}. Point --base at the "
             "model it was trained on (`lorasent fetch` materialises it), or retrain")
-    if labels is not None and record["labels"] != labels:
+    if labels is not None and record.labels != labels:
         raise AdapterMismatchError(
-            f"{adapter_dir}: trained for labels {record['labels']} but base.labels is "
+            f"{adapter_dir}: trained for labels {record.labels} but base.labels is "
             f"{labels}; run `dvc repro` to retrain")
-    if mode is not None and record["mode"] != mode:
+    if mode is not None and record.mode != mode:
         raise AdapterMismatchError(
-            f"{adapter_dir}: trained in train.mode {record['mode']!r} but params.yaml says "
+            f"{adapter_dir}: trained in train.mode {record.mode!r} but params.yaml says "
             f"{mode!r}; run `dvc repro` to retrain")
-    if prompt is not None and _prompt_of(record) != _prompt_of(
-            {"mode": record["mode"], "template": prompt.template, "max_length": prompt.max_length,
-             "label_words": [prompt.label_words.get(label) for label in record["labels"]]}):
+    if prompt is not None and _prompt_of(record) != _prompt_of(record.model_copy(update={
+            "template": prompt.template, "max_length": prompt.max_length,
+            "label_words": [prompt.label_words.get(label) for label in record.labels]})):
         raise AdapterMismatchError(
             f"{adapter_dir}: trained with another prompt (template, label words or max_length) "
             "than params.yaml's; run `dvc repro` to retrain")
@@ -374,18 +378,18 @@ def _read_manifest(path: Path) -> dict[str, Any]:
     return manifest
 
 
-def _prompt_of(record: dict[str, Any]) -> tuple[object, ...]:
+def _prompt_of(record: AdapterRecord) -> tuple[object, ...]:
     """What the adapter's input depends on: seq_cls reads max_length only."""
-    if record["mode"] == "seq_cls":
-        return (record["max_length"],)
-    return record["template"], record["label_words"], record["max_length"]
+    if record.mode == "seq_cls":
+        return (record.max_length,)
+    return record.template, record.label_words, record.max_length
 
 
 def load_trained_model(adapter_dir: str | Path, model_dir: str | Path, *,
                        device: str | None = None, precision: str | None = None,
                        labels: list[str] | None = None, prompt: PromptParams | None = None,
                        mode: str | None = None, device_option: str | None = None,
-                       ) -> tuple[torch.nn.Module, Encoder, dict[str, Any], torch.device]:
+                       ) -> tuple[torch.nn.Module, Encoder, AdapterRecord, torch.device]:
     """Base model + adapter (and its saved head in seq_cls mode), with the encoder the
     adapter was trained with.
 
@@ -412,24 +416,24 @@ def load_trained_model(adapter_dir: str | Path, model_dir: str | Path, *,
     record = read_adapter_record(adapter_dir)
     check_adapter(record, model_dir=model_dir, adapter_dir=adapter_dir, labels=labels,
                   prompt=prompt, mode=mode)
-    trained = record["params"]["base"]
+    trained = record.params["base"]
     source = PARAMS_DEVICE if device_option is None else (
         device_option if device else "base.device recorded with the adapter",
         f"pass {device_option} auto (or cpu)")
     device, precision = device or trained["device"], precision or trained["precision"]
     resolved = require_environment(device=device, precision=precision,
                                    attn_implementation=trained["attn_implementation"],
-                                   model=record["base_model"]["source"],
+                                   model=record.base_model.source,
                                    model_dir=Path(model_dir), device_source=source)
     check_base_files(model_dir, adapter_dir=adapter_dir)
     trust_remote_code = trained.get("trust_remote_code", False)
     tokenizer = load_tokenizer(model_dir, trust_remote_code)
-    encoder = make_encoder(tokenizer, mode=record["mode"], num_labels=len(record["labels"]),
-                           max_length=record["max_length"], template=record.get("template", ""),
-                           label_words=record.get("label_words"))
+    encoder = make_encoder(tokenizer, mode=record.mode, num_labels=len(record.labels),
+                           max_length=record.max_length, template=record.template or "",
+                           label_words=record.label_words)
     model, _, torch_device = load_base_model(
         model_dir, device=device, precision=precision,
-        attn_implementation=trained["attn_implementation"], model=record["base_model"]["source"],
-        mode=record["mode"], labels=record["labels"], for_adapter=True,
+        attn_implementation=trained["attn_implementation"], model=record.base_model.source,
+        mode=record.mode, labels=record.labels, for_adapter=True,
         trust_remote_code=trust_remote_code, tokenizer=tokenizer, resolved=resolved)
     return load_adapter(model, adapter_dir), encoder, record, torch_device

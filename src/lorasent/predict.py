@@ -40,10 +40,12 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from lorasent.artifacts import output_dir, read_json, sha256_file, write_json
+from lorasent.contracts import AdapterRecord, EvalMetrics, dump, parse
 from lorasent.errors import LorasentError
 from lorasent.metrics import probabilities
 from lorasent.paths import ADAPTER_DIR, ADAPTER_RECORD, EVAL_METRICS
 from lorasent.scoring import Encoder, score_texts
+from lorasent.statistics import with_interval
 from lorasent.tables import PREDICT_SETTINGS, Table
 
 log = logging.getLogger(__name__)
@@ -419,12 +421,12 @@ class Evaluation:
     adapter); ``source``: the path read; ``reason``: why ``metrics`` is ``None``.
     """
 
-    metrics: dict[str, Any] | None
+    metrics: EvalMetrics | None
     source: Path
     reason: str = ""
 
 
-def adapter_evaluation(adapter_dir: str | Path, record: dict[str, Any],
+def adapter_evaluation(adapter_dir: str | Path, record: AdapterRecord,
                        metrics_path: str | Path = EVAL_METRICS) -> Evaluation:
     """The metrics of ``metrics_path`` if they are this adapter's, else the reason not.
 
@@ -450,6 +452,10 @@ def adapter_evaluation(adapter_dir: str | Path, record: dict[str, Any],
         return none(f"unreadable: {err}")
     if not isinstance(metrics, dict) or not isinstance(prov, dict):
         return none(f"{metrics_path} or {provenance_path} is not a JSON object")
+    try:
+        metrics = parse(EvalMetrics, metrics, str(metrics_path), "rerun evaluate (dvc repro)")
+    except LorasentError as err:
+        return none(str(err))
     inputs = prov.get("inputs") or {}
     mine = sha256_file(weights) if weights.is_file() else None
     if prov.get("status") != "ok":
@@ -457,23 +463,17 @@ def adapter_evaluation(adapter_dir: str | Path, record: dict[str, Any],
     if inputs.get("adapter") != mine:
         return none(f"{provenance_path} records adapter sha256 {inputs.get('adapter')}, "
                     f"this adapter's {weights.name} has {mine}")
-    if inputs.get("model") != record["base_model"]["sha256"]:
+    if inputs.get("model") != record.base_model.sha256:
         return none(f"{provenance_path} records base model sha256 {inputs.get('model')}, "
-                    f"this adapter was trained on {record['base_model']['sha256']}")
-    if prov.get("test_rows") != metrics.get("test_rows") or \
-            metrics.get("labels", record["labels"]) != record["labels"]:
+                    f"this adapter was trained on {record.base_model.sha256}")
+    if prov.get("test_rows") != metrics.test_rows or metrics.labels != record.labels:
         return none(f"{metrics_path} and {provenance_path} are of different runs "
                     "(test rows or labels differ)")
     return Evaluation(metrics, metrics_path)
 
 
-def _num(value: Any) -> str:
-    return "–" if value is None else f"{value:.3f}"
-
-
-def _interval(metrics: dict[str, Any], name: str) -> str:
-    low, high = metrics.get(f"{name}_ci95_low"), metrics.get(f"{name}_ci95_high")
-    return "" if low is None or high is None else f" [{low:.3f}, {high:.3f}]"
+def _num(value: float | None, bold: bool = False) -> str:
+    return with_interval(value, digits=3, missing="–", bold=bold)
 
 
 def evaluation_section(evaluation: Evaluation) -> str:
@@ -486,31 +486,34 @@ def evaluation_section(evaluation: Evaluation) -> str:
                 f"({evaluation.reason}), so no metrics are given here. Run the evaluate "
                 "stage (`dvc repro`) in the project that trained it and export again, or "
                 "pass `--metrics` the eval.json of this adapter.")
-    base = m.get("baseline") or {}
-    if base.get("zero_shot_accuracy") is None:
+    base = m.baseline
+    if base.zero_shot_accuracy is None:
         zero_shot = "none (seq_cls: a fresh head has no zero-shot answer) | –"
     else:
-        zero_shot = (f"{_num(base['zero_shot_accuracy'])} | "
-                     f"{_num(base.get('zero_shot_macro_f1'))}")
+        zero_shot = f"{_num(base.zero_shot_accuracy)} | {_num(base.zero_shot_macro_f1)}"
     lines = [
         "## Evaluation", "",
-        f"The evaluate stage of lorasent on {m.get('test_rows')} held-out test rows "
+        f"The evaluate stage of lorasent on {m.test_rows} held-out test rows "
         f"(`{evaluation.source}` at export; 95% percentile-bootstrap intervals over the "
         "test rows):", "",
         "| | accuracy [95% interval] | macro-F1 [95% interval] |",
         "|---|---|---|",
-        f"| majority-class baseline (always `{base.get('majority_class')}`) | "
-        f"{_num(base.get('majority_accuracy'))} | – |",
+        f"| majority-class baseline (always `{base.majority_class}`) | "
+        f"{_num(base.majority_accuracy)} | – |",
         f"| zero-shot base model | {zero_shot} |",
-        f"| **this model** | **{_num(m.get('accuracy'))}**{_interval(m, 'accuracy')} | "
-        f"**{_num(m.get('macro_f1'))}**{_interval(m, 'macro_f1')} |",
+        f"| **this model** | {_card(m, 'accuracy')} | {_card(m, 'macro_f1')} |",
     ]
-    if m.get("warnings"):
-        lines += ["", "Warnings of the evaluation:", ""] + [f"- {w}" for w in m["warnings"]]
+    if m.warnings:
+        lines += ["", "Warnings of the evaluation:", ""] + [f"- {w}" for w in m.warnings]
     return "\n".join(lines)
 
 
-def export_readme(record: dict[str, Any], adapter_dir: str | Path,
+def _card(m: EvalMetrics, name: str) -> str:
+    """``**value** [low, high]``, 3 decimals: the model card's cell of ``name``."""
+    return with_interval(*m.interval(name), digits=3, missing="–", bold=True)
+
+
+def export_readme(record: AdapterRecord, adapter_dir: str | Path,
                   evaluation: Evaluation | None = None) -> str:
     """The exported folder's README (model card): loading, scoring, the evaluation.
 
@@ -518,18 +521,18 @@ def export_readme(record: dict[str, Any], adapter_dir: str | Path,
     written from inside the folder wherever it was moved.
     """
     evaluation = evaluation or Evaluation(None, Path(EVAL_METRICS), "none given")
-    fields = dict(labels_str=" / ".join(record["labels"]), adapter=adapter_dir,
-                  base=record["base_model"]["source"], base_sha=record["base_model"]["sha256"],
-                  max_length=record["max_length"], evaluation=evaluation_section(evaluation))
-    if record["mode"] == "seq_cls":
+    fields = dict(labels_str=" / ".join(record.labels), adapter=adapter_dir,
+                  base=record.base_model.source, base_sha=record.base_model.sha256,
+                  max_length=record.max_length, evaluation=evaluation_section(evaluation))
+    if record.mode == "seq_cls":
         return EXPORT_README_SEQ_CLS.format(**fields)
     return EXPORT_README.format(
-        **fields, template=repr(record["template"]), labels=record["labels"],
-        words=", ".join(repr(w) for w in record["label_words"]),
-        label_words=record["label_words"])
+        **fields, template=repr(record.template), labels=record.labels,
+        words=", ".join(repr(w) for w in record.label_words or []),
+        label_words=record.label_words)
 
 
-def export_merged(model: Any, encoder: Encoder, record: dict[str, Any],
+def export_merged(model: Any, encoder: Encoder, record: AdapterRecord,
                   adapter_dir: Path, out_dir: Path,
                   evaluation: Evaluation | None = None) -> Path:
     """Fold the LoRA weights (and in seq_cls mode the trained head) into the base model
@@ -542,12 +545,13 @@ def export_merged(model: Any, encoder: Encoder, record: dict[str, Any],
     ``out_dir`` first with :func:`lorasent.artifacts.check_output_folder`).
     """
     merged = model.merge_and_unload()
-    merged.config.id2label = dict(enumerate(record["labels"]))
-    merged.config.label2id = {label: i for i, label in enumerate(record["labels"])}
+    merged.config.id2label = dict(enumerate(record.labels))
+    merged.config.label2id = {label: i for i, label in enumerate(record.labels)}
     with output_dir(out_dir, command="export") as tmp:
         merged.save_pretrained(tmp, safe_serialization=True)
         encoder.tokenizer.save_pretrained(tmp)
-        write_json(tmp / "lorasent.json", {**record, "exported_from": str(adapter_dir)})
+        write_json(tmp / ADAPTER_RECORD,
+                   dump(record.model_copy(update={"exported_from": str(adapter_dir)})))
         (tmp / "README.md").write_text(export_readme(record, adapter_dir, evaluation),
                                        encoding="utf-8")
     return out_dir

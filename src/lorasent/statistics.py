@@ -19,7 +19,7 @@ Everything is resampled or tested by ``scipy.stats`` (``bootstrap``, ``binomtest
 
 A paired difference counts as real (:attr:`PairedComparison.significant`) only when the
 interval of Δ accuracy excludes 0 *and* McNemar's p-value is below 0.05. The sentences
-a reviewer reads are worded in ``lorasent.compare``.
+a reviewer reads are worded in ``lorasent.review.verdict``.
 """
 
 from __future__ import annotations
@@ -238,3 +238,35 @@ def group_comparison(metric: str, a: Sequence[float], b: Sequence[float]) -> Gro
     else:
         p = float(stats.ttest_ind(b, a, equal_var=False).pvalue)
     return GroupComparison(metric, tuple(map(float, a)), tuple(map(float, b)), p)
+
+
+def with_interval(value: float | None, low: float | None = None, high: float | None = None,
+                  *, digits: int = 4, signed: bool = False, minus: str = "-",
+                  missing: str = "—", bold: bool = False) -> str:
+    """``value [low, high]``: the one way a metric and its interval are printed (the
+    evaluate stage's line, ``lorasent metrics``, the model card, the reports and the
+    device check).
+
+    Args:
+        value: the number; None: ``missing`` alone (bold with ``bold``), or only the
+            interval when there is one (a table column of intervals).
+        low, high: the interval's bounds; None (either): no interval.
+        digits: decimals of every number.
+        signed: ``+`` before a positive number (a difference).
+        minus: the minus sign: ``"−"`` (U+2212) in the sentences of a verdict.
+        missing: the text of a value that is None.
+        bold: the value between Markdown's ``**``.
+
+    Returns:
+        e.g. ``0.7317 [0.6950, 0.7667]``; ``+0.012 [−0.004, +0.027]`` with ``digits=3,
+        signed=True, minus="−"``; ``0.7317`` without bounds.
+    """
+    def number(x: float) -> str:
+        return f"{x:{'+' if signed else ''}.{digits}f}".replace("-", minus)
+
+    span = f"[{number(low)}, {number(high)}]" if low is not None and high is not None else ""
+    if value is None and span:
+        return span
+    shown = missing if value is None else number(value)
+    shown = f"**{shown}**" if bold else shown
+    return f"{shown} {span}" if span else shown

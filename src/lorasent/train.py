@@ -74,6 +74,7 @@ from lorasent.artifacts import (
     sha256_file,
     write_json,
 )
+from lorasent.contracts import AdapterRecord, BaseModelRef, dump
 from lorasent.environment import writing
 from lorasent.errors import LorasentError
 from lorasent.launch import barrier, is_main, rank_and_world
@@ -384,8 +385,8 @@ def mean_loss(log_history: list[dict[str, Any]]) -> float | None:
 
 # The modules whose code the adapter depends on: the train stage's deps in dvc.yaml (its
 # import closure, checked by tests/test_dvc_deps.py).
-TRAIN_CODE = ("train", "artifacts", "cli", "environment", "errors", "launch", "metrics",
-              "modeling", "params", "paths", "scoring", "tables")
+TRAIN_CODE = ("train", "artifacts", "cli", "contracts", "environment", "errors", "launch",
+              "metrics", "modeling", "params", "paths", "scoring", "tables")
 CHECKPOINT_RECORD = "lorasent-checkpoint.json"
 
 
@@ -707,21 +708,18 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
         inputs["validation.jsonl"] = sha256_file(split_dir / "validation.jsonl")
     if train.accelerate_config:
         inputs["accelerate_config"] = sha256_file(train.accelerate_config)
-    record: dict[str, Any] = {
-        "mode": train.mode,
-        "labels": labels,
-        "label2id": {label: i for i, label in enumerate(labels)},
-        "max_length": prompt.max_length,
-        "base_model": {"source": base.model, "sha256": base_manifest["sha256"]},
-        "params": params_record,
-    }
     if isinstance(encoder, PromptEncoder):
-        record.update({
+        by_mode: dict[str, Any] = {
             "label_words": [prompt.label_words[label] for label in labels],
             "label_token_ids": [list(ids) for ids in encoder.label_ids],
-            "template": prompt.template})
+            "template": prompt.template}
     else:
-        record["head"] = sorted(model.modules_to_save or ())
+        by_mode = {"head": sorted(model.modules_to_save or ())}
+    record = AdapterRecord(
+        mode=train.mode, labels=labels, label2id={label: i for i, label in enumerate(labels)},
+        max_length=prompt.max_length,
+        base_model=BaseModelRef(source=base.model, sha256=base_manifest["sha256"]),
+        params=params_record, **by_mode)
     # The loss history goes to a temporary folder that replaces metrics/train only when
     # the adapter is saved: a failed run leaves the last good history and adapter.
     # In a launched run (lorasent.launch) every process trains; only the main one writes.
@@ -796,7 +794,7 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
             with writing("the adapter", adapter_dir), atomic_dir(adapter_dir) as tmp:
                 model.save_pretrained(str(tmp), state_dict=state_dict, safe_serialization=True)
                 _sort_target_modules(tmp / "adapter_config.json")
-                write_json(tmp / ADAPTER_RECORD, record)
+                write_json(tmp / ADAPTER_RECORD, dump(record))
     if main:
         checkpoints.remove()
 

@@ -24,11 +24,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from lorasent.compare import _commits, _dvc, _side, _with_interval
+from lorasent.contracts import EvalMetrics
 from lorasent.errors import LorasentError
 from lorasent.programs import environment, program
+from lorasent.review.collect import read_side, resolve_commits, run_dvc
+from lorasent.review.render import with_interval_of
 from lorasent.statistics import GroupComparison
 
 POLL_S = 10  # seconds between two looks at `dvc queue status`
@@ -40,7 +41,7 @@ class SeedRun:
     name: str
     seed: int
     status: str                    # DVC's: Success, Failed, ...
-    evals: dict[str, Any] | None   # its metrics/eval.json
+    evals: EvalMetrics | None      # its metrics/eval.json
 
 
 @dataclass(frozen=True)
@@ -57,13 +58,13 @@ class SeedsResult:
                              f"`dvc queue logs {run.name}`")
                 continue
             lines.append(f"{run.name:<24} {run.seed:>9}  "
-                         f"{_with_interval(run.evals, 'accuracy'):<28}"
-                         f"{_with_interval(run.evals, 'macro_f1')}")
+                         f"{with_interval_of(run.evals, 'accuracy'):<28}"
+                         f"{with_interval_of(run.evals, 'macro_f1')}")
         done = [run.evals for run in self.runs if run.evals is not None]
         if len(done) > 1:
             for key, name in (("accuracy", "accuracy"), ("macro_f1", "macro-F1")):
                 lines.append(f"{name} over seeds: "
-                             f"{GroupComparison.spread([e[key] for e in done])}")
+                             f"{GroupComparison.spread([getattr(e, key) for e in done])}")
         prefix = self.runs[0].name.rsplit("-seed", 1)[0]
         lines.append(f"Compare with another group: lorasent compare '{prefix}-seed*' "
                      "'<other>-seed*'")
@@ -97,29 +98,29 @@ def run_seeds(*, n: int, name: str, sets: Sequence[str] = (), jobs: int = 1,
         raise LorasentError("seeds: -S base.seed is what the runs vary; set the first seed in "
                             "params.yaml instead")
     runs = {f"{name}-seed{seed}": seed for seed in range(base_seed, base_seed + n)}
-    existing = set(_dvc(repo, "exp", "list", "--all-commits", "--name-only",
+    existing = set(run_dvc(repo, "exp", "list", "--all-commits", "--name-only",
                         as_json=False).split())
     if clash := sorted(existing & set(runs)):
         raise LorasentError(f"seeds: experiments {', '.join(clash)} exist already; choose "
                             f"another --name, or remove them (dvc exp remove {' '.join(clash)})")
     uncommitted = [f"{key}: {v.get('old')} -> {v.get('new')}"
-                   for keys in _dvc(repo, "params", "diff", "--json").values()
+                   for keys in run_dvc(repo, "params", "diff", "--json").values()
                    for key, v in keys.items()]
     if uncommitted:
         progress("seeds: params.yaml differs from HEAD, and every run takes it: "
                  + "; ".join(uncommitted) + " (after a `dvc exp run`, `git checkout -- . && "
                  "dvc checkout` returns to HEAD's params)")
     for exp, seed in runs.items():
-        _dvc(repo, "exp", "run", "--queue", "-n", exp, "-S", f"base.seed={seed}",
+        run_dvc(repo, "exp", "run", "--queue", "-n", exp, "-S", f"base.seed={seed}",
              *(arg for s in sets for arg in ("-S", s)), as_json=False)
     start = functools.partial(_start_workers, repo, jobs)
     start()
     progress(f"seeds: queued {', '.join(runs)}; running {jobs} at a time "
              f"(`dvc queue status`, `dvc queue logs {next(iter(runs))}` to follow)")
     statuses = wait_for(repo, list(runs), timeout_s, progress, restart=start)
-    commits = _commits(repo, *runs)
+    commits = resolve_commits(repo, *runs)
     return SeedsResult([SeedRun(exp, seed, statuses[exp],
-                                _side(repo, exp, commits).evals if exp in commits else None)
+                                read_side(repo, exp, commits).evals if exp in commits else None)
                         for exp, seed in runs.items()])
 
 
@@ -152,7 +153,7 @@ def wait_for(repo: Path, names: Sequence[str], timeout_s: float | None = None,
     seen: dict[str, str] = {}
     while True:
         statuses, workers = {}, None
-        for line in _dvc(repo, "queue", "status", as_json=False).splitlines():
+        for line in run_dvc(repo, "queue", "status", as_json=False).splitlines():
             words = line.split()
             for exp in names:
                 if exp in words:

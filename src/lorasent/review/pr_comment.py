@@ -7,7 +7,7 @@ that run compared), compares the base with this head, and, when that earlier hea
 another commit git has, the earlier head with this one: what this push did. It writes
 one folder, whole or not at all:
 
-- ``<base>-vs-head/`` and ``previous-vs-head/``: :func:`lorasent.compare.write_report`'s
+- ``<base>-vs-head/`` and ``previous-vs-head/``: :func:`lorasent.review.render.write_report`'s
   reports (the second only after a push that changed the head);
 - ``comment.md``: the comment's body, a reviewer's minute: each verdict, the warnings
   about the change (one true of both sides once, as a note), the params that differ
@@ -28,22 +28,24 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from lorasent.artifacts import output_dir
-from lorasent.compare import (
-    REPORT_HTML,
+from lorasent.errors import LorasentError
+from lorasent.review.collect import (
     Comparison,
-    _check_revisions,
-    _commits,
-    _fmt,
-    _git_lines,
-    _param,
-    _slug,
-    _table,
-    _with_interval,
+    check_revisions,
     collect,
+    git_lines,
+    resolve_commits,
+)
+from lorasent.review.render import (
+    REPORT_HTML,
+    cell,
     paired_table,
+    param_cell,
+    slug,
+    table,
+    with_interval_of,
     write_report,
 )
-from lorasent.errors import LorasentError
 
 T = TypeVar("T")
 MARKER = "<!-- lorasent-pr-comment"  # the first line of the comment: marker(head)
@@ -122,25 +124,25 @@ def pr_comment(base: str, out: str | Path, comments: str | None = None,
     the reports) go into the comment's last lines.
 
     Raises:
-        LorasentError: as :func:`lorasent.compare.compare` for either comparison, and as
+        LorasentError: as :func:`lorasent.review.compare.compare` for either comparison, and as
             :func:`earlier_comment`; ``HEAD`` is not a commit.
     """
     repo, out = Path(repo), Path(out)
-    head = next(iter(_git_lines(repo, "rev-parse", "--verify", "-q", "HEAD^{commit}") or []),
+    head = next(iter(git_lines(repo, "rev-parse", "--verify", "-q", "HEAD^{commit}") or []),
                 None)
     if head is None:
         raise LorasentError(f"pr-comment: {repo.resolve()} has no HEAD commit; run it in a "
                             "checkout of the pull request's head")
     earlier = earlier_comment(comments, "--comments") if comments is not None else None
-    _own(_check_revisions, repo, {"base": [base]})
+    _own(check_revisions, repo, {"base": [base]})
     against_base = _own(collect, repo, base, "HEAD")
     previous: Comparison | str | None = None  # the comparison, or why there is none
     if earlier and earlier.head != head[:len(earlier.head)]:
-        known = _commits(repo, earlier.head).get(earlier.head)
+        known = resolve_commits(repo, earlier.head).get(earlier.head)
         previous = (_own(collect, repo, known, "HEAD") if known else
                     f"The head of the previous run ({earlier.head[:7]}) is not in this clone "
                     "(a force-push rewrote it?), so there is no verdict against it.")
-    base_folder = f"{_slug(base)}-vs-head"
+    base_folder = f"{slug(base)}-vs-head"
     with output_dir(out, command="pr-comment") as tmp:
         write_report(against_base, tmp / base_folder, repo)
         if isinstance(previous, Comparison):
@@ -186,13 +188,13 @@ def _section(c: Comparison, name_a: str, tables: bool = True) -> list[str]:
     sides, the paired table and each class's flips (the report has them all)."""
     lines = [c.review.summary(notes=tables).rstrip(), ""]
     if tables:  # each side's own numbers: what the deltas are of
-        lines += _table(["test split", f"A ({name_a})", "B (head)"],
-                        ([name, *(_with_interval(s.evals, key) for s in c.sides)]
+        lines += table(["test split", f"A ({name_a})", "B (head)"],
+                        ([name, *(with_interval_of(s.evals, key) for s in c.sides)]
                          for key, name in (("accuracy", "accuracy [95% interval]"),
                                            ("macro_f1", "macro-F1 [95% interval]")))) + [""]
     changed = c.changed_params()
     lines += ([f"Params that differ ({name_a} → head): " + "; ".join(
-        f"`{key}` {_param(old)} → {_param(new)}" for key, old, new in changed) + "."]
+        f"`{key}` {param_cell(old)} → {param_cell(new)}" for key, old, new in changed) + "."]
               if changed else [f"No param differs from {name_a}."])
     if tables and c.review.paired:
         lines += [""] + paired_table(c.review.paired)
@@ -202,11 +204,11 @@ def _section(c: Comparison, name_a: str, tables: bool = True) -> list[str]:
 def _metrics_diff(c: Comparison, base: str) -> list[str]:
     """``dvc metrics diff``'s changed keys as its Markdown table, less :data:`UNREAD`,
     sorted by file and key (DVC gives them in no fixed order)."""
-    rows = [[path, key, _fmt(v.get("old")), _fmt(v.get("new")), _fmt(v.get("diff"), signed=True)]
+    rows = [[path, key, cell(v.get("old")), cell(v.get("new")), cell(v.get("diff"), signed=True)]
             for path, keys in sorted(c.metrics.items()) for key, v in sorted(keys.items())
             if v.get("old") != v.get("new") and not UNREAD.search(key)
             and not isinstance(v.get("old", v.get("new")), list | dict | str)]
-    return _table(["Path", "Metric", base, "head", "Change"], rows) if rows else \
+    return table(["Path", "Metric", base, "head", "Change"], rows) if rows else \
         ["No metric a reviewer reads changed."]
 
 

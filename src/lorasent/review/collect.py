@@ -1,0 +1,400 @@
+"""What git and DVC hold of two revisions: the reading half of ``lorasent compare``.
+
+- ``dvc params diff``, ``dvc metrics diff --all`` and ``dvc plots diff`` of A and B;
+- each side's committed ``metrics/eval.json`` (:class:`lorasent.contracts.EvalMetrics`),
+  ``metrics/baseline.json``, predictions file (read strictly:
+  :func:`read_predictions_strict`) and training record (:func:`read_side`);
+- whether a side is stale (:func:`workspace_staleness` from ``dvc status``,
+  :func:`commit_staleness` from a commit's dvc.lock against its dvc.yaml and params);
+- revisions checked before DVC reads them (:func:`check_revisions`: close matches for a
+  typo), and groups of experiments by name or pattern (:func:`expand_group`).
+
+:func:`collect` reads all of it and judges it (:func:`lorasent.review.verdict.judge`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import json
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lorasent.contracts import EvalMetrics, parse
+from lorasent.errors import LorasentError
+from lorasent.metrics import NoRowIdsError, Predictions, PredictionsFileError, read_predictions
+from lorasent.paths import BASELINE_METRICS, EVAL_METRICS, EVAL_PREDICTIONS, PROVENANCE_DIR
+from lorasent.programs import environment, program
+from lorasent.review.verdict import Review, Side, Stale, class_order, judge
+
+WORKSPACE = "workspace"  # DVC's name for the files as they are, uncommitted changes too
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What :func:`collect` read from DVC and git for revision B against A, and the
+    review of it: everything the report and a pull request comment show."""
+
+    rev_a: str
+    rev_b: str
+    commits: dict[str, str]       # {rev: short commit} of those git resolves
+    params: dict[str, Any]        # `dvc params diff A B --all --json`
+    metrics: dict[str, Any]       # `dvc metrics diff A B --all --json`
+    plots: dict[str, Any]         # `dvc plots diff A B --json`'s "data"
+    metrics_md: str               # `dvc metrics diff A B --all --md`
+    sides: tuple[Side, Side]
+    review: Review
+    runs: dict[str, dict[str, Any]]  # the dvc.lock of each stale side
+
+    def changed_params(self) -> list[tuple[str, Any, Any]]:
+        """``(key, A's value, B's value)`` of each param that differs, sorted by key (DVC
+        gives them in no fixed order); keys of files other than params.yaml are
+        ``<file>: <key>``."""
+        return sorted((key if file == "params.yaml" else f"{file}: {key}", v.get("old"),
+                       v.get("new")) for file, keys in self.params.items()
+                      for key, v in keys.items() if v.get("old") != v.get("new"))
+
+
+def collect(repo: Path, rev_a: str, rev_b: str, notes: Sequence[str] = ()) -> Comparison:
+    """Read and judge revision ``rev_b`` against ``rev_a`` (single revisions, checked by
+    :func:`check_revisions`); ``notes`` go first among the warnings.
+
+    Raises:
+        LorasentError, PredictionsFileError: as :func:`compare`.
+    """
+    notes = list(notes)
+    commits = resolve_commits(repo, rev_a, rev_b)
+    same = rev_b != WORKSPACE and commits.get(rev_a) == commits.get(rev_b)
+    if same and rev_a != rev_b:  # DVC diffs one commit under two names as nothing at all
+        notes.append(f"A ({rev_a}) and B ({rev_b}) are the same commit, "
+                     f"{commits[rev_a]}: nothing differs")
+    revs = [rev_a] + ([] if rev_b == WORKSPACE else [rev_a if same else rev_b])
+    metrics = run_dvc(repo, "metrics", "diff", *revs, "--all", "--json")
+    params = run_dvc(repo, "params", "diff", *revs, "--all", "--json")
+    plots = run_dvc(repo, "plots", "diff", *revs, "--json").get("data", {})  # {} without plots
+    metrics_md = run_dvc(repo, "metrics", "diff", *revs, "--all", "--md", as_json=False)
+    evals = metrics.get(str(EVAL_METRICS), {})
+    if not evals:
+        raise LorasentError(f"compare: neither {rev_a} nor {rev_b} has {EVAL_METRICS}; "
+                            "run the pipeline (dvc repro) and commit its metrics first")
+    sides = (read_side(repo, rev_a, commits), read_side(repo, rev_b, commits))
+    stale = {side: staleness(repo, rev, commits) for side, rev in (("A", rev_a), ("B", rev_b))}
+    review = judge(*sides, class_order(params, evals), stale, notes)
+    runs = {side: read_lock(repo, commits.get(rev, rev))
+            for side, rev in (("A", rev_a), ("B", rev_b)) if stale[side]}
+    return Comparison(rev_a, rev_b, commits, params, metrics, plots, metrics_md, sides, review,
+                      runs)
+
+
+def read_side(repo: Path, rev: str, commits: dict[str, str]) -> Side:
+    """What revision ``rev`` committed (``workspace``: the files here): its eval.json
+    through :class:`lorasent.contracts.EvalMetrics`, baseline.json, predictions file
+    (:func:`read_predictions_strict`; one without row ids is said as why there is no
+    paired test) and training record. ``commits``: :func:`resolve_commits`'s.
+
+    Raises:
+        LorasentError: a file that is not JSON, or an eval.json that is not one
+            (naming ``<rev>:<path>`` and the first wrong key).
+        PredictionsFileError: a damaged predictions file.
+    """
+    at = rev if rev == WORKSPACE else commits.get(rev, rev)
+
+    def read_json(path: Path) -> Any:
+        text = read_at(repo, at, path.as_posix())
+        if not text:
+            return None
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as err:
+            raise LorasentError(f"compare: {rev}:{path}: not valid JSON ({err}); rerun its "
+                                "stage at that revision (dvc repro) and commit it") from None
+
+    text, predictions, error = read_at(repo, at, EVAL_PREDICTIONS.as_posix()), None, None
+    if text is None:
+        error = f"{rev} has no {EVAL_PREDICTIONS}"
+    else:
+        try:
+            predictions = read_predictions_strict(text, f"{rev}:{EVAL_PREDICTIONS}")
+        except NoRowIdsError as err:  # an older file: the report goes on, unpaired
+            error = str(err)
+    evals = read_json(EVAL_METRICS)
+    if evals is not None:
+        evals = parse(EvalMetrics, evals, f"compare: {rev}:{EVAL_METRICS}",
+                      "rerun evaluate at that revision (dvc repro) and commit its metrics")
+    return Side(rev, evals, read_json(BASELINE_METRICS), predictions, error,
+                read_json(PROVENANCE_DIR / "train.json"))
+
+
+def read_predictions_strict(text: str, source: str) -> Predictions:
+    """:func:`lorasent.metrics.read_predictions`, and at least 2 rows: one row gives no
+    interval and no paired test.
+
+    Raises:
+        NoRowIdsError, PredictionsFileError: as :func:`lorasent.metrics.read_predictions`;
+            PredictionsFileError also for a single row.
+    """
+    p = read_predictions(text, source)
+    if len(p.ids) == 1:
+        raise PredictionsFileError(f"{source} line 2 (id {p.ids[0]}): the only test row; no "
+                                   "interval or paired test can be drawn from 1 row: set "
+                                   "split.test_size to more rows and rerun (dvc repro)")
+    return p
+
+
+def expand_group(repo: Path, spec: str) -> list[str]:
+    """The revisions of one side: ``spec`` split at commas, patterns expanded against the
+    experiments' names (``dvc exp list --all-commits --name-only``)."""
+    revs: list[str] = []
+    names: list[str] | None = None
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        if not any(c in part for c in "*?["):
+            revs.append(part)
+            continue
+        if names is None:
+            listed = run_dvc(repo, "exp", "list", "--all-commits", "--name-only", as_json=False)
+            names = sorted(set(listed.split()))
+        matched = fnmatch.filter(names, part)
+        if not matched:
+            raise LorasentError(f"compare: no experiment name matches {part!r}; experiments: "
+                                f"{_listing(names)} (`dvc exp list --all-commits --name-only`)")
+        revs += matched
+    return list(dict.fromkeys(revs)) or [spec]
+
+
+_MISSING = object()  # a params key a file does not hold
+
+
+_NOT_RUN = ("deleted", "not in cache")  # a file that is not here: not pulled, not stale
+
+
+def workspace_staleness(repo: str | Path = ".") -> Stale | None:
+    """The workspace's out-of-date stages, from one ``dvc status --json``; None when it is
+    clean, or when DVC cannot tell (no pipeline here).
+
+    Outputs and deps that are only missing (not pulled, ``deleted`` / ``not in cache``)
+    do not count: they leave the committed metrics as they were made.
+    """
+    try:
+        status = run_dvc(Path(repo), "status", "--json")
+    except LorasentError:
+        return None
+    stages: list[str] = []
+    changed: list[str] = []
+    for stage, entries in (status or {}).items():
+        found = []
+        for entry in entries:
+            if isinstance(entry, str):
+                found += [] if entry == "always changed" else [entry.removeprefix("changed ")]
+                continue
+            for kind, files in entry.items():
+                for path, state in files.items():
+                    if isinstance(state, dict):  # a params file: {key: state}
+                        found += [f"{path} {key}" for key in state]
+                    elif state not in _NOT_RUN:
+                        found.append(path if kind == "changed deps" else f"{path} (output)")
+        if found:
+            stages.append(stage)
+            changed += found
+    return Stale(stages, list(dict.fromkeys(changed)), "`dvc status`") if stages else None
+
+
+def read_at(repo: Path, rev: str, path: str) -> str | None:
+    """``path`` as ``rev`` holds it (``workspace``: the file here); None when absent."""
+    if rev == WORKSPACE:
+        return (repo / path).read_text(encoding="utf-8") if (repo / path).is_file() else None
+    done = subprocess.run([program("git"), "show", f"{rev}:{path}"], cwd=repo,
+                          capture_output=True, text=True)
+    return done.stdout if done.returncode == 0 else None
+
+
+def _lookup(params: Any, key: str) -> Any:
+    """``params[a][b]`` for the DVC key ``a.b``; :data:`_MISSING` when absent."""
+    for part in key.split("."):
+        if not isinstance(params, dict) or part not in params:
+            return _MISSING
+        params = params[part]
+    return params
+
+
+def read_lock(repo: Path, rev: str) -> dict[str, Any]:
+    """``rev``'s dvc.lock, ``{}`` when it has none."""
+    from lorasent.params import read_yaml
+
+    text = read_at(repo, rev, "dvc.lock")
+    lock = read_yaml(text, f"{rev}:dvc.lock") if text else None
+    return lock if isinstance(lock, dict) else {}
+
+
+def ran_with(lock: dict[str, Any], file: str, key: str) -> list[Any]:
+    """The values of params ``key`` of ``file`` that ``lock``'s stages ran with."""
+    values = []
+    for stage in (lock.get("stages") or {}).values():
+        for name, value in ((stage.get("params") or {}).get(file) or {}).items():
+            found = value if key == name else _lookup(value, key[len(name) + 1:]) \
+                if key.startswith(f"{name}.") else _MISSING
+            if found is not _MISSING:
+                values.append(found)
+    return values
+
+
+def commit_staleness(repo: Path, rev: str) -> Stale | None:
+    """Whether committed revision ``rev``'s dvc.lock matches its dvc.yaml, params files and
+    git-tracked deps (`dvc status` covers only the workspace): each stage's command, the
+    params it ran with against the revision's params files, and the md5 of each
+    git-tracked file dep against the lock. Deps DVC caches (not in git) are not checked.
+    None when the lock matches or ``rev`` has no dvc.yaml."""
+    from lorasent.params import read_yaml
+
+    text = read_at(repo, rev, "dvc.yaml")
+    pipeline = read_yaml(text, f"{rev}:dvc.yaml") if text else None
+    if not isinstance(pipeline, dict):
+        return None
+    lock = read_lock(repo, rev)
+    files: dict[str, Any] = {}
+
+    def params_of(file: str) -> Any:
+        if file not in files:
+            content = read_at(repo, rev, file)
+            files[file] = read_yaml(content, f"{rev}:{file}") if content else {}
+        return files[file]
+
+    locked = lock.get("stages") or {}
+    deps = {d["path"]: d["md5"] for stage in locked.values() for d in stage.get("deps") or []
+            if d.get("hash") == "md5" and not str(d.get("md5", "")).endswith(".dir")}
+    md5s = _blob_md5s(repo, rev, list(deps))
+    stages, changed = [], []
+    for name, spec in (pipeline.get("stages") or {}).items():
+        if not isinstance(spec, dict) or "foreach" in spec or "matrix" in spec:
+            continue
+        ran = locked.get(name)
+        if not isinstance(ran, dict):
+            stages.append(name)
+            changed.append(f"{name} never run")
+            continue
+        found = [] if spec.get("cmd") == ran.get("cmd") or "${" in str(spec.get("cmd")) \
+            else [f"{name} command"]
+        declared = [(f, k) for item in spec.get("params") or []
+                    for f, keys in ({"params.yaml": [item]} if isinstance(item, str)
+                                    else item).items() for k in keys]
+        for file, keys in (ran.get("params") or {}).items():
+            found += [f"{file} {key}" for key, value in keys.items()
+                      if _lookup(params_of(file), key) != value]
+        found += [f"{file} {key}" for file, key in declared if "${" not in key
+                  and key not in ((ran.get("params") or {}).get(file) or {})]
+        ran_deps = {d.get("path") for d in ran.get("deps") or []}
+        found += [d["path"] for d in ran.get("deps") or []
+                  if d.get("path") in md5s and md5s[d["path"]] != deps.get(d["path"])]
+        found += [d for d in spec.get("deps") or [] if isinstance(d, str) and d not in ran_deps]
+        if found:
+            stages.append(name)
+            changed += found
+    return Stale(stages, list(dict.fromkeys(changed)), "its dvc.lock") if stages else None
+
+
+def _blob_md5s(repo: Path, rev: str, paths: list[str]) -> dict[str, str]:
+    """``{path: md5 of its bytes}`` of the ``paths`` git holds at ``rev`` (one ``git
+    cat-file --batch``); paths git does not hold are left out."""
+    import hashlib
+
+    if not paths:
+        return {}
+    done = subprocess.run([program("git"), "cat-file", "--batch"], cwd=repo, capture_output=True,
+                          input="".join(f"{rev}:{path}\n" for path in paths).encode())
+    out, at, found = done.stdout, 0, {}
+    for path in paths:
+        end = out.index(b"\n", at)
+        head = out[at:end].split()
+        at = end + 1
+        if len(head) == 3 and head[1] == b"blob":
+            size = int(head[2])
+            found[path] = hashlib.md5(out[at:at + size]).hexdigest()
+            at += size + 1
+        elif len(head) == 3:  # a tree or another object: skip its bytes
+            at += int(head[2]) + 1
+    return found
+
+
+def staleness(repo: Path, rev: str, commits: dict[str, str]) -> Stale | None:
+    return (workspace_staleness(repo) if rev == WORKSPACE
+            else commit_staleness(repo, commits.get(rev, rev)))
+
+
+def run_dvc(repo: Path, *args: str, as_json: bool = True) -> Any:
+    done = subprocess.run([program("dvc"), *args], cwd=repo, capture_output=True, text=True,
+                          env=environment())
+    if done.returncode != 0:
+        detail = (done.stderr or done.stdout).strip().splitlines()
+        raise LorasentError(f"compare: `dvc {' '.join(args)}` failed in {repo.resolve()}: "
+                            + " ".join(detail[-3:]))  # unknown revisions: check_revisions
+    return json.loads(done.stdout or "{}") if as_json else done.stdout
+
+
+def check_revisions(repo: Path, sides: dict[str, list[str]]) -> None:
+    """Check that git or DVC knows each revision of each side, before DVC reads them, so
+    that a typo gets the names it could have meant rather than DVC's error.
+
+    Raises:
+        LorasentError: ``repo`` is not in a git repository; a revision is neither a
+            commit, branch or tag (``git rev-parse --verify``) nor an experiment (``dvc
+            exp list --all-commits --name-only``): the message gives the close matches
+            first, then the experiments, branches and tags.
+    """
+    revs = {rev: side for side, group in sides.items() for rev in group if rev != WORKSPACE}
+    unknown = [rev for rev in revs if rev not in resolve_commits(repo, *revs)]
+    if not unknown:
+        return
+    if git_lines(repo, "rev-parse", "--git-dir") is None:
+        raise LorasentError(f"compare: {repo.resolve()} is not in a git repository; A and B "
+                            "are read from git: run compare in the project's folder")
+    program("dvc")  # a missing dvc is said as such, not as a repository without experiments
+    try:
+        listed = run_dvc(repo, "exp", "list", "--all-commits", "--name-only", as_json=False)
+    except LorasentError:  # not a DVC repository: no experiments
+        listed = ""
+    experiments = sorted(set(listed.split()))
+    unknown = [rev for rev in unknown if rev not in experiments]
+    if not unknown:
+        return
+    branches, tags = (git_lines(repo, "for-each-ref", "--format=%(refname:short)", refs) or []
+                      for refs in ("refs/heads", "refs/tags"))
+    names = list(dict.fromkeys([*experiments, *branches, *tags]))
+    parts = []
+    for rev in unknown:
+        close = difflib.get_close_matches(rev, names, n=3)
+        parts.append(f"unknown revision {rev!r} ({revs[rev]})" + (
+            f"; did you mean {' or '.join(repr(name) for name in close)}?" if close else
+            ": not a commit, branch, tag or experiment here."))
+    raise LorasentError(
+        "compare: " + "; ".join(parts) + f" Experiments: {_listing(experiments)}; "
+        f"branches: {_listing(branches)}; tags: {_listing(tags)} (`git log --oneline` "
+        "lists the commits)")
+
+
+def _listing(names: list[str], limit: int = 20) -> str:
+    if not names:
+        return "none"
+    more = f", … ({len(names) - limit} more)" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def git_lines(repo: Path, *args: str) -> list[str] | None:
+    """The lines ``git args`` prints in ``repo``, None when it fails."""
+    done = subprocess.run([program("git"), *args], cwd=repo, capture_output=True, text=True)
+    return done.stdout.splitlines() if done.returncode == 0 else None
+
+
+def resolve_commits(repo: Path, *revs: str) -> dict[str, str]:
+    """``{rev: short commit}`` for the revisions git resolves, experiments included
+    (their refs are ``refs/exps/<xx>/<baseline>/<name>``)."""
+    found = {}
+    for rev in revs:
+        for cmd in (["rev-parse", "--short", "--verify", "-q", f"{rev}^{{commit}}"],
+                    ["for-each-ref", "--format=%(objectname:short)", f"refs/exps/*/*/{rev}"]):
+            lines = git_lines(repo, *cmd)
+            if lines:
+                found[rev] = lines[0].strip()
+                break
+    return found

@@ -1,0 +1,501 @@
+"""The report of a comparison: Markdown, one HTML page, PNGs; the rendering half of
+``lorasent compare``.
+
+The folder, written whole or not at all (:func:`write_report`):
+
+- ``verdict.md``: the verdict sentence and the warnings (the pull request comment's top);
+- ``report.md``: the verdict, then the tables and links to the PNGs, for a pull request;
+- ``report.html``: the same page with the PNGs inside it (``data:`` URIs); it opens
+  offline, in any browser, alone;
+- one PNG per plot, named after the plot: DVC's plots as Vega-Lite specs drawn offline
+  by vl-convert, and the report's own K x K confusion matrices.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from lorasent.artifacts import output_dir
+from lorasent.contracts import EvalMetrics
+from lorasent.metrics import Predictions
+from lorasent.paths import EVAL_METRICS, SPLIT_DIR
+from lorasent.review.collect import Comparison, ran_with
+from lorasent.review.verdict import Review, Side, busy, class_order, delta_text, p_text
+from lorasent.statistics import GroupComparison, PairedComparison, with_interval
+
+REPORT_MD = "report.md"
+
+
+REPORT_HTML = "report.html"
+
+
+VERDICT_MD = "verdict.md"
+
+
+FLIPPED_TEXTS = 10  # texts listed each way
+
+
+# (key in metrics/eval.json, name in the report): the headline rows, in this order; the
+# first three carry their 95% interval.
+HEADLINE = [
+    ("accuracy", "accuracy"),
+    ("macro_f1", "macro-F1"),
+    ("relative_error_reduction", "relative error reduction"),
+    ("reference_accuracy", "reference accuracy"),
+    ("baseline.majority_accuracy", "majority-class baseline accuracy"),
+    ("baseline.zero_shot_accuracy", "zero-shot baseline accuracy"),
+    ("baseline.zero_shot_macro_f1", "zero-shot baseline macro-F1"),
+]
+
+
+INTERVALS = ("accuracy", "macro_f1", "relative_error_reduction")  # keys with a 95% interval
+# (key under per_class.<label>, name, with a Δ column)
+PER_CLASS = [("f1", "F1", True), ("precision", "precision", False),
+             ("recall", "recall", False), ("support", "support", False)]
+
+
+# (file, key, name): dvclive's record of training (metrics/train/metrics.json).
+TRAINING = [
+    ("metrics/train/metrics.json", "train.loss", "mean training loss"),
+    ("metrics/train/metrics.json", "loss", "last logged loss"),
+    ("metrics/train/metrics.json", "step", "optimiser steps"),
+    ("metrics/train/metrics.json", "train.runtime", "training time (s)"),
+    ("metrics/train/metrics.json", "train.samples_per_second", "examples per second"),
+]
+
+
+def report_folder(rev_a: str, rev_b: str, out_dir: str | Path | None = None,
+                  repo: str | Path = ".") -> Path:
+    """The folder :func:`compare` writes: ``out_dir``, else ``reports/<A>-vs-<B>`` in
+    ``repo``. It is replaced as a whole, with the marker of ``lorasent compare``
+    (:func:`lorasent.artifacts.output_dir`); the CLI checks it first
+    (:func:`lorasent.artifacts.check_output_folder`)."""
+    return (Path(out_dir) if out_dir else
+            Path(repo) / "reports" / f"{slug(rev_a)}-vs-{slug(rev_b)}")
+
+
+def write_report(c: Comparison, out: Path, repo: Path) -> Path:
+    """Write :func:`collect`'s comparison as the report folder ``out`` (verdict.md,
+    report.md, report.html, the PNGs), whole or not at all; returns ``out``."""
+    confusion = confusion_plot_titles(repo)  # drawn by the report itself, K x K
+    with output_dir(out, command="compare") as tmp:
+        images = {title: _render_png(specs, tmp) for title, specs in c.plots.items()
+                  if title not in confusion}
+        images = {**_confusion_pngs(c.sides, c.review.labels, tmp), **images}
+        text = _markdown(c, images, _texts(repo, c.review))
+        (tmp / VERDICT_MD).write_text(c.review.summary(), encoding="utf-8")
+        (tmp / REPORT_MD).write_text(text, encoding="utf-8")
+        (tmp / REPORT_HTML).write_text(html_page(text, tmp, f"lorasent: {c.rev_a} vs {c.rev_b}"),
+                                       encoding="utf-8")
+    return out
+
+
+def _render_png(specs: list[dict[str, Any]], folder: Path) -> list[str]:
+    """Draw each Vega-Lite spec of one plot to ``<plot name>.png`` in ``folder``; returns
+    the file names."""
+    import vl_convert
+
+    names = []
+    for i, spec in enumerate(s for s in specs if s.get("type") == "vega"):
+        content = still_spec(spec["content"])
+        title = content.get("title")
+        title = title.get("text") if isinstance(title, dict) else title
+        name = f"{slug(title or 'plot')}{f'-{i}' if i else ''}.png"
+        png = vl_convert.vegalite_to_png(content, vl_version=_vl_version(content), scale=1)
+        (folder / name).write_bytes(png)
+        names.append(name)
+    return names
+
+
+def confusion_plot_titles(repo: Path) -> set[str]:
+    """The titles of ``dvc.yaml``'s confusion plots. The report draws its own matrices,
+    the same picture from each side's ``metrics/eval.json``: revisions made before the
+    plots drew ``metrics/confusion.json`` have only DVC's built-in ``confusion`` template
+    on the predictions file, which drops the row of a class never predicted."""
+    from lorasent.params import read_yaml
+
+    path = repo / "dvc.yaml"
+    plots = (read_yaml(path.read_text(encoding="utf-8"), path) or {}).get("plots", []) \
+        if path.is_file() else []
+    return {title for plot in plots if isinstance(plot, dict) for title, spec in plot.items()
+            if isinstance(spec, dict) and str(spec.get("template", "")).startswith("confusion")}
+
+
+def _confusion_pngs(sides: tuple[Side, Side], labels: list[str],
+                    folder: Path) -> dict[str, list[str]]:
+    """A K x K heatmap per predictor (adapter, zero-shot baseline), A beside B, actual
+    classes on the rows and every cell drawn with its count, zeros too."""
+    import vl_convert
+
+    matrices = {
+        "Confusion matrix, adapter (test split)":
+            [(s, s.evals.confusion_matrix if s.evals else None) for s in sides],
+        "Confusion matrix, zero-shot baseline (test split)":
+            [(s, ((s.baseline or {}).get("zero_shot") or {}).get("confusion_matrix"))
+             for s in sides],
+    }
+    images = {}
+    for title, pairs in matrices.items():
+        found = [(f"{side} ({s.rev})", m) for side, (s, m) in zip("AB", pairs, strict=True) if m]
+        if not found:
+            continue
+        order = labels or list(found[0][1])
+        values: list[dict[str, Any]] = [
+            {"revision": name, "actual": actual, "predicted": predicted,
+             "count": matrix.get(actual, {}).get(predicted, 0)}
+            for name, matrix in found for actual in order for predicted in order]
+        top = max(v["count"] for v in values) or 1
+        spec = {
+            "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+            "title": title, "data": {"values": values},
+            "facet": {"column": {"field": "revision", "type": "nominal", "title": None,
+                                 "sort": [name for name, _ in found]}},
+            "spec": {
+                "width": 70 * len(order), "height": 70 * len(order),
+                "encoding": {
+                    "x": {"field": "predicted", "type": "nominal", "sort": order,
+                          "axis": {"labelAngle": 0}},
+                    "y": {"field": "actual", "type": "nominal", "sort": order}},
+                "layer": [
+                    {"mark": "rect", "encoding": {"color": {
+                        "field": "count", "type": "quantitative", "title": "rows",
+                        "scale": {"scheme": "blues", "domain": [0, top]}}}},
+                    {"mark": {"type": "text", "fontSize": 14}, "encoding": {
+                        "text": {"field": "count", "type": "quantitative"},
+                        "color": {"condition": {"test": f"datum.count > {top / 2}",
+                                                "value": "white"}, "value": "black"}}}]}}
+        name = f"{slug(title)}.png"
+        (folder / name).write_bytes(vl_convert.vegalite_to_png(
+            spec, vl_version=_vl_version(spec), scale=1))
+        images[title] = [name]
+    return images
+
+
+def still_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """DVC's interactive spec made right for a still image.
+
+    - A confusion matrix shows its counts: the ``showValues`` checkbox, which does
+      nothing in a PNG, is set.
+    - A confusion plot faceted both by revision and by file (two prediction files in
+      two revisions, as this project's ``dvc.yaml`` had before its confusion plot was
+      split in two) loses DVC's empty facet ``sort`` lists: with them Vega-Lite draws
+      each cell under another cell's header (seen with every Vega-Lite 5 and 6 that
+      vl-convert bundles; an explicit order does the same). Such a plot then orders
+      revisions by name. A plot faceted by revision alone keeps A before B.
+    """
+    spec = {**spec, "params": [{**p, "value": True} if p.get("name") == "showValues" else p
+                               for p in spec.get("params", [])]}
+    facet = spec.get("facet")
+    if isinstance(facet, dict) and {"row", "column"} <= set(facet):
+        spec["facet"] = {k: {f: v for f, v in d.items() if not (f == "sort" and v == [])}
+                         for k, d in facet.items()}
+    return spec
+
+
+def _vl_version(spec: dict[str, Any]) -> str | None:
+    """The newest Vega-Lite vl-convert bundles with the major version of the spec's
+    ``$schema`` (DVC writes v5 specs); None (vl-convert's default) when unknown."""
+    import vl_convert
+
+    major = re.search(r"/vega-lite/v(\d+)", spec.get("$schema", ""))
+    versions = [v for v in vl_convert.get_vegalite_versions()
+                if major and v.split(".")[0] == major.group(1)]
+    return versions[-1] if versions else None
+
+
+def _markdown(c: Comparison, images: dict[str, list[str]], texts: dict[str, str] | str) -> str:
+    """The report page. A stale side's dvc.lock (``c.runs``) marks each param change its
+    metrics were not made with."""
+    rev_a, rev_b, commits, params, metrics = c.rev_a, c.rev_b, c.commits, c.params, c.metrics
+    sides, review, runs = c.sides, c.review, c.runs
+    evals = metrics.get(str(EVAL_METRICS), {})
+    a, b = (f"{rev} ({commits[rev]})" if rev in commits else rev for rev in (rev_a, rev_b))
+    lines = [f"# lorasent: {rev_a} vs {rev_b}", "", review.summary(),
+             f"A is **{a}**, B is **{b}**; Δ is B − A. From the metrics and predictions each "
+             "revision committed (`dvc metrics diff`, `dvc params diff`, `dvc plots diff`); "
+             "intervals and tests from `lorasent.statistics`.", ""]
+    for key in ("mode", "reference", "test_rows"):
+        if key in evals:
+            lines.append(f"- {key.replace('_', ' ')}: {_pair(evals[key])}")
+    for key in ("reference_note", "relative_error_reduction_note"):
+        for side in ("old", "new"):
+            if evals.get(key, {}).get(side):
+                lines.append(f"- {key.replace('_', ' ')} ({'A' if side == 'old' else 'B'}): "
+                             f"{evals[key][side]}")
+    lines += ["", "## Params that differ", ""]
+    changed = sorted(((f"{file}: {key}" if file != "params.yaml" else key, v,
+                       _not_run(runs, file, key, v))
+                      for file, keys in params.items() for key, v in keys.items()
+                      if v.get("old") != v.get("new")), key=lambda row: row[0])
+    if any(note for *_, note in changed):
+        lines += ["A stale side's metrics were not made with every value below: the last "
+                  "column gives the value its dvc.lock says they were made with.", ""]
+        lines += table(["param", "A", "B", "metrics made with (not reproduced)"],
+                        ([f"`{k}`", param_cell(v.get("old")), param_cell(v.get("new")), note]
+                         for k, v, note in changed))
+    else:
+        lines += params_table(c.changed_params())
+
+    lines += ["", "## Metrics (test split)", ""]
+    lines += table(["metric", "A", "B", "Δ", "A 95% interval", "B 95% interval"],
+                    ([name, *_row(evals.get(key)), *(interval_cell(s.evals, key) for s in sides)]
+                     for key, name in HEADLINE if key in evals))
+    if review.paired:
+        lines += ["", "## Is the difference real? (paired, same test rows"
+                  + ("; not a result: a side is stale)" if runs else ")"), ""]
+        lines += paired_table(review.paired)
+    lines += ["", "## Per class (test split)", ""]
+    header = ["class"] + [f"{name} {side}" for _, name, delta in PER_CLASS
+                          for side in ("A", "B", "Δ")[:3 if delta else 2]]
+    lines += table(header, ([label, *(value for key, _, delta in PER_CLASS
+                                       for value in _row(evals.get(f"per_class.{label}.{key}"))
+                                       [:3 if delta else 2])]
+                             for label in class_order(params, evals)))
+    lines += ["", "## Confusion matrices (test split; rows: actual, columns: predicted)", ""]
+    for side, s in zip("AB", sides, strict=True):
+        matrix = s.evals.confusion_matrix if s.evals else None
+        if matrix:
+            lines += [f"{side} ({s.rev}), adapter:", ""]
+            lines += table(["actual \\ predicted", *matrix],
+                            ([actual, *(str(n) for n in row.values())]
+                             for actual, row in matrix.items())) + [""]
+    if review.paired:
+        lines += ["## Flipped texts", ""] + _flipped(review, texts) + [""]
+    training = [(name, metrics.get(file, {}).get(key)) for file, key, name in TRAINING]
+    if any(v for _, v in training):
+        lines += ["## Training (dvclive)", ""]
+        lines += table(["metric", "A", "B", "Δ"], ([name, *_row(v)] for name, v in training if v))
+        lines += [""] + [line for busy in busy(sides) for line in (busy, "")]
+    lines += ["## Plots", ""]
+    for title, names in images.items():
+        lines += [f"### {title}", ""] + [f"![{title}]({name})" for name in names] + [""]
+    lines += ["## Every metric (`dvc metrics diff --all --md`)", "", "<details>",
+              "<summary>All keys of every metrics file</summary>", "", c.metrics_md.strip(), "",
+              "</details>", ""]
+    return "\n".join(lines)
+
+
+def _not_run(runs: dict[str, dict[str, Any]] | None, file: str, key: str,
+             diff: dict[str, Any]) -> str:
+    """For a param that differs: the value each stale side's metrics were made with,
+    where its dvc.lock holds another than its params file (empty when none)."""
+    said = []
+    for side, end in (("A", "old"), ("B", "new")):
+        ran = [v for v in ran_with((runs or {}).get(side) or {}, file, key)
+               if diff.get(end) not in (v, str(v))]  # DVC gives a list param as its repr
+        if ran:
+            said.append(f"{side}: {param_cell(ran[0])}")
+    return "; ".join(said)
+
+
+def paired_table(p: PairedComparison) -> list[str]:
+    """Markdown lines: Δ accuracy and Δ macro-F1 with their paired intervals, McNemar's
+    test, and each actual class's rows B fixed and broke; numbers as in the verdict."""
+    rows = [[name, delta_text(delta), delta_text(None, low, high)]
+            for name, delta, (low, high) in (("Δ accuracy", p.delta_accuracy, p.delta_accuracy_ci),
+                                             ("Δ macro-F1", p.delta_macro_f1, p.delta_macro_f1_ci))]
+    lines = table(["B − A", "value", "paired bootstrap 95% interval"], rows)
+    lines += ["", f"McNemar's exact test on the {p.rows} rows: {p.only_b_right} right only in B, "
+                  f"{p.only_a_right} right only in A, p = {p_text(p.p_value)}.", ""]
+    lines += table(["actual class", "rows B fixed (A wrong, B right)",
+                     "rows B broke (A right, B wrong)"],
+                    ([label, str(f["fixed"]), str(f["broken"])] for label, f in p.flips.items()))
+    return lines
+
+
+def params_table(changed: Sequence[tuple[str, Any, Any]]) -> list[str]:
+    """Markdown lines: a table of ``(key, A's value, B's value)``, or "None."."""
+    return table(["param", "A", "B"], ([f"`{k}`", param_cell(old), param_cell(new)]
+                                        for k, old, new in changed)) if changed else ["None."]
+
+
+def interval_cell(evals: EvalMetrics | None, key: str) -> str:
+    """``[low, high]`` of eval.json's ``key`` (4 decimals); "—" for a key without an
+    interval, a side without metrics or an interval that is None."""
+    if evals is None or key not in INTERVALS:
+        return "—"
+    _, low, high = evals.interval(key)
+    return with_interval(None, low, high)
+
+
+def _texts(repo: Path, review: Review) -> dict[str, str] | str:
+    """``{row id: text}`` of the paired rows from the local test split, or why not."""
+    path = repo / SPLIT_DIR / "test.jsonl"
+    how = ("`dvc pull data/split` (or `dvc repro split`) at the revision to see them; "
+           "texts never enter git")
+    if review.rows is None:
+        return ""
+    if not path.is_file():
+        return f"The test split is not here ({SPLIT_DIR / 'test.jsonl'}): {how}."
+    from lorasent.artifacts import read_jsonl
+    from lorasent.split import row_id
+
+    texts = {r.get("id") or row_id(r["text"]): r["text"] for r in read_jsonl(path)}
+    if not set(review.rows[0].ids) <= set(texts):
+        return f"The local {SPLIT_DIR / 'test.jsonl'} holds other rows than A and B: {how}."
+    return texts
+
+
+def _flipped(review: Review, texts: dict[str, str] | str) -> list[str]:
+    """Up to :data:`FLIPPED_TEXTS` rows each way, those whose actual class's probability
+    moved most first."""
+    if isinstance(texts, str):
+        return [texts]
+    assert review.rows is not None
+    labels, (a, b) = review.labels, review.rows
+    moved = [b.probabilities[i, y] - a.probabilities[i, y] for i, y in enumerate(a.actual)]
+
+    def picked(side: Predictions, i: int) -> str:
+        k = side.predicted[i]
+        return f"{labels[k]} ({side.probabilities[i, k]:.2f})"
+
+    lines = []
+    for title, right, sign in (("B fixed (A wrong, B right)", b, 1),
+                               ("B broke (A right, B wrong)", a, -1)):
+        wrong = b if right is a else a
+        found = [i for i in range(len(a.actual))
+                 if right.predicted[i] == a.actual[i] != wrong.predicted[i]]
+        shown = sorted(found, key=lambda i: -sign * moved[i])[:FLIPPED_TEXTS]
+        lines += [f"{title}: {len(found)} rows" + (
+            f", the {len(shown)} whose actual class's probability moved most" if shown else ""),
+            ""]
+        if shown:
+            lines += table(["text", "actual", "A (probability)", "B (probability)"],
+                            ([clip(texts[a.ids[i]]), labels[a.actual[i]], picked(a, i),
+                              picked(b, i)] for i in shown))
+        lines += [""]
+    return lines
+
+
+def clip(text: str, limit: int = 200) -> str:
+    """A user's text as one table cell: one line, at most ``limit`` characters, HTML and
+    Markdown markup shown as written, never rendered."""
+    import html
+
+    text = " ".join(text.split())
+    text = text if len(text) <= limit else text[:limit - 1] + "…"
+    return re.sub(r"([\\`*_\[\]#!~])", r"\\\1", html.escape(text, quote=False))
+
+
+def _row(diff: dict[str, Any] | None) -> list[str]:
+    """``[A, B, Δ]`` cells of one ``dvc metrics diff`` entry."""
+    if not diff:
+        return ["—", "—", "—"]
+    return [cell(diff.get("old")), cell(diff.get("new")), cell(diff.get("diff"), signed=True)]
+
+
+def _pair(diff: dict[str, Any]) -> str:
+    old, new = cell(diff.get("old")), cell(diff.get("new"))
+    return old if old == new else f"{old} (A), {new} (B)"
+
+
+def cell(value: Any, signed: bool = False) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"`{value}`" if isinstance(value, list | dict) else str(value)
+    if isinstance(value, int):
+        return f"{value:+d}" if signed else f"{value}"
+    return with_interval(value, signed=signed)
+
+
+def param_cell(value: Any) -> str:
+    """A param's value as params.yaml gives it: a float in full (``5e-05``, not the
+    4 decimals of a metric), anything else as :func:`cell`."""
+    return repr(value) if isinstance(value, float) else cell(value)
+
+
+def table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return out + ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |"
+                  for row in rows]
+
+
+def html_page(text: str, folder: Path, title: str) -> str:
+    """``text`` (CommonMark with tables) as one HTML page, its PNGs embedded."""
+    import html
+
+    from markdown_it import MarkdownIt
+    from markdown_it.renderer import RendererHTML
+    from markdown_it.token import Token
+    from markdown_it.utils import EnvType, OptionsDict
+
+    md = MarkdownIt("commonmark", {"html": True}).enable("table")
+
+    def image(renderer: RendererHTML, tokens: Sequence[Token], idx: int, options: OptionsDict,
+              env: EnvType) -> str:
+        token = tokens[idx]
+        src = token.attrGet("src")  # a str for an image; attributes may also hold numbers
+        if isinstance(src, str) and src and (folder / src).is_file():
+            data = base64.b64encode((folder / src).read_bytes()).decode("ascii")
+            token.attrSet("src", f"data:image/png;base64,{data}")
+        return renderer.image(tokens, idx, options, env)
+
+    md.add_render_rule("image", image)
+    return f"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>{html.escape(title)}</title>
+<style>
+body {{ font: 15px/1.5 system-ui, sans-serif; margin: 2em auto; max-width: 1200px;
+       padding: 0 1em; color: #1f2328; }}
+table {{ border-collapse: collapse; margin: 0.5em 0 1.5em; }}
+th, td {{ border: 1px solid #d0d7de; padding: 0.25em 0.6em; text-align: right; }}
+th:first-child, td:first-child {{ text-align: left; }}
+img {{ display: block; margin: 0.5em 0 1.5em; }}
+code {{ background: #f6f8fa; padding: 0 0.2em; }}
+</style>
+</head>
+<body>
+{md.render(text)}</body>
+</html>
+"""
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._]+", "-", text).strip("-").lower() or "rev"
+
+
+def with_interval_of(evals: EvalMetrics | None, key: str) -> str:
+    """``value [low, high]`` of eval.json's ``key`` (``accuracy``, ``macro_f1`` or
+    ``relative_error_reduction``; 4 decimals), "—" for a side without metrics."""
+    return with_interval(*evals.interval(key)) if evals else "—"
+
+
+def _seed(side: Side) -> Any:
+    return ((side.train or {}).get("params") or {}).get("base", {}).get("seed")
+
+
+def group_report(spec_a: str, spec_b: str, sides: dict[str, list[Side]], review: Review,
+                 tests: dict[str, GroupComparison],
+                 changed: Sequence[tuple[str, Any, Any]]) -> str:
+    """The report page of two groups of runs (:func:`lorasent.review.verdict.group_review`):
+    the verdict, the params that differ besides ``base.seed`` (``(key, A's, B's)``, of
+    each group's first run), mean ± sd and Welch's p, then each run."""
+    group_a, group_b = ([s.rev for s in sides[name]] for name in "AB")
+    lines = [f"# lorasent: {spec_a} vs {spec_b} (over seeds)", "", review.summary(),
+             f"A is **{', '.join(group_a)}**, B is **{', '.join(group_b)}**: each a group of "
+             "runs that should differ only in `base.seed` (`lorasent seeds`). Each run's "
+             "test rows depend on its seed, so runs are compared by their metrics, not row "
+             "by row: Welch's t-test over the runs' values (`scipy.stats.ttest_ind`, "
+             "unequal variances).", "",
+             f"## Params that differ (besides `base.seed`; {group_a[0]} against {group_b[0]})",
+             ""]
+    lines += params_table(changed)
+    lines += ["", "## Over seeds", ""]
+    lines += table(["metric", "A (mean ± sd)", "B (mean ± sd)", "Δ mean", "Welch p"],
+                   ([t.metric, GroupComparison.spread(t.a), GroupComparison.spread(t.b),
+                     cell(t.delta, signed=True), "—" if t.p_value is None else
+                     f"{t.p_value:.3g}"] for t in tests.values()))
+    lines += ["", "## Runs", ""]
+    lines += table(["side", "run", "base.seed", "test rows", "accuracy [95% interval]",
+                    "macro-F1 [95% interval]"],
+                   ([name, s.rev, cell(_seed(s)), cell(s.evals.test_rows if s.evals else None),
+                     with_interval_of(s.evals, "accuracy"), with_interval_of(s.evals, "macro_f1")]
+                    for name, runs in sides.items() for s in runs))
+    return "\n".join(lines) + "\n"

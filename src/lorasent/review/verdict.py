@@ -1,0 +1,299 @@
+"""The judgement on two revisions' data, once read: pure functions, no git and no DVC.
+
+From each side's committed metrics and predictions (:class:`Side`, read by
+:mod:`lorasent.review.collect`): the verdict sentence and what a reviewer must not miss
+(:class:`Review`):
+
+- scored on the same test rows: Δ accuracy and Δ macro-F1 with paired-bootstrap 95%
+  intervals and McNemar's exact test (``lorasent.statistics``); "Not settled" when the
+  two disagree;
+- scored on different rows, with other classes or other gold labels: no paired test, and
+  why;
+- groups of runs (one per seed): Welch's t-test (:func:`group_review`);
+- warnings (``lorasent.metrics.warnings_by_kind``): a kind only one side has is about the
+  change; one both have is one note;
+- a stale side (:class:`Stale`) is said first, and then no verdict is called a result.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from lorasent.contracts import EvalMetrics, dump
+from lorasent.metrics import Predictions, run_warnings, warnings_by_kind
+from lorasent.statistics import (
+    ALPHA,
+    GroupComparison,
+    PairedComparison,
+    group_comparison,
+    paired_comparison,
+    with_interval,
+)
+
+SHOWN_IDS = 5  # ids listed when rows differ
+
+
+def _some(ids: Iterable[str]) -> str:
+    ordered = sorted(ids)
+    more = f", … ({len(ordered) - SHOWN_IDS} more)" if len(ordered) > SHOWN_IDS else ""
+    return ", ".join(ordered[:SHOWN_IDS]) + more
+
+
+@dataclass(frozen=True)
+class Side:
+    """What one revision committed: its metrics, predictions and training record."""
+
+    rev: str
+    evals: EvalMetrics | None      # metrics/eval.json
+    baseline: dict[str, Any] | None
+    predictions: Predictions | None
+    predictions_error: str | None  # why there are no predictions to pair
+    train: dict[str, Any] | None   # metrics/provenance/train.json
+
+
+@dataclass(frozen=True)
+class Stale:
+    """A side whose metrics are not of its params: stages out of date, and what changed."""
+
+    stages: list[str]
+    changed: list[str]  # ``params.yaml train.lr``, ``src/lorasent/train.py``, ``command``
+    by: str  # who says so: "`dvc status`" or "its dvc.lock"
+
+    def sentence(self, who: str, metrics: str = "its metrics", params: str = "its params",
+                 fix: str = "run dvc repro") -> str:
+        """``<who> is stale: <by> says <stages> ... out of date (changed: ...), so <metrics>
+        are not of <params>; <fix>``."""
+        verb = "is" if len(self.stages) == 1 else "are"
+        return (f"{who} is stale: {self.by} says {', '.join(self.stages)} {verb} out of date "
+                f"(changed: {', '.join(self.changed)}), so {metrics} "
+                f"{'is' if metrics.endswith('.json') else 'are'} not of {params}; {fix}")
+
+
+@dataclass(frozen=True)
+class Review:
+    """The verdict on B against A, and what a reviewer must not miss."""
+
+    verdict: str
+    warnings: list[str]
+    labels: list[str]
+    paired: PairedComparison | None = None
+    rows: tuple[Predictions, Predictions] | None = None  # A's and B's, rows in A's order
+    notes: list[str] = field(default_factory=list)  # true of A and B alike: not the change
+
+    def summary(self, notes: bool = True) -> str:
+        """The verdict, the warnings about the change, then (with ``notes``) the notes true
+        of both sides, as Markdown: the top of the report and of the pull request comment."""
+        lines = [f"**{self.verdict}**", ""]
+        said = [f"- ⚠ {w}" for w in self.warnings] + [f"- Note: {n}" for n in self.notes
+                                                      if notes]
+        return "\n".join(lines + said + ([""] if said else []))
+
+
+def judge(a: Side, b: Side, labels: list[str], stale: dict[str, Stale | None] | None = None,
+            notes: Sequence[str] = ()) -> Review:
+    """The verdict and warnings. A side in ``stale`` is said first, and then no verdict
+    is called a result: its metrics are not of its params."""
+    review = _paired_review(a, b, labels)
+    said = [found.sentence(f"{side} ({s.rev})") for side, s in (("A", a), ("B", b))
+            if (found := (stale or {}).get(side))]
+    warnings = [*notes, *review.warnings]
+    if said:
+        verdict = (f"Not a result until then: the predictions on file give "
+                   f"{measured_text(review.paired)}." if review.paired else review.verdict)
+        review = replace(review, verdict=f"{'. '.join(said)}. {verdict}")
+    return replace(review, warnings=warnings)
+
+
+def side_warnings(a: Side, b: Side) -> tuple[list[str], list[str]]:
+    """Each side's :func:`lorasent.metrics.warnings_by_kind`: ``(warnings, notes)``. A kind
+    only one side has is a warning about the change (``A: ...``, ``B: ...``); a kind both
+    have is one note, B's sentence with A's own figures after it where they differ."""
+    in_a, in_b = (warnings_by_kind(dump(s.evals) if s.evals else {}) for s in (a, b))
+    warnings = [f"{side}: {text}" for side, mine, other in (("A", in_a, in_b), ("B", in_b, in_a))
+                for kind, text in mine.items() if kind not in other]
+    notes = [f"A and B alike, so not this change: {alike(in_a[kind], text)}"
+             for kind, text in in_b.items() if kind in in_a]
+    return warnings, notes
+
+
+def alike(text_a: str, text_b: str) -> str:
+    """B's sentence, with A's words in brackets after the span of words that differs:
+    ``accuracy 0.375 (A: 0.400) is below ...``, ``... it is 0.455 (A: 0.487)``."""
+    a, b = text_a.split(" "), text_b.split(" ")
+    if a == b:
+        return text_b
+    start = len(os.path.commonprefix([a, b]))
+    end = len(os.path.commonprefix([a[start:][::-1], b[start:][::-1]]))
+    return " ".join([*b[:len(b) - end], f"(A: {' '.join(a[start:len(a) - end])})",
+                     *b[len(b) - end:]])
+
+
+def busy(sides: Sequence[Side]) -> list[str]:
+    """A sentence for each side trained on a busy machine: what that affects."""
+    found = []
+    for side, s in zip("AB", sides, strict=True):
+        load = (s.train or {}).get("machine_load") or {}
+        if load.get("busy"):
+            found.append(f"{side} ({s.rev}) trained on a busy machine (load "
+                         f"{load.get('load_average')} on {load.get('cpu_cores')} cores): its "
+                         "training time and examples per second are not comparable; that "
+                         "affects runtimes only, not the metrics.")
+    return found
+
+
+def _paired_review(a: Side, b: Side, labels: list[str]) -> Review:
+    warnings, notes = side_warnings(a, b)
+    pa, pb = a.predictions, b.predictions
+    if pa is None or pb is None:
+        why = a.predictions_error or b.predictions_error
+        return Review(f"No paired test: {why}. Each side's own interval, where it has one, is "
+                      "in report.md's metrics table.",
+                      warnings, labels, notes=notes)
+    if set(pa.labels) != set(pb.labels):
+        warnings.insert(0, f"A and B have other classes (A: {', '.join(pa.labels)}; B: "
+                           f"{', '.join(pb.labels)}): other base.labels, so their metrics "
+                           "are not paired")
+        return Review("No paired test: A and B have other classes, so only each side's own "
+                      "interval can be given (report.md's metrics table).", warnings, labels,
+                      notes=notes)
+    pb = in_order(pb, pa.labels)  # paired by column name, whatever the columns' order
+    only_a, only_b = set(pa.ids) - set(pb.ids), set(pb.ids) - set(pa.ids)
+    if only_a or only_b:
+        listed = "".join(f"; only in {side}: {_some(ids)}" for side, ids in
+                         (("A", only_a), ("B", only_b)) if ids)
+        warnings.insert(0, f"A and B were scored on different test rows ({len(only_a)} rows "
+                           f"only in A, {len(only_b)} only in B{listed}): other split params "
+                           "or data, so their metrics are not paired")
+        return Review("No paired test: A and B were scored on different test rows, so only "
+                      "each side's own interval can be given (report.md's metrics table).",
+                      warnings, labels, notes=notes)
+    order = {row_id: i for i, row_id in enumerate(pb.ids)}
+    at = [order[row_id] for row_id in pa.ids]
+    pb = Predictions(pa.ids, pb.actual[at], pb.predicted[at], pb.probabilities[at], pb.labels)
+    if (pb.actual != pa.actual).any():
+        warnings.insert(0, "A and B give the same rows other gold labels (other label "
+                           "aliases?): not paired")
+        return Review("No paired test: the same rows carry other gold labels in A and B.",
+                      warnings, labels, notes=notes)
+    paired = paired_comparison(pa.actual, pa.predicted, pb.predicted, pa.labels)
+    return Review(paired_verdict(paired), warnings, pa.labels, paired, (pa, pb), notes)
+
+
+def paired_verdict(p: PairedComparison) -> str:
+    """One sentence: which of A and B is better on the same rows; that the two tests
+    disagree ("Not settled": the paired interval of Δ accuracy excludes 0 but McNemar's
+    p is not below :data:`~lorasent.statistics.ALPHA`, or the other way round); or that
+    the difference is within the noise (then with the smallest difference these rows
+    resolve). Accuracy decides; a macro-F1 interval that excludes 0 while accuracy's
+    does not is said too."""
+    f1_low, f1_high = p.delta_macro_f1_ci
+    measured = measured_text(p)
+    if p.significant:
+        return f"B is {'better' if p.delta_accuracy > 0 else 'worse'} than A: {measured}."
+    low, high = p.delta_accuracy_ci
+    if low > 0 or high < 0 or p.p_value < ALPHA:  # one test says so, the other not
+        return (f"Not settled: {measured}. The paired interval of Δ accuracy "
+                f"{'excludes' if low > 0 or high < 0 else 'holds'} 0, but McNemar's p "
+                f"{'is' if p.p_value < ALPHA else 'is not'} below {ALPHA}: only both together "
+                f"call B {'better' if p.delta_accuracy > 0 else 'worse'}, so more test rows "
+                "are needed to tell.")
+    if p.only_a_right + p.only_b_right == 0:
+        return f"No detectable difference: {measured}. A and B are right on exactly the same rows."
+    f1_note = (f" But macro-F1 is {'higher' if f1_low > 0 else 'lower'} in B: its interval "
+               "excludes 0 (report.md's per-class table)." if f1_low > 0 or f1_high < 0 else "")
+    return (f"No detectable difference{' in accuracy' if f1_note else ''}: {measured}. "
+            f"{resolution_sentence(p)}{f1_note}")
+
+
+def resolution_sentence(p: PairedComparison) -> str:
+    """The smallest difference these rows tell apart, one sentence, the same in the
+    verdict and the report (:attr:`PairedComparison.resolution`, 3 decimals)."""
+    return (f"With {p.rows} test rows, accuracy differences smaller than about "
+            f"{p.resolution:.3f} cannot be told apart from noise.")
+
+
+def measured_text(p: PairedComparison) -> str:
+    """Δ accuracy and Δ macro-F1 with their intervals, and McNemar's p."""
+    low, high = p.delta_accuracy_ci
+    f1_low, f1_high = p.delta_macro_f1_ci
+    return (f"accuracy {delta_text(p.delta_accuracy, low, high)}, McNemar p = "
+            f"{p_text(p.p_value)}; macro-F1 {delta_text(p.delta_macro_f1, f1_low, f1_high)}")
+
+
+def group_verdict(g: GroupComparison) -> str:
+    """One sentence over the seeds, as :func:`paired_verdict` over rows."""
+    measured = (f"{g.metric} {g.spread(g.a)} in A against {g.spread(g.b)} in B, "
+                f"Δ {delta_text(g.delta)}")
+    if g.p_value is None:
+        return (f"Cannot be tested: {measured}; neither group varies over its seeds, so "
+                "Welch's t-test is undefined.")
+    measured += f", Welch's t-test p = {p_text(g.p_value)}"
+    if g.significant:
+        return f"B is {'better' if g.delta > 0 else 'worse'} than A over seeds: {measured}."
+    return f"No detectable difference over seeds: {measured}."
+
+
+def delta_text(value: float | None, low: float | None = None, high: float | None = None) -> str:
+    """A difference as the verdict words it: ``+0.012 [−0.004, +0.027]`` (3 decimals, the
+    typographic minus; :func:`lorasent.statistics.with_interval`)."""
+    return with_interval(value, low, high, digits=3, signed=True, minus="−")
+
+
+def p_text(value: float) -> str:
+    return f"{value:.2g}" if value >= 0.001 else "< 0.001"
+
+
+def in_order(p: Predictions, labels: list[str]) -> Predictions:
+    """``p`` with its classes (ids and probability columns) in the order of ``labels``,
+    the same classes in another order: files are paired by column name."""
+    if p.labels == labels:
+        return p
+    new = np.asarray([labels.index(label) for label in p.labels], dtype=np.int64)
+    columns = [p.labels.index(label) for label in labels]
+    return Predictions(p.ids, new[p.actual], new[p.predicted], p.probabilities[:, columns],
+                       labels)
+
+
+def class_order(params: dict[str, Any], evals: dict[str, Any]) -> list[str]:
+    """The classes in ``base.labels`` order (A's, then any that only B has); those of
+    the per-class metrics when params.yaml has no labels."""
+    from lorasent.params import read_yaml
+
+    labels = params.get("params.yaml", {}).get("base.labels", {})
+    # DVC writes a list param as its Python repr, which YAML (1.2, as DVC) reads back
+    ordered = [label for side in ("old", "new") for label in
+               (read_yaml(labels[side], "params.yaml: base.labels")
+                if isinstance(labels.get(side), str)
+                else labels.get(side) or [])]
+    ordered += [k.split(".")[1] for k in evals if k.startswith("per_class.") and k.endswith(".f1")]
+    return list(dict.fromkeys(ordered))
+
+
+def group_review(a: Sequence[Side], b: Sequence[Side]) -> tuple[Review, dict[str, GroupComparison]]:
+    """The verdict over seeds of group B against group A (each side one run per seed, every
+    one with its metrics): Welch's t-test of accuracy (which decides) and of macro-F1,
+    each run's warnings, and a warning when a side has fewer than 3 runs.
+
+    Returns:
+        ``(review, {"accuracy": test, "macro_f1": test})``.
+
+    Raises:
+        ValueError: a group has fewer than 2 runs, or a run has no metrics.
+    """
+    evals = {name: [s.evals for s in runs] for name, runs in (("A", a), ("B", b))}
+    if any(e is None for runs in evals.values() for e in runs):
+        raise ValueError("every run of a group needs its metrics")
+    tests = {key: group_comparison(name, *([getattr(e, key) for e in evals[n]] for n in "AB"))
+             for key, name in (("accuracy", "accuracy"), ("macro_f1", "macro-F1"))}
+    warnings = [f"{name} {s.rev}: {w}" for name, runs in (("A", a), ("B", b)) for s in runs
+                for w in run_warnings(dump(s.evals) if s.evals else {})]
+    if min(len(a), len(b)) < 3:
+        warnings.append(f"{min(len(a), len(b))} runs on a side give Welch's t-test "
+                        "little power: only large differences can show; 3 to 5 seeds a side "
+                        "tell more")
+    return Review(group_verdict(tests["accuracy"]), warnings, []), tests
