@@ -70,16 +70,17 @@ smoke: $(STAMP)  ## A 2-minute run of all five stages on a tiny split (configs/s
 # The tiers (pyproject.toml's markers, tests/conftest.py): fast, then integration, then
 # end to end; make stops at the first tier that fails. PYTEST_ARGS goes to each.
 FAST := -m "not integration and not slow"
+INTEGRATION := -m "integration and not slow"
 test: $(STAMP) browser  ## Set up if needed, then all three test tiers, fast first, stopping at the first that fails
 	$(BIN)/python -m pytest $(FAST) $(PYTEST_ARGS)
-	$(BIN)/python -m pytest -m integration $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(INTEGRATION) $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
 
 test-fast: $(STAMP)  ## The fast tier: pure tests and mechanics on a tiny random Gemma (90 s budget)
 	$(BIN)/python -m pytest $(FAST) $(PYTEST_ARGS)
 
 test-integration: $(STAMP)  ## The integration tier: the stages in-process on the packaged models
-	$(BIN)/python -m pytest -m integration $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(INTEGRATION) $(PYTEST_ARGS)
 
 test-e2e: $(STAMP) browser  ## The end-to-end tier: dvc, make and Chromium in subprocesses on a tiny repo
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)

@@ -8,8 +8,21 @@ from lorasent.bench import LONG_TEMPLATE, bench_eval, bench_train, main, markdow
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
 
+@pytest.fixture(scope="module")
+def one_tokenizer(packaged_model_dir):
+    """The packaged Gemma's tokenizer, loaded once for the bench's three tiny runs."""
+    from lorasent.modeling import load_tokenizer
+
+    return load_tokenizer(packaged_model_dir)
+
+
+@pytest.fixture
+def tokenizer_once(one_tokenizer, monkeypatch):
+    monkeypatch.setattr("lorasent.modeling.load_tokenizer", lambda folder: one_tokenizer)
+
+
 @pytest.mark.integration  # the real Gemma 3 tokenizer on a tiny random model
-def test_train_ways_on_a_tiny_gemma():
+def test_train_ways_on_a_tiny_gemma(tokenizer_once):
     result = bench_train("tiny", torch.device("cpu"), batch_size=8, warmup=0, steps=1)
     ways = result["ways"]
     assert list(ways) == ["project", "project_unshared", "seed002", "plain_trainer", "floor"]
@@ -26,7 +39,7 @@ def test_train_ways_on_a_tiny_gemma():
 
 
 @pytest.mark.integration  # the real Gemma 3 tokenizer on a tiny random model
-def test_long_template_part_runs_the_project_ways_and_the_floor():
+def test_long_template_part_runs_the_project_ways_and_the_floor(tokenizer_once):
     result = bench_train("tiny", torch.device("cpu"), batch_size=8, warmup=0, steps=1,
                          template=LONG_TEMPLATE)
     assert list(result["ways"]) == ["project", "project_unshared", "floor"]
@@ -34,7 +47,7 @@ def test_long_template_part_runs_the_project_ways_and_the_floor():
 
 
 @pytest.mark.integration  # the real Gemma 3 tokenizer on a tiny random model
-def test_eval_ways_on_a_tiny_gemma():
+def test_eval_ways_on_a_tiny_gemma(tokenizer_once):
     result = bench_eval("tiny", torch.device("cpu"), n=8, batch_size=4, rounds=2)
     assert set(result["ways"]) == {"project", "seed000"} and result["rounds"] == 2
     for way in result["ways"].values():

@@ -52,7 +52,7 @@ def test_every_entry_carries_hashes():
 
 def _imported_modules() -> set[str]:
     modules = set()
-    for path in (REPO / "src" / "lorasent").glob("*.py"):
+    for path in (REPO / "src" / "lorasent").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 modules |= {alias.name.split(".")[0] for alias in node.names}

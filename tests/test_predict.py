@@ -29,9 +29,9 @@ from test_outputs import check_table_on_terminal, run_in_terminal
 
 pytestmark = pytest.mark.integration
 
-TINY = {"split": {"train_size": 24, "validation_size": 0, "test_size": 24},
-        "train": {"max_steps": 2, "per_device_train_batch_size": 4, "logging_steps": 1},
-        "evaluate": {"batch_size": 8}}
+TINY = {"split": {"train_size": 12, "validation_size": 0, "test_size": 12},
+        "train": {"max_steps": 1, "per_device_train_batch_size": 4, "logging_steps": 1},
+        "evaluate": {"batch_size": 12}}
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +46,9 @@ def trained(tmp_path_factory, packaged_model_dir, repo_params_raw):
     fetch_dataset(params.data.source, text_column="text", label_column="label",
                   encoding="utf-8", hf_split="train", out_dir=root / "raw")
     run_split(labels=params.base.labels, aliases=params.base.label_aliases,
-              sizes={"train": 24, "validation": 0, "test": 24}, seed=params.base.seed,
+              sizes={"train": 12, "validation": 0, "test": 12}, seed=params.base.seed,
               raw_dir=root / "raw", out_dir=paths["split_dir"], report_path=root / "data.json")
-    run_baseline(base=params.base, prompt=params.prompt, batch_size=8, params_record=record,
+    run_baseline(base=params.base, prompt=params.prompt, batch_size=12, params_record=record,
                  metrics_path=root / "baseline.json",
                  predictions_path=root / "baseline_predictions.csv",
                  confusion_path=root / "baseline_confusion.json", **paths)
@@ -134,13 +134,14 @@ def test_predict_cli_prints_a_table(trained, monkeypatch):
     assert re.match(r"(negative|neutral|positive)\s+0\.\d{6}", lines[1])
 
 
-def test_predict_table_in_a_terminal_has_no_progress_bar_in_it(trained):
+@pytest.mark.slow
+def test_predict_table_in_a_terminal_has_no_progress_bar_in_it(tiny_run):
     """stdout and stderr on one pseudo-terminal, as a user runs it: the bars (stderr)
     never draw into the table's rows, and none follows it."""
     texts = ["What a great day!", "", "awful service, never again"]
     status, lines = run_in_terminal(
-        [sys.executable, "-m", "lorasent.cli", "predict", "--adapter", "adapter", "--base",
-         "base", *texts], trained)
+        [sys.executable, "-m", "lorasent.cli", "predict", "--adapter", "models/adapter",
+         "--base", "models/base", *texts], tiny_run)
     assert status == 0, lines
     check_table_on_terminal(lines, texts)
 

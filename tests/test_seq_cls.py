@@ -100,13 +100,11 @@ def test_batched_logits_equal_one_by_one_on_either_padding_side(gemma_head, side
     torch.testing.assert_close(batched, single, atol=1e-4, rtol=0)
 
 
-@pytest.mark.integration
-def test_decoder_without_pad_token_gets_eos_on_tokenizer_and_config(tmp_path,
-                                                                      packaged_model_dir):
-    for p in packaged_model_dir.iterdir():
+def test_decoder_without_pad_token_gets_eos_on_tokenizer_and_config(tmp_path, tiny_gemma_dir):
+    for p in tiny_gemma_dir.iterdir():
         if not p.name.startswith("tokenizer"):
             (tmp_path / p.name).symlink_to(p)
-    original = AutoTokenizer.from_pretrained(packaged_model_dir)
+    original = AutoTokenizer.from_pretrained(tiny_gemma_dir)
     original.pad_token = None
     original.save_pretrained(tmp_path)
     assert AutoTokenizer.from_pretrained(tmp_path).pad_token is None

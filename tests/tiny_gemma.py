@@ -14,6 +14,10 @@ come from ``torch.manual_seed(0)``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import Gemma3TextConfig, PreTrainedTokenizerFast
 
 # Gemma's ids for its special tokens (google/gemma-3-270m's config.json).
 SPECIAL = ["<pad>", "<eos>", "<bos>", "<unk>"]
@@ -32,10 +36,10 @@ CORPUS = [
 ]
 
 
-def tiny_tokenizer():  # -> PreTrainedTokenizerFast
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
     """A byte-level BPE tokenizer with Gemma's special tokens that adds BOS, as Gemma's
-    does; every text encodes (unknown characters fall back to bytes); the tests' Chinese label words split as
-    Gemma 3 splits them."""
+    does; every text encodes (unknown characters fall back to bytes), and the tests'
+    Chinese label words split as Gemma 3 splits them."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -55,7 +59,7 @@ def tiny_tokenizer():  # -> PreTrainedTokenizerFast
                                    padding_side="left")
 
 
-def tiny_config(vocab_size: int):  # -> Gemma3TextConfig
+def tiny_config(vocab_size: int) -> Gemma3TextConfig:
     """Gemma 3 270M's layout (a sliding-window layer, then a full one) made tiny."""
     from transformers import Gemma3TextConfig
 
