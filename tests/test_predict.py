@@ -79,12 +79,12 @@ def test_predict_equals_evaluate_on_the_test_split(trained, loaded):
     model, encoder, record, _ = loaded
     texts = [json.loads(line)["text"] for line in
              (trained / "split" / "test.jsonl").read_text(encoding="utf-8").splitlines()]
-    got = predict(model, encoder, record["labels"], texts, batch_size=8)
+    got = predict(model, encoder, record.labels, texts, batch_size=8)
     expected = _evaluate_predictions(trained)
     assert [p.label for p in got] == [row["predicted"] for row in expected]
     for p, row in zip(got, expected, strict=True):
         assert p.probabilities is not None
-        for label in record["labels"]:
+        for label in record.labels:
             assert p.probabilities[label] == pytest.approx(float(row[f"p_{label}"]), abs=1e-5)
 
 
@@ -148,11 +148,11 @@ def test_predict_table_in_a_terminal_has_no_progress_bar_in_it(tiny_run):
 
 def test_empty_and_very_long_texts_get_defined_results(loaded):
     model, encoder, record, _ = loaded
-    empty, blank, long = predict(model, encoder, record["labels"], ["", "   ", "bad " * 2500],
+    empty, blank, long = predict(model, encoder, record.labels, ["", "   ", "bad " * 2500],
                                  batch_size=8)
     assert (empty.label, empty.probabilities, empty.note) == (None, None, "empty text")
     assert blank.label is None
-    assert long.label in record["labels"] and len(long.text) == 10_000
+    assert long.label in record.labels and len(long.text) == 10_000
     assert long.probabilities is not None
     assert sum(long.probabilities.values()) == pytest.approx(1.0)
 
@@ -234,7 +234,7 @@ def test_export_loads_with_plain_transformers_and_predicts_the_same(trained, loa
                                saved["max_length"])
     got = probabilities(score_texts(merged, enc, texts, 8))
     np.testing.assert_allclose(got, expected, atol=1e-4)
-    assert merged.config.id2label == dict(enumerate(record["labels"]))
+    assert merged.config.id2label == dict(enumerate(record.labels))
 
     # The README's snippet, run as written from inside the folder after the folder was
     # moved, gives the same labels.
@@ -254,5 +254,5 @@ def test_export_loads_with_plain_transformers_and_predicts_the_same(trained, loa
         os.chdir(cwd)
     for text, row in zip(texts, expected, strict=True):
         label, probs = namespace["classify"](text)
-        assert label == record["labels"][int(np.argmax(row))]
+        assert label == record.labels[int(np.argmax(row))]
         assert list(probs.values()) == pytest.approx(list(row), abs=1e-4)
