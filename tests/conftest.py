@@ -9,8 +9,10 @@ The tiers (pyproject.toml's markers; `make test` runs them in this order):
 - ``slow``: end to end in subprocesses, on the session's tiny repo (:func:`tiny_run`)
   and its copies (:func:`tiny_copy`).
 
-A test that asks for a fixture of a later tier than its own is refused at collection,
-and in the fast tier the packaged Gemma cannot be converted at all (:func:`_tier_guard`).
+A selected test that asks for a fixture of a later tier than its own is refused at
+collection, and in the fast tier ``lorasent.fetch._packaged_gemma`` (what
+``packaged:gemma-3-270m``, the bench and the integration fixtures convert the packaged
+Gemma through) fails the test (:func:`_tier_guard`).
 Each tier has a time limit per test, setup included (:data:`TIME_LIMIT_S`), unless the
 test sets its own ``pytest.mark.timeout``.
 """
@@ -50,9 +52,10 @@ def tier(item: pytest.Item) -> str:
                 "fast")
 
 
+@pytest.hookimpl(trylast=True)  # after -m and -k: a test not selected stops nothing
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test gets its tier's time limit; a test that uses a fixture of a later tier
-    than its own stops the run at collection, naming the marker to add."""
+    """Every selected test gets its tier's time limit; one that uses a fixture of a later
+    tier than its own stops the run at collection, naming the marker to add."""
     wrong = []
     for item in items:
         own = tier(item)
