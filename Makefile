@@ -31,7 +31,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 	docker-build docker-run docker-build-cpu docker-run-cpu
 
 help:  ## Show the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-17s %s\n", $$1, $$2}'
 
 # torch first (unless the venv sees one), then the lock with --no-deps so that nothing
 # it holds can pull in another torch build.
@@ -71,10 +71,8 @@ smoke: $(STAMP)  ## A 2-minute run of all five stages on a tiny split (configs/s
 # end to end; make stops at the first tier that fails. PYTEST_ARGS goes to each.
 FAST := -m "not integration and not slow"
 INTEGRATION := -m "integration and not slow"
-test: $(STAMP) browser  ## Set up if needed, then all three test tiers, fast first, stopping at the first that fails
-	$(BIN)/python -m pytest $(FAST) $(PYTEST_ARGS)
-	$(BIN)/python -m pytest $(INTEGRATION) $(PYTEST_ARGS)
-	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
+# Prerequisites run in the order given (no -j), and make stops at the first that fails.
+test: test-fast test-integration test-e2e  ## Set up if needed, then all three test tiers, fast first, stopping at the first that fails
 
 test-fast: $(STAMP)  ## The fast tier: pure tests and mechanics on a tiny random Gemma (90 s budget)
 	$(BIN)/python -m pytest $(FAST) $(PYTEST_ARGS)

@@ -5,7 +5,7 @@ and full layers, tied embeddings, Gemma's special token ids pad 0, eos 1, bos 2,
 at about 31,000 weights, with a byte-level BPE tokenizer of 392 tokens
 trained here on the prompts and texts of the tests. Its scores mean nothing; what the
 fast tier checks on it is mechanics: exact label scoring, batching, padding, the shared
-prompt start, the loss, training and resuming.
+prompt start in scoring and training, the loss and its LoRA gradients.
 
 The same bytes every time: the tokenizer's training is deterministic and the weights
 come from ``torch.manual_seed(0)``.
