@@ -146,13 +146,14 @@ def gemma(packaged_model_dir: Path) -> tuple[torch.nn.Module, PreTrainedTokenize
 # ---------------------------------------------------------- the end-to-end tier's run
 
 @pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory: pytest.TempPathFactory, packaged_model_dir: Path) -> Path:
-    """The tiny repo (tests/tiny_repo.py) after one ``dvc repro``, its run committed:
-    read it, never change it; a test that changes a repo takes :func:`tiny_copy`."""
+def tiny_run(tmp_path_factory: pytest.TempPathFactory, tiny_gemma_dir: Path) -> Path:
+    """The tiny repo (tests/tiny_repo.py) on :func:`tiny_gemma_dir` after one ``dvc
+    repro``, its run committed: read it, never change it; a test that changes a repo
+    takes :func:`tiny_copy`."""
     from tiny_repo import make_tiny_run
 
     folder = tmp_path_factory.mktemp("tiny-run")
-    return make_tiny_run(folder / "repo", folder / "dvc-cache")
+    return make_tiny_run(folder / "repo", folder / "dvc-cache", tiny_gemma_dir)
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""End to end: `dvc repro` on a copy of the repo, real packaged corpus and Gemma, tiny sizes."""
+"""End to end: `dvc repro` on a copy of the repo: the packaged corpus, tiny sizes, the tiny
+random Gemma 3 (tests/tiny_repo.py)."""
 
 import json
 import re
@@ -6,6 +7,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
+from lorasent.params import read_yaml
 
 from tiny_repo import (
     GIT,
@@ -180,9 +183,10 @@ def test_killed_training_resumes_to_the_same_outputs(repo):
     assert {p.name: p.read_bytes() for p in (repo / "models/adapter").iterdir()} == adapter
     assert {name: (repo / name).read_bytes() for name in kept} == kept
     assert read(repo, "metrics/provenance/train.json")["resumed_from_step"] in (2, 3)
-    assert "train.share_prefix: the 18 tokens every prompt starts with (BOS and the " \
+    # 26 of the tiny Gemma's BPE tokens (18 of Gemma 3's)
+    assert "train.share_prefix: the 26 tokens every prompt starts with (BOS and the " \
         "instruction) run once per batch\n" in out
-    assert read(repo, "metrics/provenance/train.json")["shared_start_tokens"] == 18
+    assert read(repo, "metrics/provenance/train.json")["shared_start_tokens"] == 26
     leftovers = [*repo.glob("metrics/.*.tmp"), *repo.glob("models/.*.tmp"),
                  *repo.glob("checkpoints")]
     assert leftovers == []
@@ -243,7 +247,10 @@ def test_lora_rank_reruns_train_and_evaluate_only(repo):
 def test_seq_cls_experiment_is_compared_key_by_key(repo):
     run(repo, "git", "add", "-A")
     run(repo, *GIT, "commit", "-q", "-m", "generative run")
+    model = read_yaml((repo / "params.yaml").read_text(encoding="utf-8"), "params.yaml")[
+        "base"]["model"]
     run(repo, "lorasent", "preset", "configs/cpu-gemma270m-seqcls-tweets.yaml")
+    set_params(repo, {"base": {"model": model}})  # the preset's, but on the tiny Gemma
     run(repo, "dvc", "exp", "run", "-n", "seqcls")
 
     shown = json.loads(run(repo, "dvc", "exp", "show", "--json"))

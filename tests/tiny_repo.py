@@ -1,7 +1,10 @@
 """A copy of this repo with tiny sizes, for the end-to-end tests (`dvc repro`, `dvc exp`).
 
-The real packaged corpus and Gemma, 24 training rows, 3 optimiser steps (a checkpoint
-after each, for the kill-and-resume tests), 24 test rows. The session runs it once
+The real packaged corpus, the tiny random Gemma 3 of tests/tiny_gemma.py as base model
+(``base.model`` a local folder: each stage's time is then Python's imports, not the
+model; the packaged Gemma runs the five stages in the integration tier), 24 training
+rows, 3 optimiser steps (a checkpoint after each, for the kill-and-resume tests), 24
+test rows. The session runs it once
 (conftest's ``tiny_run``, :func:`make_tiny_run`); a test that changes it works on a clone
 (:func:`clone_run`) that shares its DVC cache, so nothing is trained twice for the same
 params.
@@ -97,11 +100,12 @@ def copy_repo(dest: Path) -> Path:
 GIT = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
 
 
-def make_tiny_run(dest: Path, cache: Path) -> Path:
-    """``dest`` as a git repo holding this repo at tiny sizes, after one ``dvc repro``
-    whose run (``dvc.lock``, ``metrics/``) is committed; its DVC cache in ``cache``."""
+def make_tiny_run(dest: Path, cache: Path, base_model: Path) -> Path:
+    """``dest`` as a git repo holding this repo at tiny sizes on the model folder
+    ``base_model``, after one ``dvc repro`` whose run (``dvc.lock``, ``metrics/``) is
+    committed; its DVC cache in ``cache``."""
     root = copy_repo(dest)
-    set_params(root, TINY)
+    set_params(root, {**TINY, "base": {"model": str(base_model)}})
     run(root, "git", "init", "-q")
     run(root, "dvc", "cache", "dir", "--local", str(cache))
     run(root, "git", "add", "-A")
