@@ -117,8 +117,8 @@ def test_stage_deps_are_its_import_closure(stage):
 @pytest.mark.slow
 def test_the_closures_hold_what_writes_and_maps_the_outputs():
     assert closure("fetch") - set(EXEMPT) == {
-        "fetch", "artifacts", "cli", "environment", "errors", "launch", "params", "paths",
-        "tables"}
+        "fetch", "artifacts", "cli", "environment", "errors", "launch", "modes", "params",
+        "paths", "tables"}
     assert closure("train") - closure("fetch") == {"train", "contracts", "metrics", "modeling",
                                                    "scoring"}
     assert closure("evaluate") - closure("train") == {"evaluate", "statistics"}

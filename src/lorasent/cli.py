@@ -182,10 +182,11 @@ def split(params: Params) -> str:
 def baseline(params: Params) -> str:
     """Majority-class and zero-shot baselines on the test split."""
     from lorasent.baseline import run_baseline
+    from lorasent.modes import no_zero_shot_cell
 
     result = run_baseline(base=params.base, prompt=params.prompt, mode=params.train.mode,
                           batch_size=params.evaluate.batch_size, params_record=_record(params))
-    zero_shot = ("none (seq_cls: a fresh head has no zero-shot answer)"
+    zero_shot = (no_zero_shot_cell(params.train.mode)
                  if result.zero_shot_accuracy is None else f"{result.zero_shot_accuracy:.4f}")
     return f"majority-class accuracy {result.majority_accuracy:.4f}, zero-shot accuracy {zero_shot}"
 
@@ -479,6 +480,7 @@ def metrics() -> None:
     import json
 
     from lorasent.contracts import EvalMetrics, read
+    from lorasent.modes import MODES
     from lorasent.paths import BASELINE_METRICS, EVAL_METRICS
     from lorasent.review.collect import workspace_staleness
     from lorasent.statistics import with_interval
@@ -505,8 +507,9 @@ def metrics() -> None:
               for label, scores in m.per_class.items()),
             ("majority-class baseline",
              f"{base.majority_accuracy:.4f}  (always `{base.majority_class}`)"),
-            ("zero-shot baseline", "none (seq_cls)" if not zero_shot else
-             f"{baseline('accuracy')}  macro-F1 {baseline('macro_f1')}")]
+            ("zero-shot baseline",
+             f"{baseline('accuracy')}  macro-F1 {baseline('macro_f1')}" if zero_shot
+             else f"none ({m.mode})" if m.mode and not MODES[m.mode].zero_shot else "none")]
     click.echo(f"{EVAL_METRICS}: {m.test_rows} test rows, {m.mode} mode"
                + (f"; [95% interval: {method.method}, {method.resamples:,} resamples]"
                   if method else ""))

@@ -25,6 +25,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from lorasent.errors import LorasentError
+from lorasent.modes import ModeName
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -46,12 +47,13 @@ class BaseModelRef(_Contract):
 class AdapterRecord(_Contract):
     """``lorasent.json``: what scoring needs beside the adapter's weights.
 
-    Written by ``lorasent.train`` (fields in this order; the generative fields or
-    ``head``, never both) and by ``lorasent.predict.export_merged`` (``exported_from``
-    added); read by ``lorasent.modeling.read_adapter_record``.
+    Written by ``lorasent.train`` (fields in this order; of the fields that depend on
+    the mode, only those of its ``record_fields`` in :data:`lorasent.modes.MODES`: the
+    generative fields or ``head``, never both) and by ``lorasent.predict.export_merged``
+    (``exported_from`` added); read by ``lorasent.modeling.read_adapter_record``.
     """
 
-    mode: Literal["generative", "seq_cls"]  # ``train.mode``
+    mode: ModeName                           # ``train.mode``
     labels: list[str]                        # the classes, id ``i`` is ``labels[i]``
     label2id: dict[str, int]                 # ``{label: id}``, the same order
     max_length: int                          # ``prompt.max_length``, in tokens
@@ -125,7 +127,7 @@ class EvalMetrics(_Contract):
     labels: list[str]                              # ``base.labels``
     test_rows: int
     baseline: BaselineSummary
-    mode: Literal["generative", "seq_cls"] | None = None  # the adapter's ``train.mode``
+    mode: ModeName | None = None  # the adapter's ``train.mode``
     reference: Literal["zero_shot", "majority"]    # the baseline of the error reduction
     reference_note: str | None = None  # why the reference is not ``evaluate.reference``
     reference_accuracy: float

@@ -45,6 +45,7 @@ import os
 import shutil
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -80,6 +81,7 @@ from lorasent.errors import LorasentError
 from lorasent.launch import barrier, is_main, rank_and_world
 from lorasent.metrics import classification_metrics
 from lorasent.modeling import load_model_and_prompt
+from lorasent.modes import MODES, Mode
 from lorasent.params import BaseParams, PromptParams, TrainParams
 from lorasent.paths import (
     ADAPTER_DIR,
@@ -386,7 +388,7 @@ def mean_loss(log_history: list[dict[str, Any]]) -> float | None:
 # The modules whose code the adapter depends on: the train stage's deps in dvc.yaml (its
 # import closure, checked by tests/test_dvc_deps.py).
 TRAIN_CODE = ("train", "artifacts", "cli", "contracts", "environment", "errors", "launch",
-              "metrics", "modeling", "params", "paths", "scoring", "tables")
+              "metrics", "modeling", "modes", "params", "paths", "scoring", "tables")
 CHECKPOINT_RECORD = "lorasent-checkpoint.json"
 
 
@@ -608,6 +610,31 @@ def _checkpoint_step(path: str | Path | None) -> int | None:
     return int(str(path).rsplit("-", 1)[1]) if path else None
 
 
+def mode_fields(mode: Mode, *, prompt: PromptParams, labels: list[str], encoder: Encoder,
+                model: Any) -> dict[str, Any]:
+    """The adapter record's fields that ``mode`` alone writes (its ``record_fields``,
+    :data:`lorasent.modes.MODES`), each made from what the train stage has at hand.
+
+    Args:
+        encoder: the mode's encoder (label token ids: a :class:`PromptEncoder`'s).
+        model: the peft model (``head``: the modules it saves in full).
+
+    Raises:
+        KeyError: a record field that no entry here makes.
+    """
+    def label_token_ids() -> list[list[int]]:
+        assert isinstance(encoder, PromptEncoder), "only a PromptEncoder has label words"
+        return [list(ids) for ids in encoder.label_ids]
+
+    made: dict[str, Callable[[], Any]] = {
+        "label_words": lambda: [prompt.label_words[label] for label in labels],
+        "label_token_ids": label_token_ids,
+        "template": lambda: prompt.template,
+        "head": lambda: sorted(model.modules_to_save or ()),
+    }
+    return {name: made[name]() for name in mode.record_fields}
+
+
 def class_weights(scheme: str, label_ids: list[int], num_labels: int) -> np.ndarray:
     """Per-class loss weights, float64 (K,).
 
@@ -689,7 +716,7 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
                          "length": len(example["input_ids"])})
 
     model = get_peft_model(model.train(), LoraConfig(
-        task_type="SEQ_CLS" if train.mode == "seq_cls" else "CAUSAL_LM", r=train.lora.r,
+        task_type=MODES[train.mode].peft_task_type, r=train.lora.r,
         # peft annotates lora_alpha int but scales by alpha / r, so the float params allow works
         lora_alpha=train.lora.lora_alpha,  # type: ignore[arg-type]
         lora_dropout=train.lora.lora_dropout,
@@ -708,18 +735,12 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
         inputs["validation.jsonl"] = sha256_file(split_dir / "validation.jsonl")
     if train.accelerate_config:
         inputs["accelerate_config"] = sha256_file(train.accelerate_config)
-    if isinstance(encoder, PromptEncoder):
-        by_mode: dict[str, Any] = {
-            "label_words": [prompt.label_words[label] for label in labels],
-            "label_token_ids": [list(ids) for ids in encoder.label_ids],
-            "template": prompt.template}
-    else:
-        by_mode = {"head": sorted(model.modules_to_save or ())}
     record = AdapterRecord(
         mode=train.mode, labels=labels, label2id={label: i for i, label in enumerate(labels)},
         max_length=prompt.max_length,
         base_model=BaseModelRef(source=base.model, sha256=base_manifest["sha256"]),
-        params=params_record, **by_mode)
+        params=params_record, **mode_fields(MODES[train.mode], prompt=prompt, labels=labels,
+                                            encoder=encoder, model=model))
     # The loss history goes to a temporary folder that replaces metrics/train only when
     # the adapter is saved: a failed run leaves the last good history and adapter.
     # In a launched run (lorasent.launch) every process trains; only the main one writes.
