@@ -14,9 +14,9 @@ from conftest import REPO
 from lorasent.contracts import AdapterRecord, EvalMetrics
 from lorasent.modes import DEFAULT_MODE, MODES, Mode, ModeName, no_zero_shot_cell
 from lorasent.params import TrainParams
-from lorasent.predict import Evaluation, export_readme
 from lorasent.scoring import ENCODERS, PromptEncoder
-from lorasent.train import mode_fields
+from lorasent.stages.train import mode_fields
+from lorasent.tools.predict import Evaluation, export_readme
 
 SRC = REPO / "src" / "lorasent"
 LABELS = ["negative", "neutral", "positive"]

@@ -1,6 +1,6 @@
 """run_train's output, pinned byte for byte on the tiny random Gemma (fast tier).
 
-A golden reference for refactoring :func:`lorasent.train.run_train` (issue 29, item 6):
+A golden reference for refactoring :func:`lorasent.stages.train.run_train` (issue 29, item 6):
 the SHA-256 values below were recorded from the code before its split into setup steps,
 so a change that moves a random draw (LoRA's init, the head's init, the data order,
 a dropout mask), a param or a record field shows here.
@@ -110,7 +110,7 @@ PROVENANCE_FIELDS = ("trainable_parameters", "total_parameters", "steps", "resum
 @pytest.fixture(scope="module")
 def tiny_base(tiny_gemma_dir, tmp_path_factory) -> Path:
     """The tiny Gemma fetched as a base model folder (with its manifest)."""
-    from lorasent.fetch import fetch_model
+    from lorasent.stages.fetch import fetch_model
 
     out = tmp_path_factory.mktemp("recipe") / "base"
     fetch_model(str(tiny_gemma_dir), out)

@@ -3,9 +3,9 @@
 - :class:`AdapterRecord`, ``models/adapter/lorasent.json``: written by the train stage
   (and by ``lorasent export`` beside the merged model, with ``exported_from``); read by
   ``lorasent.modeling`` (evaluate, predict, export, the device check load the adapter
-  through it) and by ``lorasent.predict``'s model card.
+  through it) and by ``lorasent.tools.predict``'s model card.
 - :class:`EvalMetrics`, ``metrics/eval.json``: written by the evaluate stage; read by
-  ``lorasent metrics``, the export's model card (``lorasent.predict``), ``lorasent
+  ``lorasent metrics``, the export's model card (``lorasent.tools.predict``), ``lorasent
   compare``, ``lorasent pr-comment`` and ``lorasent seeds`` (``lorasent.review``), and
   by DVC (``dvc metrics diff``, ``make exp-show``'s columns, the pull-request workflow).
 
@@ -47,9 +47,9 @@ class BaseModelRef(_Contract):
 class AdapterRecord(_Contract):
     """``lorasent.json``: what scoring needs beside the adapter's weights.
 
-    Written by ``lorasent.train`` (fields in this order; of the fields that depend on
+    Written by ``lorasent.stages.train`` (fields in this order; of the fields that depend on
     the mode, only those of its ``record_fields`` in :data:`lorasent.modes.MODES`: the
-    generative fields or ``head``, never both) and by ``lorasent.predict.export_merged``
+    generative fields or ``head``, never both) and by ``lorasent.tools.predict.export_merged``
     (``exported_from`` added); read by ``lorasent.modeling.read_adapter_record``.
     """
 
@@ -100,7 +100,7 @@ class IntervalMethod(_Contract):
 
 
 class EvalMetrics(_Contract):
-    """``metrics/eval.json``, written by ``lorasent.evaluate``; every key in this order.
+    """``metrics/eval.json``, written by ``lorasent.stages.evaluate``; every key in this order.
 
     Accuracy, macro-F1 and the relative error reduction are fractions in [0, 1] (the
     relative error reduction may be negative), each followed by its 95% interval's

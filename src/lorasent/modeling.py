@@ -66,7 +66,7 @@ def load_seq_cls(model_dir: str | Path, *, labels: list[str], dtype: torch.dtype
     The pad token goes on the model config too: a decoder's head reads the last token
     that is not padding, found through ``config.pad_token_id``. The names of the weights
     the checkpoint lacks (the head, initialised at random) are kept in
-    ``model.newly_initialized`` (list of str), for :func:`lorasent.train.check_head_saved`;
+    ``model.newly_initialized`` (list of str), for :func:`lorasent.stages.train.check_head_saved`;
     ``quiet`` silences transformers' report of them (an adapter will bring the head).
     """
     from transformers import AutoModelForSequenceClassification

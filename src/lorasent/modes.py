@@ -52,7 +52,7 @@ class Mode:
             ``zero_shot_note``, and ``metrics/eval.json``'s ``reference_note`` when
             ``evaluate.reference: zero_shot`` falls back to the majority class.
         model_card: the exported model's README (``lorasent export``), a
-            :meth:`str.format` template (:func:`lorasent.predict.export_readme` gives
+            :meth:`str.format` template (:func:`lorasent.tools.predict.export_readme` gives
             the keys).
     """
 

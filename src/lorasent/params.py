@@ -121,7 +121,7 @@ class BaseParams(_Section):
 
 
 class DataParams(_Section):
-    """Where the corpus comes from (see ``lorasent.fetch`` for the sources)."""
+    """Where the corpus comes from (see ``lorasent.stages.fetch`` for the sources)."""
 
     source: str = Field(min_length=1)
     text_column: str

@@ -387,7 +387,7 @@ def mean_loss(log_history: list[dict[str, Any]]) -> float | None:
 
 # The modules whose code the adapter depends on: the train stage's deps in dvc.yaml (its
 # import closure, checked by tests/test_dvc_deps.py).
-TRAIN_CODE = ("train", "artifacts", "cli", "contracts", "environment", "errors", "launch",
+TRAIN_CODE = ("stages.train", "artifacts", "cli", "contracts", "environment", "errors", "launch",
               "metrics", "modeling", "modes", "params", "paths", "scoring", "tables")
 CHECKPOINT_RECORD = "lorasent-checkpoint.json"
 
