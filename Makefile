@@ -94,14 +94,14 @@ browser:  ## Install Chromium from Debian's apt if no Chromium or Chrome is on P
 
 BENCH_ARGS ?=
 bench: $(STAMP)  ## Measure train and eval speed against the seeds' ways; writes bench/results.{json,md}
-	$(BIN)/python -m lorasent.bench $(BENCH_ARGS)
+	$(BIN)/python -m lorasent.tools.bench $(BENCH_ARGS)
 
 # Once on every machine lent a GPU (NVIDIA or ROCm), its results committed: doctor, the
 # bench on the GPU, and the small pipeline on the GPU against the CPU (docs/rocm.md).
 # E.g. make device-check DEVICE_CHECK_ARGS="--peak-tflops 989"
 DEVICE_CHECK_ARGS ?=
 device-check: $(STAMP)  ## GPU check: doctor, bench on the GPU, pipeline GPU vs CPU; writes bench/results-gpu.{json,md}
-	$(BIN)/python -m lorasent.device_check $(DEVICE_CHECK_ARGS)
+	$(BIN)/python -m lorasent.tools.device_check $(DEVICE_CHECK_ARGS)
 
 # `dvc exp show` narrowed to what a sweep is read by: accuracy, macro-F1 and the relative
 # error reduction with their 95% intervals, each class's F1, the mean training loss, and

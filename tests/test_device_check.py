@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from conftest import REPO
-from lorasent import device_check
-from lorasent.bench import markdown as bench_markdown
-from lorasent.device_check import (
+from lorasent.errors import LorasentError
+from lorasent.tools import device_check
+from lorasent.tools.bench import markdown as bench_markdown
+from lorasent.tools.device_check import (
     MIN_AGREEMENT,
     agreement_passes,
     compare_pipelines,
@@ -20,7 +21,6 @@ from lorasent.device_check import (
     markdown,
     write_report,
 )
-from lorasent.errors import LorasentError
 
 HEADER = "id,actual,predicted,p_negative,p_neutral,p_positive\n"
 
@@ -92,7 +92,7 @@ def _bench():
                                                           "accuracy": 0.4},
                                               "seed000": {"examples_per_s": 30.0,
                                                           "accuracy": 0.3}}}}}
-    from lorasent.bench import summarise
+    from lorasent.tools.bench import summarise
 
     return {"machine": {"cpu": "AMD EPYC", "cores": 16, "torch": "2.8.0", "device": "cuda",
                         "gpu": "NVIDIA H200"},
@@ -113,7 +113,8 @@ def _report(passed=True, bench_error=None):
                               "only_in_b": 0, "accuracy_a": 0.37, "accuracy_b": 0.37,
                               "differing": []},
                 "min_agreement": 0.98, "passed": passed}
-    return {"date": "2026-12-01 10:00 UTC", "command": ["python", "-m", "lorasent.device_check"],
+    return {"date": "2026-12-01 10:00 UTC",
+            "command": ["python", "-m", "lorasent.tools.device_check"],
             "machine": {"torch": "2.8.0", "cuda": "12.8", "hip": None, "gpu": "NVIDIA H200",
                         "arch": "sm_90", "cpu": "AMD EPYC", "cpu_count": 16},
             "min_agreement": 0.98,
@@ -237,7 +238,7 @@ def test_make_device_check_runs_the_module_after_setup():
     out = subprocess.run(["make", "-n", "device-check", "LORASENT_SYSTEM_PYTHON=1",
                           "DEVICE_CHECK_ARGS=--peak-tflops 989"], cwd=REPO,
                          capture_output=True, text=True, check=True).stdout
-    assert out.splitlines()[-1].endswith("/python -m lorasent.device_check --peak-tflops 989")
+    assert out.splitlines()[-1].endswith("/python -m lorasent.tools.device_check --peak-tflops 989")
     help_ = subprocess.run(["make", "help"], cwd=REPO, capture_output=True, text=True,
                            check=True).stdout
     assert "make device-check" in help_

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import REPO
 from lorasent.params import read_yaml
-from lorasent.train import TRAIN_CODE
+from lorasent.stages.train import TRAIN_CODE
 
 SRC = REPO / "src" / "lorasent"
 DVC = read_yaml((REPO / "dvc.yaml").read_text(encoding="utf-8"), "dvc.yaml")
@@ -48,16 +48,17 @@ def _imports(nodes: list[ast.stmt]) -> set[str]:
             if node.module == "lorasent":
                 found |= {alias.name for alias in node.names}
             elif node.module.startswith("lorasent."):
-                found.add(node.module.split(".")[1])
+                found.add(node.module.removeprefix("lorasent."))
         elif isinstance(node, ast.Import):
-            found |= {alias.name.split(".")[1] for alias in node.names
+            found |= {alias.name.removeprefix("lorasent.") for alias in node.names
                       if alias.name.startswith("lorasent.")}
         todo += ast.iter_child_nodes(node)
     return found
 
 
 def _module(name: str) -> ast.Module:
-    return ast.parse((SRC / f"{name}.py").read_text(encoding="utf-8"))
+    """The module ``lorasent.<name>`` (``name`` dotted below the package: ``stages.train``)."""
+    return ast.parse((SRC / f"{name.replace('.', '/')}.py").read_text(encoding="utf-8"))
 
 
 def _cli_roots(stage: str) -> list[ast.stmt]:
@@ -82,7 +83,7 @@ def _cli_roots(stage: str) -> list[ast.stmt]:
 def closure(stage: str) -> set[str]:
     """The lorasent modules ``lorasent <stage>`` can run, cli included."""
     seen: set[str] = set()
-    todo = ["cli", stage, *_imports(_cli_roots(stage))]
+    todo = ["cli", f"stages.{stage}", *_imports(_cli_roots(stage))]
     while todo:
         name = todo.pop()
         if name not in seen:
@@ -93,15 +94,15 @@ def closure(stage: str) -> set[str]:
 
 
 def _declared_code(stage: str) -> list[str]:
-    return [dep.removeprefix("src/lorasent/").removesuffix(".py")
+    return [dep.removeprefix("src/lorasent/").removesuffix(".py").replace("/", ".")
             for dep in DVC["stages"][stage]["deps"] if dep.startswith("src/")]
 
 
 def test_the_walk_follows_imports_inside_functions():
     # cli imports the stage module inside the stage's function, and params imports
     # artifacts inside update_params: both are followed
-    assert "train" in _imports(_cli_roots("train"))
-    assert "review" not in _imports(_cli_roots("train"))
+    assert "stages.train" in _imports(_cli_roots("train"))
+    assert not any(name.startswith("review") for name in _imports(_cli_roots("train")))
     assert "artifacts" in _imports(_module("params").body)
     # statistics names metrics only for the type checker
     assert "metrics" not in _imports(_module("statistics").body)
@@ -117,11 +118,11 @@ def test_stage_deps_are_its_import_closure(stage):
 @pytest.mark.slow
 def test_the_closures_hold_what_writes_and_maps_the_outputs():
     assert closure("fetch") - set(EXEMPT) == {
-        "fetch", "artifacts", "cli", "environment", "errors", "launch", "params", "paths",
-        "tables"}
-    assert closure("train") - closure("fetch") == {"train", "contracts", "metrics", "modeling",
-                                                   "scoring"}
-    assert closure("evaluate") - closure("train") == {"evaluate", "statistics"}
+        "stages.fetch", "artifacts", "cli", "environment", "errors", "launch", "modes",
+        "params", "paths", "tables"}
+    assert closure("train") - closure("fetch") == {"stages.train", "contracts", "metrics",
+                                                   "modeling", "scoring"}
+    assert closure("evaluate") - closure("train") == {"stages.evaluate", "statistics"}
 
 
 def test_exempt_modules_are_in_some_closure():

@@ -38,7 +38,7 @@ def test_command_resolves_to_a_cli_command(stage):
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_stage_depends_on_its_own_module(stage):
-    assert f"src/lorasent/{stage}.py" in DVC["stages"][stage]["deps"]
+    assert f"src/lorasent/stages/{stage}.py" in DVC["stages"][stage]["deps"]
 
 
 @pytest.mark.parametrize("stage", STAGES)

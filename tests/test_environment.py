@@ -137,7 +137,7 @@ def test_doctor_fails_on_rocm_params_with_this_cpu_wheel(tmp_path, monkeypatch):
 
 
 def test_train_checks_the_environment_before_loading_the_model(params, tmp_path, monkeypatch):
-    from lorasent.train import run_train
+    from lorasent.stages.train import run_train
 
     monkeypatch.setattr(environment, "flash_attn_available", lambda: False)
     (tmp_path / "split").mkdir()

@@ -14,7 +14,7 @@ from lorasent.artifacts import atomic_dir, write_json
 from lorasent.cli import main
 from lorasent.errors import LorasentError
 from lorasent.scoring import TextEncoder
-from lorasent.train import NonFiniteLossError
+from lorasent.stages.train import NonFiniteLossError
 
 
 @pytest.mark.integration

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from conftest import CASES
-from lorasent import fetch
-from lorasent.fetch import (
+from lorasent.stages import fetch
+from lorasent.stages.fetch import (
     SourceError,
     dataset_source_kind,
     fetch_model,

@@ -21,7 +21,6 @@ from click.testing import CliRunner
 from lorasent import modeling
 from lorasent.artifacts import combined_sha256, jsonl_text, sha256_file, sha256_tree
 from lorasent.cli import main
-from lorasent.fetch import fetch_model
 from lorasent.modeling import (
     BaseModelChangedError,
     check_base_files,
@@ -33,6 +32,7 @@ from lorasent.modeling import (
 from lorasent.params import merge, parse_params
 from lorasent.paths import cache_root
 from lorasent.scoring import PromptError, label_token_ids
+from lorasent.stages.fetch import fetch_model
 
 ADAPTER = "models/adapter"
 

@@ -14,8 +14,8 @@ from conftest import REPO
 from lorasent import environment
 from lorasent.cli import main
 from lorasent.environment import params_choice
-from lorasent.fetch import SourceError, read_source
 from lorasent.params import update_params
+from lorasent.stages.fetch import SourceError, read_source
 
 TWEETS = "text,label\n" + "".join(f"{label} tweet number {i},{label}\n"
                                   for i in range(4)

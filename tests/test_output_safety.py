@@ -32,7 +32,7 @@ from lorasent.artifacts import (
     marker_text,
 )
 from lorasent.cli import main
-from lorasent.predict import Prediction, write_predictions, written_by_predict
+from lorasent.tools.predict import Prediction, write_predictions, written_by_predict
 from test_compare import make_metrics_repo
 
 LABELS = ["negative", "neutral", "positive"]

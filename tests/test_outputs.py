@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from lorasent.artifacts import atomic_dir, atomic_open, atomic_write_text, sha256_file
 from lorasent.cli import main
 from lorasent.contracts import AdapterRecord, EvalMetrics, dump
-from lorasent.predict import (
+from lorasent.tools.predict import (
     Prediction,
     adapter_evaluation,
     evaluation_section,
@@ -218,7 +218,7 @@ FAKE_MODEL = textwrap.dedent("""
     import types
     import numpy as np
     from tqdm.auto import tqdm
-    import lorasent.modeling, lorasent.predict
+    import lorasent.modeling, lorasent.tools.predict
     from lorasent.cli import main
 
     def load_trained_model(adapter_dir, base_dir, device=None, device_option=None):
@@ -232,7 +232,7 @@ FAKE_MODEL = textwrap.dedent("""
         return np.log(np.tile([0.2, 0.3, 0.5], (len(texts), 1)))
 
     lorasent.modeling.load_trained_model = load_trained_model
-    lorasent.predict.score_texts = score_texts
+    lorasent.tools.predict.score_texts = score_texts
     main(sys.argv[1:])
 """)
 

@@ -81,7 +81,7 @@ def test_outputs_and_provenance(repo):
 
 
 def test_intervals_row_ids_and_the_stage_line(repo):
-    from lorasent.split import row_id
+    from lorasent.stages.split import row_id
     from lorasent.statistics import METHOD
 
     m, baseline = read(repo, "metrics/eval.json"), read(repo, "metrics/baseline.json")

@@ -11,19 +11,19 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from lorasent.baseline import run_baseline
 from lorasent.cli import main
 from lorasent.contracts import AdapterRecord, EvalMetrics
-from lorasent.evaluate import run_evaluate
-from lorasent.fetch import fetch_dataset, fetch_model
 from lorasent.metrics import probabilities
 from lorasent.modeling import AdapterMismatchError, load_trained_model
 from lorasent.params import merge, parse_params
-from lorasent.predict import open_inputs, predict
 from lorasent.scoring import PromptEncoder, score_texts
-from lorasent.split import run_split
+from lorasent.stages.baseline import run_baseline
+from lorasent.stages.evaluate import run_evaluate
+from lorasent.stages.fetch import fetch_dataset, fetch_model
+from lorasent.stages.split import run_split
+from lorasent.stages.train import run_train
 from lorasent.tables import TableError
-from lorasent.train import run_train
+from lorasent.tools.predict import open_inputs, predict
 from test_contracts import round_trip
 from test_outputs import check_table_on_terminal, run_in_terminal
 

@@ -7,7 +7,6 @@ from click.testing import CliRunner
 
 from conftest import REPO
 from lorasent.cli import main
-from lorasent.fetch import dataset_source_kind, model_source_kind
 from lorasent.params import (
     ParamsError,
     apply_preset,
@@ -16,6 +15,7 @@ from lorasent.params import (
     parse_params,
     read_yaml,
 )
+from lorasent.stages.fetch import dataset_source_kind, model_source_kind
 
 PRESETS = sorted((REPO / "configs").glob("*.yaml"))
 CPU_PRESETS = {"cpu-gemma270m-seqcls-tweets", "cpu-minilm-seqcls-tweets",

@@ -55,7 +55,7 @@ def repo(tmp_path_factory) -> Path:
 
 
 def test_advice_names_dvc_as_it_is_typed_here(monkeypatch, tmp_path):
-    from lorasent.predict import AdapterFolderError, check_adapter_folder
+    from lorasent.tools.predict import AdapterFolderError, check_adapter_folder
 
     monkeypatch.setenv("PATH", NO_VENV_PATH)
     monkeypatch.chdir(BESIDE.parent.parent)  # the project that holds the venv

@@ -19,12 +19,12 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreT
 
 from conftest import LABELS, minilm_folder, train_in
 from lorasent.contracts import AdapterRecord
-from lorasent.fetch import fetch_model
 from lorasent.metrics import probabilities
 from lorasent.modeling import load_base_model, load_tokenizer, load_trained_model
 from lorasent.params import merge, parse_params
 from lorasent.scoring import TextEncoder, score_texts
-from lorasent.train import HeadNotSavedError, new_weights_note
+from lorasent.stages.fetch import fetch_model
+from lorasent.stages.train import HeadNotSavedError, new_weights_note
 from test_contracts import round_trip
 
 TEXTS = ["I love this phone", "the flight was delayed again, third time this month",
@@ -153,7 +153,7 @@ def _fresh_process_scores(adapter_dir, model_dir):
 def test_minilm_round_trip_gives_identical_logits_in_a_fresh_process(
         tmp_path, minilm_params, minilm_dir, split_dir, caplog):
     params = minilm_params()
-    caplog.set_level(logging.INFO, logger="lorasent.train")
+    caplog.set_level(logging.INFO, logger="lorasent.stages.train")
     result = train_in(tmp_path, params, minilm_dir, split_dir)
     assert result.steps == 2
     notes = [r for r in caplog.records if r.getMessage().startswith("seq_cls: ")]
@@ -175,7 +175,7 @@ def test_minilm_round_trip_gives_identical_logits_in_a_fresh_process(
                             "head"]
 
     # export: the merged model loads with plain transformers and predicts the same
-    from lorasent.predict import export_merged
+    from lorasent.tools.predict import export_merged
 
     model, enc, rec, _ = load_trained_model(tmp_path / "adapter", minilm_dir, device="cpu")
     export_merged(model, enc, rec, tmp_path / "adapter", tmp_path / "exported")
@@ -244,7 +244,7 @@ def test_a_head_that_would_not_be_saved_is_caught(tmp_path, minilm_params,
 
     params = minilm_params(lora={"target_modules": ["query", "value"],
                                             "modules_to_save": ["bert.pooler.dense"]})
-    caplog.set_level(logging.INFO, logger="lorasent.train")
+    caplog.set_level(logging.INFO, logger="lorasent.stages.train")
     result = train_in(tmp_path, params, poolerless_bert_dir, split_dir)
     # saved now, but not the head: a warning, not "expected"
     notes = [r for r in caplog.records if r.getMessage().startswith("seq_cls: ")]

@@ -6,8 +6,8 @@ from collections import Counter
 import pytest
 
 from conftest import CASES
-from lorasent.fetch import fetch_dataset
-from lorasent.split import (
+from lorasent.stages.fetch import fetch_dataset
+from lorasent.stages.split import (
     SplitError,
     clean_rows,
     deduplicate,

@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 
 from conftest import CASES, REPO
 from lorasent.cli import main
-from lorasent.fetch import SourceError, fetch_dataset, read_labelled, read_source
 from lorasent.params import merge, parse_params, read_yaml, update_params
-from lorasent.predict import InputError, kept_names, open_inputs
-from lorasent.split import run_split
+from lorasent.stages.fetch import SourceError, fetch_dataset, read_labelled, read_source
+from lorasent.stages.split import run_split
 from lorasent.tables import Table, TableError
+from lorasent.tools.predict import InputError, kept_names, open_inputs
 
 
 def _fetch(path, **kw):

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from conftest import REPO, train_in
-from lorasent.train import (
+from lorasent.stages.train import (
     CHECKPOINT_RECORD,
     TRAIN_CODE,
     Checkpoints,
@@ -84,7 +84,7 @@ def test_a_stopped_run_resumes_to_the_adapter_of_an_uninterrupted_one(
         "checkpoint-3", "checkpoint-6"]
 
     monkeypatch.setattr(Checkpoints, "on_save", real)
-    with caplog.at_level(logging.INFO, logger="lorasent.train"):
+    with caplog.at_level(logging.INFO, logger="lorasent.stages.train"):
         result = train_in(tmp_path / "resumed", params, minilm_dir, split_dir)
     assert (f"resuming from step 6 of 12 ({tmp_path}/resumed/checkpoints/checkpoint-6)"
             in caplog.text)
@@ -127,7 +127,7 @@ def test_only_complete_checkpoints_of_the_same_training_are_resumed(tmp_path, ca
     _checkpoint(folder, 6, "other")                       # params, data or code changed
     _checkpoint(folder, 8, None)                          # killed before the record
     (_checkpoint(folder, 10, "k") / "rng_state.pth").write_bytes(b"PK\x03\x04")  # cut short
-    with caplog.at_level(logging.INFO, logger="lorasent.train"):
+    with caplog.at_level(logging.INFO, logger="lorasent.stages.train"):
         assert Checkpoints(folder, key="k", processes=1).prepare(resume=True) == last
     assert [p.name for p in Checkpoints(folder, "k", 1).found()] == ["checkpoint-2",
                                                                        "checkpoint-4"]
@@ -165,7 +165,7 @@ def test_the_training_key_changes_with_what_is_trained_only(params):
 
 def test_the_key_covers_the_code_dvc_yaml_lists_for_train():
     stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
-    code = sorted(dep.removeprefix("src/lorasent/").removesuffix(".py")
+    code = sorted(dep.removeprefix("src/lorasent/").removesuffix(".py").replace("/", ".")
                   for dep in stages["train"]["deps"] if dep.startswith("src/"))
     assert sorted(TRAIN_CODE) == code
 

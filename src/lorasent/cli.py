@@ -152,7 +152,7 @@ def _record(params: Params) -> dict[str, Any]:
 @_stage
 def fetch(params: Params) -> str:
     """Fetch the corpus into data/raw and the base model into models/base."""
-    from lorasent.fetch import run_fetch
+    from lorasent.stages.fetch import run_fetch
 
     result = run_fetch(data_source=params.data.source, text_column=params.data.text_column,
                        label_column=params.data.label_column, encoding=params.data.encoding,
@@ -165,7 +165,7 @@ def fetch(params: Params) -> str:
 @_stage
 def split(params: Params) -> str:
     """Clean labels, drop empty rows and duplicates, split into data/split."""
-    from lorasent.split import run_split
+    from lorasent.stages.split import run_split
 
     result = run_split(labels=params.base.labels, aliases=params.base.label_aliases,
                        sizes={"train": params.split.train_size,
@@ -181,11 +181,12 @@ def split(params: Params) -> str:
 @_stage
 def baseline(params: Params) -> str:
     """Majority-class and zero-shot baselines on the test split."""
-    from lorasent.baseline import run_baseline
+    from lorasent.modes import no_zero_shot_cell
+    from lorasent.stages.baseline import run_baseline
 
     result = run_baseline(base=params.base, prompt=params.prompt, mode=params.train.mode,
                           batch_size=params.evaluate.batch_size, params_record=_record(params))
-    zero_shot = ("none (seq_cls: a fresh head has no zero-shot answer)"
+    zero_shot = (no_zero_shot_cell(params.train.mode)
                  if result.zero_shot_accuracy is None else f"{result.zero_shot_accuracy:.4f}")
     return f"majority-class accuracy {result.majority_accuracy:.4f}, zero-shot accuracy {zero_shot}"
 
@@ -193,7 +194,7 @@ def baseline(params: Params) -> str:
 @_stage
 def train(params: Params) -> str:
     """LoRA fine-tuning; writes models/adapter."""
-    from lorasent.train import run_train
+    from lorasent.stages.train import run_train
 
     result = run_train(base=params.base, prompt=params.prompt, train=params.train,
                        params_record=_record(params))
@@ -214,7 +215,7 @@ def train(params: Params) -> str:
 @_stage
 def evaluate(params: Params) -> str:
     """Base model + adapter on the test split; writes metrics/eval.json."""
-    from lorasent.evaluate import run_evaluate
+    from lorasent.stages.evaluate import run_evaluate
 
     result = run_evaluate(base=params.base, prompt=params.prompt, evaluate=params.evaluate,
                           mode=params.train.mode, params_record=_record(params))
@@ -266,7 +267,8 @@ def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_pat
 
     from lorasent.artifacts import check_output_file
     from lorasent.modeling import load_trained_model
-    from lorasent.predict import (
+    from lorasent.tables import check_separator
+    from lorasent.tools.predict import (
         InputError,
         Inputs,
         check_adapter_folder,
@@ -276,7 +278,6 @@ def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_pat
         write_predictions,
         written_by_predict,
     )
-    from lorasent.tables import check_separator
 
     if bool(texts) == bool(input_path):
         raise InputError("give texts as arguments or --input FILE, not both or neither")
@@ -333,7 +334,7 @@ def export(adapter_dir: Path, base_dir: Path, out_dir: Path, force: bool, metric
     model card (README.md) giving the adapter's evaluation."""
     from lorasent.artifacts import check_output_folder
     from lorasent.modeling import load_trained_model, read_adapter_record
-    from lorasent.predict import adapter_evaluation, check_adapter_folder, export_merged
+    from lorasent.tools.predict import adapter_evaluation, check_adapter_folder, export_merged
 
     check_output_folder(out_dir, command="export", force=force)
     check_adapter_folder(adapter_dir)
@@ -479,6 +480,7 @@ def metrics() -> None:
     import json
 
     from lorasent.contracts import EvalMetrics, read
+    from lorasent.modes import MODES
     from lorasent.paths import BASELINE_METRICS, EVAL_METRICS
     from lorasent.review.collect import workspace_staleness
     from lorasent.statistics import with_interval
@@ -505,8 +507,9 @@ def metrics() -> None:
               for label, scores in m.per_class.items()),
             ("majority-class baseline",
              f"{base.majority_accuracy:.4f}  (always `{base.majority_class}`)"),
-            ("zero-shot baseline", "none (seq_cls)" if not zero_shot else
-             f"{baseline('accuracy')}  macro-F1 {baseline('macro_f1')}")]
+            ("zero-shot baseline",
+             f"{baseline('accuracy')}  macro-F1 {baseline('macro_f1')}" if zero_shot
+             else f"none ({m.mode})" if m.mode and not MODES[m.mode].zero_shot else "none")]
     click.echo(f"{EVAL_METRICS}: {m.test_rows} test rows, {m.mode} mode"
                + (f"; [95% interval: {method.method}, {method.resamples:,} resamples]"
                   if method else ""))
@@ -622,7 +625,7 @@ def _progress_bars_only_in_a_terminal() -> None:
 
     A bar redrawn with carriage returns fills a log with one line per redraw. Off a
     terminal this turns off the bars of huggingface_hub, transformers (model loading,
-    and Trainer's, which ``lorasent.train`` follows) and datasets, here and in the
+    and Trainer's, which ``lorasent.stages.train`` follows) and datasets, here and in the
     processes started from here (``accelerate launch``); a value the user set wins.
     lorasent's own bars (tqdm ``disable=None``) and DVC's check the terminal themselves.
     The libraries read these variables when first imported: after this, in the commands.

@@ -3,9 +3,9 @@
 - :class:`AdapterRecord`, ``models/adapter/lorasent.json``: written by the train stage
   (and by ``lorasent export`` beside the merged model, with ``exported_from``); read by
   ``lorasent.modeling`` (evaluate, predict, export, the device check load the adapter
-  through it) and by ``lorasent.predict``'s model card.
+  through it) and by ``lorasent.tools.predict``'s model card.
 - :class:`EvalMetrics`, ``metrics/eval.json``: written by the evaluate stage; read by
-  ``lorasent metrics``, the export's model card (``lorasent.predict``), ``lorasent
+  ``lorasent metrics``, the export's model card (``lorasent.tools.predict``), ``lorasent
   compare``, ``lorasent pr-comment`` and ``lorasent seeds`` (``lorasent.review``), and
   by DVC (``dvc metrics diff``, ``make exp-show``'s columns, the pull-request workflow).
 
@@ -25,6 +25,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from lorasent.errors import LorasentError
+from lorasent.modes import ModeName
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -46,12 +47,13 @@ class BaseModelRef(_Contract):
 class AdapterRecord(_Contract):
     """``lorasent.json``: what scoring needs beside the adapter's weights.
 
-    Written by ``lorasent.train`` (fields in this order; the generative fields or
-    ``head``, never both) and by ``lorasent.predict.export_merged`` (``exported_from``
-    added); read by ``lorasent.modeling.read_adapter_record``.
+    Written by ``lorasent.stages.train`` (fields in this order; of the fields that depend on
+    the mode, only those of its ``record_fields`` in :data:`lorasent.modes.MODES`: the
+    generative fields or ``head``, never both) and by ``lorasent.tools.predict.export_merged``
+    (``exported_from`` added); read by ``lorasent.modeling.read_adapter_record``.
     """
 
-    mode: Literal["generative", "seq_cls"]  # ``train.mode``
+    mode: ModeName                           # ``train.mode``
     labels: list[str]                        # the classes, id ``i`` is ``labels[i]``
     label2id: dict[str, int]                 # ``{label: id}``, the same order
     max_length: int                          # ``prompt.max_length``, in tokens
@@ -98,7 +100,7 @@ class IntervalMethod(_Contract):
 
 
 class EvalMetrics(_Contract):
-    """``metrics/eval.json``, written by ``lorasent.evaluate``; every key in this order.
+    """``metrics/eval.json``, written by ``lorasent.stages.evaluate``; every key in this order.
 
     Accuracy, macro-F1 and the relative error reduction are fractions in [0, 1] (the
     relative error reduction may be negative), each followed by its 95% interval's
@@ -125,7 +127,7 @@ class EvalMetrics(_Contract):
     labels: list[str]                              # ``base.labels``
     test_rows: int
     baseline: BaselineSummary
-    mode: Literal["generative", "seq_cls"] | None = None  # the adapter's ``train.mode``
+    mode: ModeName | None = None  # the adapter's ``train.mode``
     reference: Literal["zero_shot", "majority"]    # the baseline of the error reduction
     reference_note: str | None = None  # why the reference is not ``evaluate.reference``
     reference_accuracy: float

@@ -151,7 +151,7 @@ def predictions_csv(ids: Sequence[str], y_true: Sequence[int], scores: np.ndarra
                     labels: Sequence[str]) -> str:
     """One row per test example: ``id, actual, predicted`` and each class's probability.
 
-    ``id`` is the split's row id (:func:`lorasent.split.row_id`), never the text, so two
+    ``id`` is the split's row id (:func:`lorasent.stages.split.row_id`), never the text, so two
     revisions' files pair row by row and a private text never reaches git. DVC's
     confusion plots draw :func:`confusion_records` instead, which keep every cell.
     """

@@ -1,11 +1,13 @@
 """Loading the base model, its tokenizer and an adapter onto the chosen device.
 
 Device and dtype come from :mod:`lorasent.environment` (``device: auto`` picks an AMD or
-NVIDIA GPU alike, then Apple's MPS, then the CPU). ``train.mode`` picks the model class:
-``generative`` loads ``AutoModelForCausalLM``; ``seq_cls`` loads
-``AutoModelForSequenceClassification`` (Gemma 3 text models get
+NVIDIA GPU alike, then Apple's MPS, then the CPU). ``train.mode``'s entry in
+:data:`lorasent.modes.MODES` picks the model class: ``AutoModelForCausalLM``
+(:func:`load_causal_lm`), or for a mode with a ``head`` (``seq_cls``)
+``AutoModelForSequenceClassification`` (:func:`load_seq_cls`; Gemma 3 text models get
 ``Gemma3TextForSequenceClassification``, MiniLM ``BertForSequenceClassification``) with
-``num_labels``, ``id2label`` and ``label2id`` in ``base.labels`` order, never sorted.
+``num_labels``, ``id2label`` and ``label2id`` in ``base.labels`` order, never sorted; and
+the encoder (:func:`lorasent.scoring.make_encoder`) and what an adapter's input depends on.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from lorasent.artifacts import combined_sha256, read_json, sha256_file, write_js
 from lorasent.contracts import AdapterRecord, read
 from lorasent.environment import PARAMS_DEVICE, require_environment
 from lorasent.errors import LorasentError
+from lorasent.modes import DEFAULT_MODE, MODES
 from lorasent.params import BaseParams, PromptParams
 from lorasent.paths import ADAPTER_RECORD, MANIFEST, cache_root
-from lorasent.scoring import Encoder, PromptEncoder, TextEncoder
+from lorasent.scoring import Encoder, make_encoder
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +66,7 @@ def load_seq_cls(model_dir: str | Path, *, labels: list[str], dtype: torch.dtype
     The pad token goes on the model config too: a decoder's head reads the last token
     that is not padding, found through ``config.pad_token_id``. The names of the weights
     the checkpoint lacks (the head, initialised at random) are kept in
-    ``model.newly_initialized`` (list of str), for :func:`lorasent.train.check_head_saved`;
+    ``model.newly_initialized`` (list of str), for :func:`lorasent.stages.train.check_head_saved`;
     ``quiet`` silences transformers' report of them (an adapter will bring the head).
     """
     from transformers import AutoModelForSequenceClassification
@@ -102,15 +105,16 @@ def load_adapter(base: torch.nn.Module, adapter_dir: str | Path) -> torch.nn.Mod
 
 
 def load_base_model(model_dir: str | Path, *, device: str, precision: str,
-                    attn_implementation: str, model: str = "", mode: str = "generative",
+                    attn_implementation: str, model: str = "", mode: str = DEFAULT_MODE,
                     labels: list[str] | None = None, for_adapter: bool = False,
                     trust_remote_code: bool = False,
                     tokenizer: PreTrainedTokenizerBase | None = None,
                     resolved: tuple[torch.device, torch.dtype] | None = None,
                     ) -> tuple[torch.nn.Module, PreTrainedTokenizerBase, torch.device]:
-    """Tokenizer and base model on the resolved device and dtype: the causal LM, or in
-    ``seq_cls`` mode the model with a fresh head for ``labels`` (``for_adapter``: an
-    adapter will replace the head, so its random initialisation is not reported).
+    """Tokenizer and base model on the resolved device and dtype: the causal LM, or for a
+    mode with a ``head`` (``seq_cls``, :data:`lorasent.modes.MODES`) the model with a
+    fresh head for ``labels`` (``for_adapter``: an adapter will replace the head, so its
+    random initialisation is not reported).
 
     The environment checks of :func:`lorasent.environment.require_environment` run first,
     unless ``resolved`` holds the ``(torch.device, torch.dtype)`` they already returned.
@@ -130,29 +134,15 @@ def load_base_model(model_dir: str | Path, *, device: str, precision: str,
         tokenizer = load_tokenizer(model_dir, trust_remote_code)
     kwargs = dict(dtype=dtype, attn_implementation=attn_implementation, device=torch_device,
                   pad_token_id=tokenizer.pad_token_id, trust_remote_code=trust_remote_code)
-    if mode == "seq_cls":
+    if MODES[mode].head:
         loaded = load_seq_cls(model_dir, labels=list(labels or ()), quiet=for_adapter, **kwargs)
     else:
         loaded = load_causal_lm(model_dir, **kwargs)
     return loaded, tokenizer, torch_device
 
 
-def make_encoder(tokenizer: PreTrainedTokenizerBase, *, mode: str, num_labels: int,
-                 max_length: int, template: str = "",
-                 label_words: list[str] | None = None) -> Encoder:
-    """The encoder of ``mode``: a :class:`PromptEncoder` (template and label words in
-    class-id order) or a :class:`TextEncoder` (the text alone).
-
-    Raises:
-        PromptError: label words not told apart, or no room for the text.
-    """
-    if mode == "seq_cls":
-        return TextEncoder(tokenizer, max_length, num_labels)
-    return PromptEncoder.create(tokenizer, template, label_words or [], max_length)
-
-
 def load_model_and_prompt(model_dir: str | Path, *, base: BaseParams, prompt: PromptParams,
-                          mode: str = "generative",
+                          mode: str = DEFAULT_MODE,
                           ) -> tuple[torch.nn.Module, Encoder, torch.device]:
     """The base model as :func:`load_base_model` gives it, and the encoder that baseline,
     train and evaluate all share (label words in ``base.labels`` order).
@@ -179,7 +169,7 @@ def load_model_and_prompt(model_dir: str | Path, *, base: BaseParams, prompt: Pr
         check_base_files(model_dir)
     labels = list(base.labels)
     tokenizer = load_tokenizer(model_dir, base.trust_remote_code)
-    encoder = make_encoder(tokenizer, mode=mode, num_labels=len(labels),
+    encoder = make_encoder(MODES[mode], tokenizer, num_labels=len(labels),
                            max_length=prompt.max_length, template=prompt.template,
                            label_words=[prompt.label_words.get(label, "") for label in labels])
     model, _, device = load_base_model(
@@ -379,10 +369,9 @@ def _read_manifest(path: Path) -> dict[str, Any]:
 
 
 def _prompt_of(record: AdapterRecord) -> tuple[object, ...]:
-    """What the adapter's input depends on: seq_cls reads max_length only."""
-    if record.mode == "seq_cls":
-        return (record.max_length,)
-    return record.template, record.label_words, record.max_length
+    """What the adapter's input depends on: its mode's ``input_fields``
+    (:data:`lorasent.modes.MODES`; seq_cls reads max_length only)."""
+    return tuple(getattr(record, name) for name in MODES[record.mode].input_fields)
 
 
 def load_trained_model(adapter_dir: str | Path, model_dir: str | Path, *,
@@ -390,8 +379,8 @@ def load_trained_model(adapter_dir: str | Path, model_dir: str | Path, *,
                        labels: list[str] | None = None, prompt: PromptParams | None = None,
                        mode: str | None = None, device_option: str | None = None,
                        ) -> tuple[torch.nn.Module, Encoder, AdapterRecord, torch.device]:
-    """Base model + adapter (and its saved head in seq_cls mode), with the encoder the
-    adapter was trained with.
+    """Base model + adapter (and its saved head in a mode with a ``head``, seq_cls), with
+    the encoder the adapter was trained with.
 
     Device and precision default to those recorded at training time.
     ``device_option``: the command-line option that sets ``device`` (predict's
@@ -428,7 +417,7 @@ def load_trained_model(adapter_dir: str | Path, model_dir: str | Path, *,
     check_base_files(model_dir, adapter_dir=adapter_dir)
     trust_remote_code = trained.get("trust_remote_code", False)
     tokenizer = load_tokenizer(model_dir, trust_remote_code)
-    encoder = make_encoder(tokenizer, mode=record.mode, num_labels=len(record.labels),
+    encoder = make_encoder(MODES[record.mode], tokenizer, num_labels=len(record.labels),
                            max_length=record.max_length, template=record.template or "",
                            label_words=record.label_words)
     model, _, torch_device = load_base_model(

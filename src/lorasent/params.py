@@ -40,6 +40,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from lorasent.errors import LorasentError
+from lorasent.modes import MODES, ModeName
 from lorasent.tables import check_separator
 
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -120,7 +121,7 @@ class BaseParams(_Section):
 
 
 class DataParams(_Section):
-    """Where the corpus comes from (see ``lorasent.fetch`` for the sources)."""
+    """Where the corpus comes from (see ``lorasent.stages.fetch`` for the sources)."""
 
     source: str = Field(min_length=1)
     text_column: str
@@ -147,7 +148,8 @@ class SplitParams(_Section):
 
 class PromptParams(_Section):
     """The model's input: in generative mode the prompt template, one label word per
-    class and the token budget; in seq_cls mode only ``max_length`` (the text alone)."""
+    class and the token budget; in seq_cls mode only ``max_length`` (the text alone).
+    What each mode reads: its ``input_fields`` in :data:`lorasent.modes.MODES`."""
 
     template: str
     label_words: dict[str, str]
@@ -178,7 +180,7 @@ class LoraParams(_Section):
 class TrainParams(_Section):
     """Trainer hyperparameters; names follow ``transformers.TrainingArguments``."""
 
-    mode: Literal["generative", "seq_cls"]
+    mode: ModeName  # a key of lorasent.modes.MODES
     lora: LoraParams
     learning_rate: PositiveFloat
     num_train_epochs: PositiveFloat
@@ -229,7 +231,8 @@ class Params(_Section):
         if train.load_best_model_at_end and train.eval_strategy == "no":
             raise ValueError("train.load_best_model_at_end: needs train.eval_strategy: epoch")
         words = self.prompt.label_words
-        if train.mode == "generative" and set(words) != set(self.base.labels):
+        if ("label_words" in MODES[train.mode].input_fields
+                and set(words) != set(self.base.labels)):
             missing = [label for label in self.base.labels if label not in words]
             extra = [label for label in words if label not in self.base.labels]
             raise ValueError(

@@ -23,6 +23,10 @@ EVAL_PREDICTIONS = METRICS_DIR / "predictions.csv"               # evaluate
 EVAL_CONFUSION = METRICS_DIR / "confusion.json"                  # evaluate (DVC plot)
 PROVENANCE_DIR = METRICS_DIR / "provenance"                      # one record per stage
 
+# The checkout this package runs from (src/lorasent/paths.py's grandparents: an editable
+# install, as make setup makes): the bench and the device check copy and run it.
+CHECKOUT = Path(__file__).resolve().parents[2]
+
 MANIFEST = "manifest.json"
 DATASET_FILE = "dataset.jsonl"
 ADAPTER_RECORD = "lorasent.json"
@@ -30,6 +34,6 @@ ADAPTER_RECORD = "lorasent.json"
 
 def cache_root() -> Path:
     """Where lorasent keeps what it can rebuild, outside the repo: converted packaged
-    models (``lorasent.fetch``) and the hashes of model files (``lorasent.modeling``).
+    models (``lorasent.stages.fetch``) and the hashes of model files (``lorasent.modeling``).
     ``$LORASENT_CACHE``, or ``~/.cache/lorasent``."""
     return Path(os.environ.get("LORASENT_CACHE") or Path.home() / ".cache" / "lorasent")

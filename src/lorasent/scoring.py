@@ -3,7 +3,9 @@
 Two encoders share one interface (``encode``, ``training_example``, ``collate``,
 ``loss``, ``score``), so that baseline, train, evaluate and predict never branch on the
 mode: :class:`PromptEncoder` for the generative mode (below) and :class:`TextEncoder`
-for the sequence-classification mode (a head on the model, PEFT ``SEQ_CLS``).
+for the sequence-classification mode (a head on the model, PEFT ``SEQ_CLS``). Which
+mode takes which (:data:`ENCODERS`, :func:`make_encoder`), and all else that differs
+between the modes, is in the table of modes beside this module, :data:`lorasent.modes.MODES`.
 
 Generative mode: a causal LM classifies a text by scoring label words.
 
@@ -44,6 +46,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerBase
 
 from lorasent.errors import LorasentError
+from lorasent.modes import Mode
 
 IGNORE_INDEX = -100
 
@@ -134,6 +137,13 @@ class PromptEncoder:
                 "prompt.max_length")
         return encoder
 
+    @classmethod
+    def build(cls, tokenizer: PreTrainedTokenizerBase, *, num_labels: int, max_length: int,
+              template: str, label_words: Sequence[str]) -> PromptEncoder:
+        """:func:`make_encoder`'s constructor: :meth:`create` (``num_labels`` is
+        ``len(label_words)``)."""
+        return cls.create(tokenizer, template, label_words, max_length)
+
     @property
     def longest_label(self) -> int:
         return max(len(ids) for ids in self.label_ids)
@@ -212,6 +222,12 @@ class TextEncoder:
     max_length: int
     num_labels: int
 
+    @classmethod
+    def build(cls, tokenizer: PreTrainedTokenizerBase, *, num_labels: int, max_length: int,
+              template: str, label_words: Sequence[str]) -> TextEncoder:
+        """:func:`make_encoder`'s constructor; the text alone, so no template or words."""
+        return cls(tokenizer, max_length, num_labels)
+
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``, at most ``max_length``."""
         return self.tokenizer(text, truncation=True, max_length=self.max_length)["input_ids"]
@@ -246,6 +262,24 @@ class TextEncoder:
 
 
 Encoder = PromptEncoder | TextEncoder
+# The encoders by class name, as a mode names its own (``lorasent.modes.Mode.encoder``).
+ENCODERS: dict[str, type[PromptEncoder] | type[TextEncoder]] = {
+    cls.__name__: cls for cls in (PromptEncoder, TextEncoder)}
+
+
+def make_encoder(mode: Mode, tokenizer: PreTrainedTokenizerBase, *, num_labels: int,
+                 max_length: int, template: str = "",
+                 label_words: Sequence[str] | None = None) -> Encoder:
+    """The encoder of ``mode`` (its ``encoder``, from :data:`ENCODERS`): a
+    :class:`PromptEncoder` (template and label words in class-id order) or a
+    :class:`TextEncoder` (the text alone, into a head of ``num_labels`` outputs).
+
+    Raises:
+        PromptError: label words not told apart, or no room for the text.
+    """
+    return ENCODERS[mode.encoder].build(tokenizer, num_labels=num_labels,
+                                        max_length=max_length, template=template,
+                                        label_words=label_words or [])
 
 
 def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int,

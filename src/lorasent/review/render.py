@@ -332,7 +332,7 @@ def _texts(repo: Path, review: Review) -> dict[str, str] | str:
     if not path.is_file():
         return f"The test split is not here ({SPLIT_DIR / 'test.jsonl'}): {how}."
     from lorasent.artifacts import read_jsonl
-    from lorasent.split import row_id
+    from lorasent.stages.split import row_id
 
     texts = {r.get("id") or row_id(r["text"]): r["text"] for r in read_jsonl(path)}
     if not set(review.rows[0].ids) <= set(texts):

@@ -61,7 +61,7 @@ class Stale:
     """A side whose metrics are not of its params: stages out of date, and what changed."""
 
     stages: list[str]
-    changed: list[str]  # ``params.yaml train.lr``, ``src/lorasent/train.py``, ``command``
+    changed: list[str]  # ``params.yaml train.lr``, ``src/lorasent/stages/train.py``, ``command``
     by: str  # who says so: "`dvc status`" or "its dvc.lock"
 
     def sentence(self, who: str, metrics: str = "its metrics", params: str = "its params",

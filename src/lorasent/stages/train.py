@@ -45,6 +45,7 @@ import os
 import shutil
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -80,7 +81,8 @@ from lorasent.errors import LorasentError
 from lorasent.launch import barrier, is_main, rank_and_world
 from lorasent.metrics import classification_metrics
 from lorasent.modeling import load_model_and_prompt
-from lorasent.params import BaseParams, PromptParams, TrainParams
+from lorasent.modes import MODES, Mode, ModeName
+from lorasent.params import BaseParams, LoraParams, PromptParams, TrainParams
 from lorasent.paths import (
     ADAPTER_DIR,
     ADAPTER_RECORD,
@@ -385,8 +387,8 @@ def mean_loss(log_history: list[dict[str, Any]]) -> float | None:
 
 # The modules whose code the adapter depends on: the train stage's deps in dvc.yaml (its
 # import closure, checked by tests/test_dvc_deps.py).
-TRAIN_CODE = ("train", "artifacts", "cli", "contracts", "environment", "errors", "launch",
-              "metrics", "modeling", "params", "paths", "scoring", "tables")
+TRAIN_CODE = ("stages.train", "artifacts", "cli", "contracts", "environment", "errors", "launch",
+              "metrics", "modeling", "modes", "params", "paths", "scoring", "tables")
 CHECKPOINT_RECORD = "lorasent-checkpoint.json"
 
 
@@ -608,6 +610,31 @@ def _checkpoint_step(path: str | Path | None) -> int | None:
     return int(str(path).rsplit("-", 1)[1]) if path else None
 
 
+def mode_fields(mode: Mode, *, prompt: PromptParams, labels: list[str], encoder: Encoder,
+                model: Any) -> dict[str, Any]:
+    """The adapter record's fields that ``mode`` alone writes (its ``record_fields``,
+    :data:`lorasent.modes.MODES`), each made from what the train stage has at hand.
+
+    Args:
+        encoder: the mode's encoder (label token ids: a :class:`PromptEncoder`'s).
+        model: the peft model (``head``: the modules it saves in full).
+
+    Raises:
+        KeyError: a record field that no entry here makes.
+    """
+    def label_token_ids() -> list[list[int]]:
+        assert isinstance(encoder, PromptEncoder), "only a PromptEncoder has label words"
+        return [list(ids) for ids in encoder.label_ids]
+
+    made: dict[str, Callable[[], Any]] = {
+        "label_words": lambda: [prompt.label_words[label] for label in labels],
+        "label_token_ids": label_token_ids,
+        "template": lambda: prompt.template,
+        "head": lambda: sorted(model.modules_to_save or ()),
+    }
+    return {name: made[name]() for name in mode.record_fields}
+
+
 def class_weights(scheme: str, label_ids: list[int], num_labels: int) -> np.ndarray:
     """Per-class loss weights, float64 (K,).
 
@@ -631,7 +658,8 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
               checkpoint_dir: Path = CHECKPOINT_DIR) -> TrainResult:
     """Train a LoRA adapter and write it with its record to ``adapter_dir``.
 
-    The validation split (``train.eval_strategy: epoch``) is scored
+    A recipe: setup steps, each given only its slice of the params, then the training,
+    then the cleanup. The validation split (``train.eval_strategy: epoch``) is scored
     ``train.per_device_train_batch_size`` texts at a time.
 
     Every ``train.save_steps`` optimiser steps (and after each epoch with
@@ -643,6 +671,37 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
     (:class:`Checkpoints`). The folder is removed once the adapter is saved; a failed
     or killed run leaves it for the next.
 
+    Random numbers, in the order they are drawn (the one list of it; the steps below
+    keep this order, and tests/test_train_recipe.py pins the bytes it gives):
+
+    1. ``set_seed(base.seed)`` (transformers): Python's ``random``, numpy's global
+       generator and torch's (CPU and every CUDA device) start from the seed.
+    2. The base model loads (:func:`lorasent.modeling.load_model_and_prompt`): nothing
+       is drawn in generative mode (every weight comes from the checkpoint); in seq_cls
+       mode the new head's weights are drawn from torch's generator.
+    3. :func:`_setup_lora`: peft draws every LoRA ``A`` matrix from torch's generator
+       (``B`` starts at zero), after the seq_cls head's weights. Nothing else draws
+       between steps 1 and 4, so the adapter's initial values depend only on
+       ``base.seed``, the model, the mode and the LoRA params.
+    4. :func:`_setup_trainer`: Trainer's ``__init__`` calls ``set_seed(base.seed)``
+       again (``TrainingArguments.seed``); the generators start over from the state of
+       step 1, whatever steps 2 and 3 drew.
+    5. Each epoch ``e``: :class:`EpochSeededSampler` orders the batches with its own
+       generator, seeded from ``SeedSequence([base.seed, e])`` (``data_seed``), drawing
+       nothing from the global ones; then torch's ``DataLoader``, making the epoch's
+       iterator, draws one int64 from torch's generator (the workers' base seed, unused
+       with ``dataloader_num_workers: 0``).
+    6. Each forward pass in training: the dropout masks, from torch's generator,
+       micro-batch after micro-batch: LoRA's (``train.lora.lora_dropout``) and the base
+       model's own where its config has any (Gemma 3's are 0; MiniLM's are not).
+       Validation (``model.eval()``) and checkpoint saves draw nothing.
+
+    Python's ``random`` and numpy's global generator are seeded (steps 1 and 4) but
+    never drawn from. A resumed run restores the generators' states that its checkpoint
+    saved (Trainer's ``_load_rng_state``) in the epoch it resumes in, before that
+    epoch's first dropout mask, and draws on from there; a retry after running out of
+    memory (``train.auto_find_batch_size``) is not seeded again.
+
     Raises:
         LorasentError: an empty training split or validation split that
             ``train.eval_strategy`` needs, a prompt with no room for text.
@@ -650,134 +709,42 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
         NoSpaceLeft: a checkpoint, the loss history, the adapter or the provenance
             record found its filesystem full (:func:`lorasent.environment.writing`).
     """
-    import datasets
-    from peft import LoraConfig, get_peft_model
-
     started = time.perf_counter()
     labels = list(base.labels)
-    train_path = split_dir / "train.jsonl"
-    rows = read_jsonl(train_path)
-    if not rows:
-        raise LorasentError(f"{train_path}: no training rows; check split.train_size")
-
-    validation = []
-    if train.eval_strategy != "no":
-        validation = read_jsonl(split_dir / "validation.jsonl")
-        if not validation:
-            raise LorasentError(f"{split_dir / 'validation.jsonl'}: no rows, but "
-                                "train.eval_strategy needs them; check split.validation_size")
-
-    set_seed(base.seed)
-    model, encoder, device = load_model_and_prompt(model_dir, base=base, prompt=prompt,
-                                                   mode=train.mode)
-    newly_initialized = getattr(model, "newly_initialized", [])
-    shared_start = None
-    if isinstance(encoder, PromptEncoder):
-        encoder = dataclasses.replace(encoder, share_prefix=train.share_prefix)
-        if train.share_prefix:
-            shared_start = encoder.template_start()
-            window = getattr(model.config, "sliding_window", None)
-            log.info("train.share_prefix: the %d tokens every prompt starts with (BOS and the "
-                     "instruction) run once per batch%s", shared_start,
-                     f", except in batches wider than the model's sliding window ({window} "
-                     "tokens)" if window is not None and prompt.max_length > window else "")
-    weights = class_weights(train.class_weighting, [r["label_id"] for r in rows], len(labels))
-    examples = []
-    for r in rows:
-        example = encoder.training_example(r["text"], r["label_id"])
-        examples.append({**example, "weight": float(weights[r["label_id"]]),
-                         "length": len(example["input_ids"])})
-
-    model = get_peft_model(model.train(), LoraConfig(
-        task_type="SEQ_CLS" if train.mode == "seq_cls" else "CAUSAL_LM", r=train.lora.r,
-        # peft annotates lora_alpha int but scales by alpha / r, so the float params allow works
-        lora_alpha=train.lora.lora_alpha,  # type: ignore[arg-type]
-        lora_dropout=train.lora.lora_dropout,
-        target_modules=list(train.lora.target_modules),
-        modules_to_save=list(train.lora.modules_to_save) or None))
-    check_head_saved(model, newly_initialized)
-    note = new_weights_note(newly_initialized)
-    if note is not None and is_main():
-        log.log(*note)
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    total = sum(p.numel() for p in model.parameters())
-
-    base_manifest = read_json(model_dir / MANIFEST)
-    inputs = {"model": base_manifest["sha256"], "train.jsonl": sha256_file(train_path)}
-    if validation:
-        inputs["validation.jsonl"] = sha256_file(split_dir / "validation.jsonl")
-    if train.accelerate_config:
-        inputs["accelerate_config"] = sha256_file(train.accelerate_config)
-    if isinstance(encoder, PromptEncoder):
-        by_mode: dict[str, Any] = {
-            "label_words": [prompt.label_words[label] for label in labels],
-            "label_token_ids": [list(ids) for ids in encoder.label_ids],
-            "template": prompt.template}
-    else:
-        by_mode = {"head": sorted(model.modules_to_save or ())}
-    record = AdapterRecord(
-        mode=train.mode, labels=labels, label2id={label: i for i, label in enumerate(labels)},
-        max_length=prompt.max_length,
-        base_model=BaseModelRef(source=base.model, sha256=base_manifest["sha256"]),
-        params=params_record, **by_mode)
-    # The loss history goes to a temporary folder that replaces metrics/train only when
-    # the adapter is saved: a failed run leaves the last good history and adapter.
-    # In a launched run (lorasent.launch) every process trains; only the main one writes.
-    # The checkpoints' folder has a fixed name, so that the arguments dvclive records
-    # (metrics/train/params.yaml) stay the same; the key is inside each checkpoint.
+    # setup: the data, then the random steps 1 to 3, then what the run reads and writes
+    data = _setup_data(split_dir=split_dir, eval_strategy=train.eval_strategy)
+    set_seed(base.seed)  # RNG step 1
+    model, encoder, device = load_model_and_prompt(  # RNG step 2
+        model_dir, base=base, prompt=prompt, mode=train.mode)
+    encoder, shared_start = _setup_encoder(encoder=encoder, model=model,
+                                           share_prefix=train.share_prefix,
+                                           max_length=prompt.max_length)
+    examples = _setup_examples(rows=data.rows, encoder=encoder, num_labels=len(labels),
+                               class_weighting=train.class_weighting)
+    model = _setup_lora(model=model, lora=train.lora, mode=train.mode)  # RNG step 3
+    trainable, total = _parameter_counts(model)
+    inputs = _input_hashes(model_dir=model_dir, data=data,
+                           accelerate_config=train.accelerate_config)
+    record = _adapter_record(labels=labels, source=base.model, prompt=prompt,
+                             mode=train.mode, encoder=encoder, model=model,
+                             model_sha256=inputs["model"], params_record=params_record)
     main = is_main()
-    processes = rank_and_world()[1]
-    checkpoints = Checkpoints(checkpoint_dir, processes=processes, key=training_key(
-        base=base, prompt=prompt, train=train, inputs=inputs,
-        setting={"device": device.type, "dtype": str(model.dtype), "processes": processes}))
-    resume_from = checkpoints.prepare(resume=train.resume == "auto")
-    if resume_from and main:
-        state = read_json(resume_from / "trainer_state.json")
-        log.info("resuming from step %d of %d (%s); to start over, delete %s or "
-                    "set train.resume: never", state["global_step"], state["max_steps"],
-                    resume_from, checkpoint_dir)
+    checkpoints, resume_from = _setup_checkpoints(
+        checkpoint_dir=checkpoint_dir, base=base, prompt=prompt, train=train, inputs=inputs,
+        setting={"device": device.type, "dtype": str(model.dtype),
+                 "processes": rank_and_world()[1]})
+    # train: the loss history goes to a temporary folder that replaces metrics/train only
+    # when the adapter is saved, so a failed run leaves the last good history and
+    # adapter. In a launched run (lorasent.launch) every process trains; only the main
+    # one writes.
     with atomic_dir(live_dir) if main else contextlib.nullcontext() as live_tmp:
         try:
-            args = TrainingArguments(
-                output_dir=str(checkpoint_dir), seed=base.seed, data_seed=base.seed,
-                learning_rate=train.learning_rate, num_train_epochs=train.num_train_epochs,
-                max_steps=train.max_steps,
-                per_device_train_batch_size=train.per_device_train_batch_size,
-                gradient_accumulation_steps=train.gradient_accumulation_steps,
-                warmup_steps=train.warmup_ratio, lr_scheduler_type=train.lr_scheduler_type,
-                weight_decay=train.weight_decay, max_grad_norm=train.max_grad_norm,
-                logging_steps=train.logging_steps, logging_first_step=True,
-                eval_strategy=train.eval_strategy,
-                save_strategy=("epoch" if train.load_best_model_at_end
-                               else "steps" if train.save_steps else "no"),
-                save_steps=train.save_steps, save_total_limit=2,
-                load_best_model_at_end=train.load_best_model_at_end,
-                metric_for_best_model="accuracy", greater_is_better=True,
-                report_to="none", remove_unused_columns=False,
-                auto_find_batch_size=train.auto_find_batch_size,
-                dataloader_num_workers=0, train_sampling_strategy="group_by_length",
-                length_column_name="length", use_cpu=device.type == "cpu",
-                bf16=model.dtype == torch.bfloat16, fp16=model.dtype == torch.float16)
-            trainer = LorasentTrainer(
-                model=model, args=args, train_dataset=datasets.Dataset.from_list(examples),
-                # Trainer insists on an eval_dataset when it evaluates; evaluate() above
-                # scores the validation texts itself.
-                eval_dataset=datasets.Dataset.from_list(examples[:1]) if validation else None,
-                data_collator=encoder.collate,
-                callbacks=[LogLastStep(), checkpoints,
-                           *([_step_aligned_dvclive(_live(live_tmp))]
-                             if live_tmp is not None else [])],
-                encoder=encoder, labels=labels,
-                eval_batch_size=train.per_device_train_batch_size,
-                validation=([r["text"] for r in validation],
-                            [r["label_id"] for r in validation]))
-            if not hf_logging.is_progress_bar_enabled():
-                # No terminal (lorasent.cli turns transformers' bars off): the log dicts
-                # as plain lines, not a bar redrawn with carriage returns. Swapped here
-                # rather than through TrainingArguments.disable_tqdm, which dvclive
-                # records in metrics/train/params.yaml: a log file changes no output.
-                trainer.remove_callback(ProgressCallback)
-                trainer.add_callback(PrinterCallback)
+            args = _training_arguments(train=train, seed=base.seed, device=device,
+                                       dtype=model.dtype, checkpoint_dir=checkpoint_dir)
+            trainer = _setup_trainer(  # RNG step 4; steps 5 and 6 in trainer.train
+                model=model, args=args, examples=examples, validation=data.validation,
+                encoder=encoder, labels=labels, checkpoints=checkpoints, live_tmp=live_tmp,
+                eval_batch_size=train.per_device_train_batch_size)
             try:
                 with writing("the loss history", live_dir):
                     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from
@@ -788,34 +755,270 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
             if main:  # Trainer makes the folder even when it saves nothing
                 with contextlib.suppress(OSError):
                     checkpoint_dir.rmdir()
-        # every process takes part (FSDP gathers the shards); the main one saves
-        state_dict = trainer.accelerator.get_state_dict(trainer.model)
-        if main:
-            with writing("the adapter", adapter_dir), atomic_dir(adapter_dir) as tmp:
-                model.save_pretrained(str(tmp), state_dict=state_dict, safe_serialization=True)
-                _sort_target_modules(tmp / "adapter_config.json")
-                write_json(tmp / ADAPTER_RECORD, dump(record))
-    if main:
-        checkpoints.remove()
-
+        _save_adapter(trainer=trainer, model=model, record=record, adapter_dir=adapter_dir,
+                      main=main)
+    # cleanup: the checkpoints go once the adapter is saved; the provenance record
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     final_loss = losses[-1] if losses else None
     if main:
-        record_path = provenance_dir / "train.json"
-        with writing("the provenance record", record_path):
-            write_json(record_path, provenance(
-                stage="train", params=params_record, device=device,
-                wall_time_s=time.perf_counter() - started,
-                inputs=inputs,
-                extra={"trainable_parameters": trainable, "total_parameters": total,
-                       "steps": trainer.state.global_step,
-                       "resumed_from_step": _checkpoint_step(resume_from),
-                       "shared_start_tokens": shared_start,
-                       "train_rows": len(rows),
-                       "effective_batch_size": train.per_device_train_batch_size
-                       * train.gradient_accumulation_steps * trainer.args.world_size,
-                       "final_loss": final_loss,
-                       "best_validation_accuracy": trainer.state.best_metric,
-                       "best_checkpoint_step": _checkpoint_step(
-                           trainer.state.best_model_checkpoint)}))
+        checkpoints.remove()
+        _write_provenance(
+            provenance_dir / "train.json", trainer=trainer, params_record=params_record,
+            device=device, wall_time_s=time.perf_counter() - started, inputs=inputs,
+            parameters=(trainable, total), resume_from=resume_from,
+            shared_start=shared_start, train_rows=len(data.rows), final_loss=final_loss,
+            batch_per_process=train.per_device_train_batch_size
+            * train.gradient_accumulation_steps)
     return TrainResult(trainer.state.global_step, final_loss, trainable, model.eval())
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """The splits a training reads: the training rows, and the validation rows when
+    ``train.eval_strategy`` scores them (else none)."""
+
+    train_path: Path
+    rows: list[dict[str, Any]]
+    validation_path: Path
+    validation: list[dict[str, Any]]
+
+
+def _setup_data(*, split_dir: Path, eval_strategy: str) -> TrainingData:
+    """The training split, and the validation split when ``eval_strategy`` (the slice
+    ``train.eval_strategy``) scores it.
+
+    Raises:
+        LorasentError: either split is empty.
+    """
+    train_path = split_dir / "train.jsonl"
+    rows = read_jsonl(train_path)
+    if not rows:
+        raise LorasentError(f"{train_path}: no training rows; check split.train_size")
+    validation_path = split_dir / "validation.jsonl"
+    validation = []
+    if eval_strategy != "no":
+        validation = read_jsonl(validation_path)
+        if not validation:
+            raise LorasentError(f"{validation_path}: no rows, but "
+                                "train.eval_strategy needs them; check split.validation_size")
+    return TrainingData(train_path, rows, validation_path, validation)
+
+
+def _setup_encoder(*, encoder: Encoder, model: torch.nn.Module, share_prefix: bool,
+                   max_length: int) -> tuple[Encoder, int | None]:
+    """The encoder as training uses it, and the length of the prompt start that every
+    example shares (None: not shared).
+
+    A generative encoder gets ``share_prefix`` (``train.share_prefix``), logged with the
+    shared start's length; ``max_length`` (``prompt.max_length``) only says in the log
+    whether batches can grow wider than the model's sliding window. A seq_cls encoder
+    has no prompt and is returned as it is.
+    """
+    if not isinstance(encoder, PromptEncoder):
+        return encoder, None
+    encoder = dataclasses.replace(encoder, share_prefix=share_prefix)
+    if not share_prefix:
+        return encoder, None
+    shared_start = encoder.template_start()
+    window = getattr(model.config, "sliding_window", None)
+    log.info("train.share_prefix: the %d tokens every prompt starts with (BOS and the "
+             "instruction) run once per batch%s", shared_start,
+             f", except in batches wider than the model's sliding window ({window} "
+             "tokens)" if window is not None and max_length > window else "")
+    return encoder, shared_start
+
+
+def _setup_examples(*, rows: list[dict[str, Any]], encoder: Encoder, num_labels: int,
+                    class_weighting: str) -> list[dict[str, Any]]:
+    """The training examples: each row encoded (``encoder.training_example``), with its
+    class's loss weight (``class_weighting``, the slice ``train.class_weighting``: see
+    :func:`class_weights`) and its length in tokens (for the length-grouped batches)."""
+    weights = class_weights(class_weighting, [r["label_id"] for r in rows], num_labels)
+    examples = []
+    for r in rows:
+        example = encoder.training_example(r["text"], r["label_id"])
+        examples.append({**example, "weight": float(weights[r["label_id"]]),
+                         "length": len(example["input_ids"])})
+    return examples
+
+
+def _setup_lora(*, model: torch.nn.Module, lora: LoraParams, mode: ModeName) -> PeftModel:
+    """``model`` in training mode wrapped by peft's LoRA (``lora``: the slice
+    ``train.lora``; ``mode``: ``train.mode``, whose peft task type
+    (:data:`lorasent.modes.MODES`) says whether a head is trained and saved in full);
+    draws the LoRA ``A`` matrices (RNG step 3 of :func:`run_train`).
+
+    Raises:
+        HeadNotSavedError: new weights (``model.newly_initialized``) that the adapter
+            would not save (:func:`check_head_saved`).
+    """
+    from peft import LoraConfig, get_peft_model
+
+    newly_initialized = getattr(model, "newly_initialized", [])
+    peft_model = get_peft_model(model.train(), LoraConfig(
+        task_type=MODES[mode].peft_task_type, r=lora.r,
+        # peft annotates lora_alpha int but scales by alpha / r, so the float params allow works
+        lora_alpha=lora.lora_alpha,  # type: ignore[arg-type]
+        lora_dropout=lora.lora_dropout,
+        target_modules=list(lora.target_modules),
+        modules_to_save=list(lora.modules_to_save) or None))
+    check_head_saved(peft_model, newly_initialized)
+    note = new_weights_note(newly_initialized)
+    if note is not None and is_main():
+        log.log(*note)
+    return peft_model
+
+
+def _parameter_counts(model: torch.nn.Module) -> tuple[int, int]:
+    """``(trainable, total)`` parameters of ``model``."""
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return trainable, sum(p.numel() for p in model.parameters())
+
+
+def _input_hashes(*, model_dir: Path, data: TrainingData,
+                  accelerate_config: str | None) -> dict[str, str]:
+    """SHA-256 of what the training reads: the base model (its manifest's), the splits
+    it uses, and ``accelerate_config`` (``train.accelerate_config``) when set."""
+    inputs = {"model": read_json(model_dir / MANIFEST)["sha256"],
+              "train.jsonl": sha256_file(data.train_path)}
+    if data.validation:
+        inputs["validation.jsonl"] = sha256_file(data.validation_path)
+    if accelerate_config:
+        inputs["accelerate_config"] = sha256_file(accelerate_config)
+    return inputs
+
+
+def _adapter_record(*, labels: list[str], source: str, prompt: PromptParams,
+                    mode: ModeName, encoder: Encoder,
+                    model: PeftModel, model_sha256: str,
+                    params_record: dict[str, Any]) -> AdapterRecord:
+    """``lorasent.json``: the labels (``base.labels``), the base model (``base.model``
+    and its hash), ``prompt.max_length``, the run's params, and the fields that ``mode``
+    (``train.mode``) alone writes (:func:`mode_fields`)."""
+    return AdapterRecord(
+        mode=mode, labels=labels, label2id={label: i for i, label in enumerate(labels)},
+        max_length=prompt.max_length,
+        base_model=BaseModelRef(source=source, sha256=model_sha256),
+        params=params_record, **mode_fields(MODES[mode], prompt=prompt, labels=labels,
+                                            encoder=encoder, model=model))
+
+
+def _setup_checkpoints(*, checkpoint_dir: Path, base: BaseParams, prompt: PromptParams,
+                       train: TrainParams, inputs: dict[str, str], setting: dict[str, Any],
+                       ) -> tuple[Checkpoints, Path | None]:
+    """The run's :class:`Checkpoints` and the checkpoint to resume from (None: start at
+    step 0), after :meth:`Checkpoints.prepare` has cleared the others.
+
+    Takes all three params sections: a checkpoint is resumed only by the same training
+    (:func:`training_key` over them, ``inputs`` and ``setting``); ``train.resume``
+    says whether to resume at all.
+    """
+    processes = setting["processes"]
+    # The checkpoints' folder has a fixed name, so that the arguments dvclive records
+    # (metrics/train/params.yaml) stay the same; the key is inside each checkpoint.
+    checkpoints = Checkpoints(checkpoint_dir, processes=processes, key=training_key(
+        base=base, prompt=prompt, train=train, inputs=inputs, setting=setting))
+    resume_from = checkpoints.prepare(resume=train.resume == "auto")
+    if resume_from and is_main():
+        state = read_json(resume_from / "trainer_state.json")
+        log.info("resuming from step %d of %d (%s); to start over, delete %s or "
+                 "set train.resume: never", state["global_step"], state["max_steps"],
+                 resume_from, checkpoint_dir)
+    return checkpoints, resume_from
+
+
+def _training_arguments(*, train: TrainParams, seed: int, device: torch.device,
+                        dtype: torch.dtype, checkpoint_dir: Path) -> TrainingArguments:
+    """Trainer's arguments: the optimisation params of ``train`` (learning rate and its
+    schedule, epochs or steps, batch and accumulation, weight decay, clipping), when to
+    log, validate and save, ``seed`` (``base.seed``, also the data order's seed), and
+    the device and precision the model loaded with."""
+    return TrainingArguments(
+        output_dir=str(checkpoint_dir), seed=seed, data_seed=seed,
+        learning_rate=train.learning_rate, num_train_epochs=train.num_train_epochs,
+        max_steps=train.max_steps,
+        per_device_train_batch_size=train.per_device_train_batch_size,
+        gradient_accumulation_steps=train.gradient_accumulation_steps,
+        warmup_steps=train.warmup_ratio, lr_scheduler_type=train.lr_scheduler_type,
+        weight_decay=train.weight_decay, max_grad_norm=train.max_grad_norm,
+        logging_steps=train.logging_steps, logging_first_step=True,
+        eval_strategy=train.eval_strategy,
+        save_strategy=("epoch" if train.load_best_model_at_end
+                       else "steps" if train.save_steps else "no"),
+        save_steps=train.save_steps, save_total_limit=2,
+        load_best_model_at_end=train.load_best_model_at_end,
+        metric_for_best_model="accuracy", greater_is_better=True,
+        report_to="none", remove_unused_columns=False,
+        auto_find_batch_size=train.auto_find_batch_size,
+        dataloader_num_workers=0, train_sampling_strategy="group_by_length",
+        length_column_name="length", use_cpu=device.type == "cpu",
+        bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16)
+
+
+def _setup_trainer(*, model: PeftModel, args: TrainingArguments,
+                   examples: list[dict[str, Any]], validation: list[dict[str, Any]],
+                   encoder: Encoder, labels: list[str], checkpoints: Checkpoints,
+                   live_tmp: Path | None, eval_batch_size: int) -> LorasentTrainer:
+    """The :class:`LorasentTrainer` over ``examples``, scoring ``validation`` (when any)
+    ``eval_batch_size`` texts at a time, with the callbacks: the last step logged,
+    ``checkpoints``, dvclive writing to ``live_tmp`` (the main process's; None in the
+    others), and plain log lines instead of a progress bar off a terminal. Its
+    ``__init__`` seeds the generators again (RNG step 4 of :func:`run_train`)."""
+    import datasets
+
+    trainer = LorasentTrainer(
+        model=model, args=args, train_dataset=datasets.Dataset.from_list(examples),
+        # Trainer insists on an eval_dataset when it evaluates; evaluate() scores the
+        # validation texts itself.
+        eval_dataset=datasets.Dataset.from_list(examples[:1]) if validation else None,
+        data_collator=encoder.collate,
+        callbacks=[LogLastStep(), checkpoints,
+                   *([_step_aligned_dvclive(_live(live_tmp))] if live_tmp is not None
+                     else [])],
+        encoder=encoder, labels=labels, eval_batch_size=eval_batch_size,
+        validation=([r["text"] for r in validation], [r["label_id"] for r in validation]))
+    if not hf_logging.is_progress_bar_enabled():
+        # No terminal (lorasent.cli turns transformers' bars off): the log dicts as plain
+        # lines, not a bar redrawn with carriage returns. Swapped here rather than
+        # through TrainingArguments.disable_tqdm, which dvclive records in
+        # metrics/train/params.yaml: a log file changes no output.
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(PrinterCallback)
+    return trainer
+
+
+def _save_adapter(*, trainer: LorasentTrainer, model: PeftModel, record: AdapterRecord,
+                  adapter_dir: Path, main: bool) -> None:
+    """Write the trained adapter to ``adapter_dir`` (replacing it whole): its weights,
+    ``adapter_config.json`` (``target_modules`` sorted) and ``record``. Every process
+    takes part in gathering the weights (FSDP gathers the shards); only the ``main``
+    one writes."""
+    state_dict = trainer.accelerator.get_state_dict(trainer.model)
+    if main:
+        with writing("the adapter", adapter_dir), atomic_dir(adapter_dir) as tmp:
+            model.save_pretrained(str(tmp), state_dict=state_dict, safe_serialization=True)
+            _sort_target_modules(tmp / "adapter_config.json")
+            write_json(tmp / ADAPTER_RECORD, dump(record))
+
+
+def _write_provenance(path: Path, *, trainer: LorasentTrainer, params_record: dict[str, Any],
+                      device: torch.device, wall_time_s: float, inputs: dict[str, str],
+                      parameters: tuple[int, int], resume_from: Path | None,
+                      shared_start: int | None, train_rows: int, final_loss: float | None,
+                      batch_per_process: int) -> None:
+    """The train stage's provenance record (:func:`lorasent.artifacts.provenance`) at
+    ``path``, with the training's facts: ``parameters`` (trainable, total), the steps
+    (``trainer``'s state) and the one resumed from, the shared prompt start, the rows,
+    the effective batch (``batch_per_process``: examples per device times accumulation
+    steps, times the processes), the final loss and the best validation epoch."""
+    trainable, total = parameters
+    extra = {"trainable_parameters": trainable, "total_parameters": total,
+             "steps": trainer.state.global_step,
+             "resumed_from_step": _checkpoint_step(resume_from),
+             "shared_start_tokens": shared_start, "train_rows": train_rows,
+             "effective_batch_size": batch_per_process * trainer.args.world_size,
+             "final_loss": final_loss, "best_validation_accuracy": trainer.state.best_metric,
+             "best_checkpoint_step": _checkpoint_step(trainer.state.best_model_checkpoint)}
+    with writing("the provenance record", path):
+        write_json(path, provenance(stage="train", params=params_record, device=device,
+                                    wall_time_s=wall_time_s, inputs=inputs, extra=extra))

@@ -1,6 +1,6 @@
 """``make bench``: the project's train step and label scoring against the seeds' ways.
 
-Usage: ``python -m lorasent.bench [--device cpu|cuda] [--out bench]``
+Usage: ``python -m lorasent.tools.bench [--device cpu|cuda] [--out bench]``
 
 Everything is measured in one run, on one model, the same examples and the same
 machine, and each figure is reported as a ratio against its reference measured in the
@@ -65,6 +65,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lorasent.paths import CHECKOUT
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -106,7 +108,7 @@ def _examples(n: int, seed: int = 0) -> list[dict[str, Any]]:
     """``n`` packaged tweets of the three classes, a fixed sample."""
     import random
 
-    from lorasent.fetch import read_source
+    from lorasent.stages.fetch import read_source
 
     rows, _ = read_source("packaged:tweets-en", text_column="text", label_column="label",
                           encoding="utf-8", hf_split="train")
@@ -158,10 +160,10 @@ def _load(model_name: str, device: torch.device, template: str | None = None,
     prompt, or ``template`` instead of its template."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from lorasent.fetch import _packaged_gemma
     from lorasent.modeling import load_tokenizer
     from lorasent.params import load_params
     from lorasent.scoring import PromptEncoder
+    from lorasent.stages.fetch import _packaged_gemma
 
     folder = _packaged_gemma()
     tokenizer = load_tokenizer(folder)
@@ -181,7 +183,7 @@ def _load(model_name: str, device: torch.device, template: str | None = None,
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     model.config.pad_token_id = tokenizer.pad_token_id
-    prompt = load_params(Path(__file__).resolve().parents[2] / "params.yaml").prompt
+    prompt = load_params(CHECKOUT / "params.yaml").prompt
     encoder = PromptEncoder.create(tokenizer, template or prompt.template,
                                    [prompt.label_words[label] for label in LABELS],
                                    prompt.max_length)
@@ -392,7 +394,7 @@ def bench_pipeline(repo: Path) -> dict[str, Any]:
 
 def no_gpu_message(flag: str = "--device cuda") -> str:
     """What to say when ``flag`` asks for a GPU that torch does not see (also used by
-    ``lorasent.device_check``)."""
+    ``lorasent.tools.device_check``)."""
     return (f"{flag}: torch {torch.__version__} sees no GPU (CUDA {torch.version.cuda}, "
             f"HIP {torch.version.hip}). Install a CUDA or ROCm build of torch on a machine "
             "with a GPU (docs/rocm.md, \"AMD GPUs (ROCm)\"); `lorasent doctor` shows what "
@@ -401,7 +403,7 @@ def no_gpu_message(flag: str = "--device cuda") -> str:
 
 def _part(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Run one part in a fresh process, so that its peak memory is its own."""
-    cmd = [sys.executable, "-m", "lorasent.bench", "--part", name, "--device", args.device,
+    cmd = [sys.executable, "-m", "lorasent.tools.bench", "--part", name, "--device", args.device,
            "--model", args.model, "--steps", str(args.steps), "--warmup", str(args.warmup),
            "--eval-examples", str(args.eval_examples)]
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -532,8 +534,9 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m lorasent.bench", description=__doc__.split(
-        "\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m lorasent.tools.bench", description=__doc__.split("\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                         help="cuda also means a ROCm GPU")
     parser.add_argument("--model", default=None,
@@ -578,7 +581,7 @@ def main(argv: list[str] | None = None) -> None:
         results["eval"][model] = _part("eval", args)
     if not args.no_pipeline:
         print("bench: pipeline overhead ...", flush=True)
-        results["pipeline"] = bench_pipeline(Path(__file__).resolve().parents[2])
+        results["pipeline"] = bench_pipeline(CHECKOUT)
     report = {"machine": _machine(device, load_before), "results": results,
               "summary": summarise(results, device, args.peak_tflops),
               "wall_time_s": time.perf_counter() - started}

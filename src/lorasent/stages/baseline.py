@@ -9,10 +9,11 @@ Writes ``metrics/baseline.json``:
 - ``zero_shot``: accuracy, macro-F1, per-class scores and confusion matrix of the
   untouched base model, with exactly the prompt and label scoring evaluate uses, and the
   95% bootstrap intervals of accuracy and macro-F1 (``accuracy_ci95_low`` ...; the
-  method in ``intervals``, see ``lorasent.statistics``). In
-  ``seq_cls`` mode there is none (a freshly initialised head answers at random), so it
-  is ``null`` with ``zero_shot_note`` saying why, and evaluate measures the relative
-  error reduction against the majority class.
+  method in ``intervals``, see ``lorasent.statistics``). A mode without a zero-shot
+  answer (``seq_cls``: a freshly initialised head answers at random; its
+  ``no_zero_shot_note`` in :data:`lorasent.modes.MODES`) has none, so it is ``null``
+  with ``zero_shot_note`` saying why, and evaluate measures the relative error
+  reduction against the majority class.
 
 Also writes the baseline's predictions (``metrics/baseline_predictions.csv``: zero-shot,
 or the majority class in seq_cls mode), their confusion matrix as the records of DVC's
@@ -46,6 +47,7 @@ from lorasent.metrics import (
     predictions_csv,
 )
 from lorasent.modeling import load_model_and_prompt
+from lorasent.modes import DEFAULT_MODE, MODES
 from lorasent.params import BaseParams, PromptParams
 from lorasent.paths import (
     BASE_MODEL_DIR,
@@ -66,13 +68,8 @@ class BaselineResult:
     zero_shot_accuracy: float | None
 
 
-SEQ_CLS_NO_ZERO_SHOT = ("train.mode is seq_cls: the classification head is initialised at "
-                        "random, so the untrained model has no zero-shot answer; the "
-                        "majority class is the reference")
-
-
 def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
-                 params_record: dict[str, Any], mode: str = "generative",
+                 params_record: dict[str, Any], mode: str = DEFAULT_MODE,
                  model_dir: Path = BASE_MODEL_DIR,
                  split_dir: Path = SPLIT_DIR, metrics_path: Path = BASELINE_METRICS,
                  predictions_path: Path = BASELINE_PREDICTIONS,
@@ -97,15 +94,16 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
 
     report: dict[str, Any] = {"majority_class": labels[majority],
                               "majority_accuracy": majority_acc}
-    if mode == "seq_cls":
+    if not MODES[mode].zero_shot:
         device = torch.device("cpu")  # no model is loaded
         scores = np.full((len(test), len(labels)), -np.inf, dtype=np.float32)
         scores[:, majority] = 0.0  # the majority class with probability 1
-        report.update(zero_shot=None, zero_shot_note=SEQ_CLS_NO_ZERO_SHOT)
+        report.update(zero_shot=None, zero_shot_note=MODES[mode].no_zero_shot_note)
         matrix = classification_metrics(y_test, scores.argmax(1), labels)["confusion_matrix"]
         source = f"the majority-class predictions of {predictions_path}"
     else:
-        model, encoder, device = load_model_and_prompt(model_dir, base=base, prompt=prompt)
+        model, encoder, device = load_model_and_prompt(model_dir, base=base, prompt=prompt,
+                                                       mode=mode)
         scores = score_texts(model, encoder, [r["text"] for r in test], batch_size,
                              desc="zero-shot")
         predicted = scores.argmax(1)

@@ -1,6 +1,6 @@
 """``make device-check``: one prepared check of a GPU machine, its results committed.
 
-Usage: ``python -m lorasent.device_check [--out bench] [--peak-tflops X] [--device cuda]``
+Usage: ``python -m lorasent.tools.device_check [--out bench] [--peak-tflops X] [--device cuda]``
 
 Meant to be run once whenever a machine with an NVIDIA or AMD ROCm GPU (torch calls
 both ``cuda``) is at hand; it takes a few minutes (sized for under 8 on one GPU). In
@@ -9,7 +9,7 @@ order, each part printing a progress line:
 1. ``lorasent doctor --json`` in the project folder: torch, the GPU, the libraries and
    what ``params.yaml`` chooses there. Its findings are recorded; a failing finding does
    not fail the check.
-2. ``python -m lorasent.bench --device cuda --no-pipeline`` (with ``--peak-tflops`` when
+2. ``python -m lorasent.tools.bench --device cuda --no-pipeline`` (with ``--peak-tflops`` when
    given: about 989 for an H200's bf16 dense peak, 1307 for an MI300X), in its own
    process: Gemma 3 270M and Gemma 2B with random weights in bf16, every way of the
    training step and of label scoring that bench measures, with tokens/s and model
@@ -25,7 +25,7 @@ order, each part printing a progress line:
 
 Writes ``<out>/results-gpu.json`` (the machine, doctor's JSON, bench's results and
 summary, the pipeline comparison, each part's wall time in seconds, ``passed``) and
-``<out>/results-gpu.md`` (bench's tables as :func:`lorasent.bench.markdown` renders
+``<out>/results-gpu.md`` (bench's tables as :func:`lorasent.tools.bench.markdown` renders
 them, the agreement, the verdict), both only at the end and each atomically: an
 interrupted check leaves neither half-written. A part that fails is recorded with its
 error and the check goes on with the next part. Exit status 0 when every part ran and
@@ -55,9 +55,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from lorasent.paths import CHECKOUT
 from lorasent.statistics import with_interval
 
-REPO = Path(__file__).resolve().parents[2]
 # The check passes when at least this share of the test rows get the same label on the
 # GPU (bf16) as on the CPU (fp32).
 MIN_AGREEMENT = 0.98
@@ -107,10 +107,10 @@ def machine_info(device: str) -> dict[str, Any]:
     return {**report, "gpu": report["name"] if device == "cuda" else None,
             "gpu_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
             "python": platform.python_version(), "platform": platform.platform(),
-            "git": git_state(REPO)}
+            "git": git_state(CHECKOUT)}
 
 
-def run_doctor(repo: Path = REPO) -> dict[str, Any]:
+def run_doctor(repo: Path = CHECKOUT) -> dict[str, Any]:
     """``lorasent doctor --json`` in ``repo``: its report, its exit status and the
     findings it calls problems (``fail`` and ``warn``). A status of 1 (a failing
     finding) is recorded, not raised.
@@ -130,15 +130,15 @@ def run_doctor(repo: Path = REPO) -> dict[str, Any]:
 
 
 def run_bench(device: str, peak_tflops: float | None, extra: list[str],
-              repo: Path = REPO) -> dict[str, Any]:
-    """``python -m lorasent.bench --device <device> --no-pipeline`` in its own process,
+              repo: Path = CHECKOUT) -> dict[str, Any]:
+    """``python -m lorasent.tools.bench --device <device> --no-pipeline`` in its own process,
     its progress on this standard output; returns its ``results.json`` as it wrote it.
 
     Raises:
         CheckError: bench failed (the message holds the end of its standard error).
     """
     with tempfile.TemporaryDirectory(prefix="lorasent-device-check-bench-") as tmp:
-        argv = [sys.executable, "-m", "lorasent.bench", "--device", device, "--no-pipeline",
+        argv = [sys.executable, "-m", "lorasent.tools.bench", "--device", device, "--no-pipeline",
                 "--out", tmp, *(["--peak-tflops", str(peak_tflops)] if peak_tflops else []),
                 *extra]
         done = subprocess.run(argv, cwd=repo, env=_env(), stderr=subprocess.PIPE, text=True)
@@ -157,8 +157,8 @@ def run_pipeline(repo: Path, root: Path, device: str, changes: dict[str, Any]) -
     Raises:
         CheckError: git or ``dvc repro`` failed (with the end of its output).
     """
-    from lorasent.bench import copy_tracked
     from lorasent.params import merge, update_params
+    from lorasent.tools.bench import copy_tracked
 
     copy_tracked(repo, root)
     update_params(merge(changes, {"base": {"device": device}}), root / "params.yaml")
@@ -224,7 +224,7 @@ def agreement_passes(comparison: dict[str, Any]) -> bool:
             and comparison["only_in_b"] == 0 and comparison["agreement"] >= MIN_AGREEMENT)
 
 
-def compare_pipelines(repo: Path = REPO, devices: tuple[str, str] = ("cpu", "cuda"),
+def compare_pipelines(repo: Path = CHECKOUT, devices: tuple[str, str] = ("cpu", "cuda"),
                       changes: dict[str, Any] = SMALL_RUN) -> dict[str, Any]:
     """The pipeline run on ``devices[0]``, then on ``devices[1]`` (see
     :func:`run_pipeline`), each in its own temporary copy of ``repo``; the two runs'
@@ -302,9 +302,9 @@ def _flops_lines(bench: dict[str, Any]) -> list[str]:
 
 def markdown(report: dict[str, Any]) -> str:
     """``results-gpu.md``: the machine, doctor's findings, bench's tables (as
-    :func:`lorasent.bench.markdown` renders them), the agreement line, the verdict; a
+    :func:`lorasent.tools.bench.markdown` renders them), the agreement line, the verdict; a
     part that failed shows its error in its place."""
-    from lorasent.bench import markdown as bench_markdown
+    from lorasent.tools.bench import markdown as bench_markdown
 
     m, parts = report["machine"], report["parts"]
     gpu = f"{m['gpu']} ({m.get('arch')})" if m.get("gpu") else "no GPU (device cpu)"
@@ -365,9 +365,9 @@ def write_report(out: Path, report: dict[str, Any]) -> tuple[Path, Path]:
 # ------------------------------------------------------------------------------- main
 
 def main(argv: list[str] | None = None) -> int:
-    from lorasent.bench import no_gpu_message
+    from lorasent.tools.bench import no_gpu_message
 
-    parser = argparse.ArgumentParser(prog="python -m lorasent.device_check",
+    parser = argparse.ArgumentParser(prog="python -m lorasent.tools.device_check",
                                      description=(__doc__ or "").split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("bench"),
@@ -380,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the device checked (cuda also means a ROCm GPU); cpu runs "
                              "everything on the CPU, for tests")
     parser.add_argument("--bench-args", default="", metavar="ARGS",
-                        help="more options for `python -m lorasent.bench`, one string, e.g. "
+                        help="more options for `python -m lorasent.tools.bench`, one string, e.g. "
                              "'--model tiny --steps 1 --warmup 0'")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -389,14 +389,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     report: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": ["python", "-m", "lorasent.device_check", *(sys.argv[1:] if argv is None
+        "command": ["python", "-m", "lorasent.tools.device_check", *(sys.argv[1:] if argv is None
                                                                 else argv)],
         "machine": machine_info(args.device), "min_agreement": MIN_AGREEMENT}
     steps: list[tuple[str, Callable[[], dict[str, Any]]]] = [
         ("doctor", run_doctor),
         ("bench", lambda: run_bench(args.device, args.peak_tflops,
                                     shlex.split(args.bench_args))),
-        ("pipeline", lambda: compare_pipelines(REPO, ("cpu", args.device))),
+        ("pipeline", lambda: compare_pipelines(CHECKOUT, ("cpu", args.device))),
     ]
     parts: dict[str, dict[str, Any]] = {}
     for name, step in steps:

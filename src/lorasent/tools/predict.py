@@ -43,6 +43,7 @@ from lorasent.artifacts import output_dir, read_json, sha256_file, write_json
 from lorasent.contracts import AdapterRecord, EvalMetrics, dump, parse
 from lorasent.errors import LorasentError
 from lorasent.metrics import probabilities
+from lorasent.modes import MODES, no_zero_shot_cell
 from lorasent.paths import ADAPTER_DIR, ADAPTER_RECORD, EVAL_METRICS
 from lorasent.scoring import Encoder, score_texts
 from lorasent.statistics import with_interval
@@ -327,92 +328,6 @@ def stream_predictions(model: Any, encoder: Encoder, labels: list[str],
 
 # ------------------------------------------------------------------------------ export
 
-EXPORT_README = """# {labels_str} classifier: LoRA merged into its base model
-
-Exported by `lorasent export` from `{adapter}`: the LoRA adapter folded into the base
-model `{base}` (SHA-256 {base_sha}), saved as safetensors with its tokenizer. It loads with
-plain transformers, no peft and no lorasent.
-
-{evaluation}
-
-How it classifies: the text goes into the prompt below; each class's score is the summed
-log-probability of all tokens of its label word after the prompt; the prediction is the
-highest score, the probabilities the softmax of the scores (`lorasent.json` holds the
-template, the label words in class-id order and their token ids).
-
-Prompt template:
-
-    {template}
-
-Label words: {words}
-
-```python
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
-path = "."  # this folder: run the snippet from inside it, or set path to the folder
-tok = AutoTokenizer.from_pretrained(path)
-model = AutoModelForCausalLM.from_pretrained(path).eval()
-template = {template}
-labels = {labels}
-label_words = {label_words}
-
-
-@torch.inference_mode()
-def classify(text):
-    prompt = tok(template.replace("{{text}}", text))["input_ids"]
-    scores = []
-    for word in label_words:
-        ids = tok(word, add_special_tokens=False)["input_ids"]
-        logits = model(input_ids=torch.tensor([prompt + ids])).logits[0].float()
-        logp = logits.log_softmax(-1)
-        scores.append(sum(logp[len(prompt) - 1 + j, t].item() for j, t in enumerate(ids)))
-    probs = torch.tensor(scores).softmax(-1).tolist()
-    return labels[max(range(len(labels)), key=scores.__getitem__)], dict(zip(labels, probs))
-
-
-print(classify("I love this phone"))
-```
-
-(Texts longer than {max_length} tokens with the prompt should be cut from the end of the
-text, never the template, as lorasent does.)
-"""
-
-EXPORT_README_SEQ_CLS = """# {labels_str} classifier: LoRA merged into its base model
-
-Exported by `lorasent export` from `{adapter}`: the LoRA adapter folded into the base
-model `{base}` (SHA-256 {base_sha}) with its trained classification head, saved as
-safetensors with its tokenizer. It loads with plain transformers, no peft and no
-lorasent; `config.json` holds `id2label` in lorasent's class order.
-
-{evaluation}
-
-How it classifies: the text alone (at most {max_length} tokens, cut from its end) goes
-into the sequence-classification head; the prediction is the largest logit, the
-probabilities their softmax.
-
-```python
-import torch
-from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-path = "."  # this folder: run the snippet from inside it, or set path to the folder
-tok = AutoTokenizer.from_pretrained(path)
-model = AutoModelForSequenceClassification.from_pretrained(path).eval()
-
-
-@torch.inference_mode()
-def classify(text):
-    inputs = tok(text, truncation=True, max_length={max_length}, return_tensors="pt")
-    probs = model(**inputs).logits[0].float().softmax(-1)
-    labels = [model.config.id2label[i] for i in range(len(probs))]
-    return labels[int(probs.argmax())], dict(zip(labels, probs.tolist()))
-
-
-print(classify("I love this phone"))
-```
-"""
-
-
 @dataclass(frozen=True)
 class Evaluation:
     """The evaluate stage's metrics of one adapter, or why there are none.
@@ -488,7 +403,7 @@ def evaluation_section(evaluation: Evaluation) -> str:
                 "pass `--metrics` the eval.json of this adapter.")
     base = m.baseline
     if base.zero_shot_accuracy is None:
-        zero_shot = "none (seq_cls: a fresh head has no zero-shot answer) | –"
+        zero_shot = f"{no_zero_shot_cell(m.mode)} | –"
     else:
         zero_shot = f"{_num(base.zero_shot_accuracy)} | {_num(base.zero_shot_macro_f1)}"
     lines = [
@@ -517,17 +432,17 @@ def export_readme(record: AdapterRecord, adapter_dir: str | Path,
                   evaluation: Evaluation | None = None) -> str:
     """The exported folder's README (model card): loading, scoring, the evaluation.
 
+    The template is the mode's ``model_card`` (:data:`lorasent.modes.MODES`), given
+    every key below (a mode's card uses those it needs: the seq_cls card has no prompt).
     Its snippet reads the model from ``"."``, the README's own folder, so it runs as
     written from inside the folder wherever it was moved.
     """
     evaluation = evaluation or Evaluation(None, Path(EVAL_METRICS), "none given")
-    fields = dict(labels_str=" / ".join(record.labels), adapter=adapter_dir,
-                  base=record.base_model.source, base_sha=record.base_model.sha256,
-                  max_length=record.max_length, evaluation=evaluation_section(evaluation))
-    if record.mode == "seq_cls":
-        return EXPORT_README_SEQ_CLS.format(**fields)
-    return EXPORT_README.format(
-        **fields, template=repr(record.template), labels=record.labels,
+    return MODES[record.mode].model_card.format(
+        labels_str=" / ".join(record.labels), adapter=adapter_dir,
+        base=record.base_model.source, base_sha=record.base_model.sha256,
+        max_length=record.max_length, evaluation=evaluation_section(evaluation),
+        template=repr(record.template), labels=record.labels,
         words=", ".join(repr(w) for w in record.label_words or []),
         label_words=record.label_words)
 
@@ -535,8 +450,8 @@ def export_readme(record: AdapterRecord, adapter_dir: str | Path,
 def export_merged(model: Any, encoder: Encoder, record: AdapterRecord,
                   adapter_dir: Path, out_dir: Path,
                   evaluation: Evaluation | None = None) -> Path:
-    """Fold the LoRA weights (and in seq_cls mode the trained head) into the base model
-    and save it, loadable without peft.
+    """Fold the LoRA weights (and in a mode with a ``head``, seq_cls, the trained head)
+    into the base model and save it, loadable without peft.
 
     Writes ``model.safetensors`` (+ config), the tokenizer, ``lorasent.json`` (the adapter's
     record: labels, prompt, label words and token ids) and a README on loading and scoring

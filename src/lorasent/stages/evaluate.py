@@ -8,9 +8,10 @@ stage did, and writes ``metrics/eval.json``: ``accuracy``, ``macro_f1``,
 (``baseline.majority_accuracy``, ``baseline.zero_shot_accuracy``) and
 ``relative_error_reduction`` = (accuracy - ref) / (1 - ref) against the reference
 chosen by ``evaluate.reference`` (``null`` with ``relative_error_reduction_note`` when
-ref = 1). In ``seq_cls`` mode there is no zero-shot baseline, so the reference is the
-majority class, and ``reference_note`` says so. The keys are the same in both modes, so
-``dvc metrics diff`` compares a generative and a seq_cls adapter key by key.
+ref = 1). A mode without a zero-shot baseline (``seq_cls``; :data:`lorasent.modes.MODES`)
+has the majority class as its reference, and ``reference_note`` says why. The keys are
+the same in both modes, so ``dvc metrics diff`` compares a generative and a seq_cls
+adapter key by key.
 
 Each of accuracy, macro-F1 and the relative error reduction has a 95% bootstrap interval
 over the test rows (``accuracy_ci95_low`` / ``accuracy_ci95_high`` ...; the method in
@@ -52,6 +53,7 @@ from lorasent.metrics import (
     run_warnings,
 )
 from lorasent.modeling import load_trained_model
+from lorasent.modes import DEFAULT_MODE
 from lorasent.params import BaseParams, EvaluateParams, PromptParams
 from lorasent.paths import (
     ADAPTER_DIR,
@@ -93,7 +95,7 @@ class EvaluateResult:
 
 
 def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluateParams,
-                 params_record: dict[str, Any], mode: str = "generative",
+                 params_record: dict[str, Any], mode: str = DEFAULT_MODE,
                  model_dir: Path = BASE_MODEL_DIR,
                  adapter_dir: Path = ADAPTER_DIR, split_dir: Path = SPLIT_DIR,
                  baseline_path: Path = BASELINE_METRICS,

@@ -1,0 +1,16 @@
+"""The five stages of the DVC pipeline, one module each, run in this order by ``dvc repro``
+(dvc.yaml) through ``lorasent <stage>`` (:mod:`lorasent.cli`):
+
+- :mod:`~lorasent.stages.fetch`: the corpus into ``data/raw``, the base model into
+  ``models/base``;
+- :mod:`~lorasent.stages.split`: the labelled, de-duplicated train/validation/test splits
+  (``data/split``, ``metrics/data.json``);
+- :mod:`~lorasent.stages.baseline`: the majority-class and zero-shot baselines
+  (``metrics/baseline.json``);
+- :mod:`~lorasent.stages.train`: the LoRA adapter (``models/adapter``, ``metrics/train``);
+- :mod:`~lorasent.stages.evaluate`: the adapter on the test split (``metrics/eval.json``).
+
+Each stage's deps in dvc.yaml list its module and every lorasent module it imports
+(tests/test_dvc_deps.py checks them). Only docs here: no stage output depends on this
+file.
+"""

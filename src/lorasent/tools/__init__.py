@@ -1,0 +1,13 @@
+"""The tools around the pipeline, none of them a stage: they read its outputs or time its
+parts, and write nothing the stages read.
+
+- :mod:`~lorasent.tools.predict`: ``lorasent predict`` and ``lorasent export`` on a trained
+  adapter;
+- :mod:`~lorasent.tools.bench`: ``make bench``, the speed and memory benchmarks
+  (``bench/``);
+- :mod:`~lorasent.tools.device_check`: ``make device-check``, the GPU check (doctor, bench,
+  the tiny pipeline on the CPU and the device).
+
+The review of a change (``lorasent compare``, ``pr-comment``, ``seeds``) is
+:mod:`lorasent.review`.
+"""
