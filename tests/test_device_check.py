@@ -251,17 +251,19 @@ def test_doctor_json_is_read():
     assert doctor["returncode"] in {0, 1} and isinstance(doctor["problems"], list)
 
 
-# The real pipeline twice, on the CPU both times, at the smallest sizes: the same
-# predictions to the last row (agreement exactly 1.0). 91 s on 2 cores.
+# The real pipeline twice, on the CPU both times, at the smallest sizes, on the tiny random
+# Gemma (the packaged one runs the stages in the integration tier): the same predictions
+# to the last row (agreement exactly 1.0).
 TINY_RUN = {"split": {"train_size": 8, "validation_size": 0, "test_size": 16},
             "train": {"max_steps": 1, "per_device_train_batch_size": 8},
             "evaluate": {"batch_size": 16}}
 
 
 @pytest.mark.slow
-def test_pipeline_on_the_cpu_twice_agrees_exactly():
+def test_pipeline_on_the_cpu_twice_agrees_exactly(tiny_gemma_dir):
     started = time.perf_counter()
-    out = compare_pipelines(REPO, ("cpu", "cpu"), TINY_RUN)
+    out = compare_pipelines(REPO, ("cpu", "cpu"),
+                            {**TINY_RUN, "base": {"model": str(tiny_gemma_dir)}})
     print(f"compare_pipelines cpu vs cpu: {time.perf_counter() - started:.1f} s")
     assert out["predictions"]["rows"] == 16 and out["predictions"]["agreement"] == 1.0
     assert out["zero_shot"]["agreement"] == 1.0 and out["passed"] is True

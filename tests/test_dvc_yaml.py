@@ -26,6 +26,22 @@ def test_five_stages_in_order():
     assert list(DVC["stages"]) == STAGES
 
 
+def _outs(stage: str) -> set[str]:
+    return {next(iter(o)) if isinstance(o, dict) else o
+            for key in ("outs", "metrics") for o in DVC["stages"][stage].get(key, [])}
+
+
+def test_each_stage_reads_the_outputs_of_the_stages_before_it_and_no_later_ones():
+    """Which stages a rerun reaches downstream: DVC reruns a stage when one of its deps, an
+    output of an earlier stage, changed (the end-to-end tier asks `dvc status` which
+    stages a param change makes stale, not which ones then rerun)."""
+    reads = {stage: {name for name in STAGES if _outs(name) & set(DVC["stages"][stage]["deps"])}
+             for stage in STAGES}
+    assert reads == {"fetch": set(), "split": {"fetch"}, "baseline": {"fetch", "split"},
+                     "train": {"fetch", "split"}, "evaluate": {"fetch", "split", "baseline",
+                                                               "train"}}
+
+
 @pytest.mark.parametrize("stage", STAGES)
 def test_command_resolves_to_a_cli_command(stage):
     argv = shlex.split(DVC["stages"][stage]["cmd"])

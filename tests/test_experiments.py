@@ -124,9 +124,8 @@ def test_a_worker_deaf_to_control_messages_neither_blocks_nor_outlives_the_sweep
         assert time.monotonic() < deadline, "the queue worker never bound its control queue"
         time.sleep(0.5)
     exchange.write_text("[]", encoding="utf-8")
-    # a worker that hears control messages is gone well within 30 s: its idle monitor
-    # stops it after 10 s, and `dvc queue stop` at once
-    assert _stop_workers(root, timeout_s=30) == ["dvc-exp-worker-1"]
+    # this one hears none: however long the wait before the signal, it is still there
+    assert _stop_workers(root, timeout_s=5) == ["dvc-exp-worker-1"]
 
 
 def _exp(root: Path, name: str) -> dict[str, Any]:
