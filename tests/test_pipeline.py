@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from lorasent.params import read_yaml
-
 from tiny_repo import (
     GIT,
     LABELS,
