@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from import_graph import lorasent_imports
 from lorasent.params import read_yaml
 from lorasent.stages.train import TRAIN_CODE
 
@@ -35,25 +36,8 @@ EXEMPT = {
 
 def _imports(nodes: list[ast.stmt]) -> set[str]:
     """The lorasent modules imported anywhere in ``nodes`` (function bodies included),
-    except under ``if TYPE_CHECKING:``, which never runs."""
-    found: set[str] = set()
-    todo: list[ast.AST] = list(nodes)
-    while todo:
-        node = todo.pop()
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) \
-                and node.test.id == "TYPE_CHECKING":
-            todo += node.orelse
-            continue
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module == "lorasent":
-                found |= {alias.name for alias in node.names}
-            elif node.module.startswith("lorasent."):
-                found.add(node.module.removeprefix("lorasent."))
-        elif isinstance(node, ast.Import):
-            found |= {alias.name.removeprefix("lorasent.") for alias in node.names
-                      if alias.name.startswith("lorasent.")}
-        todo += ast.iter_child_nodes(node)
-    return found
+    except under ``if TYPE_CHECKING:``, which never runs (tests/import_graph.py)."""
+    return {found.module for found in lorasent_imports(nodes) if not found.level}
 
 
 def _module(name: str) -> ast.Module:

@@ -1,0 +1,372 @@
+"""The numbers README.md and docs/ give of the committed run and of the last bench are the
+committed files' own: each is computed here from ``metrics/``, ``bench/results.json``,
+``dvc.lock`` and ``params.yaml`` and looked for, as the docs word it, in the page (line
+breaks do not matter). A number measured once and kept in no committed file (a wall time)
+is stamped with the commit it was measured at, ``(measured at commit abc1234)``, and the
+stamp must name a commit of this history. No page presents a result "measured before"
+something: such a table is rerun or removed.
+
+A rerun that commits new metrics or bench results changes these numbers: the failing
+test names the page and the sentence to update.
+"""
+
+import json
+import re
+import subprocess
+from functools import cache
+from typing import Any
+
+import pytest
+
+from conftest import REPO
+from lorasent.metrics import read_predictions, relative_error_reduction
+from lorasent.params import read_yaml
+from lorasent.review.verdict import measured_text, paired_verdict
+from lorasent.statistics import paired_comparison
+
+PAGES = ["README.md", *sorted(str(page.relative_to(REPO)) for page in (REPO / "docs").glob("*.md"))]
+# Stamps are for the few numbers no committed file holds; more than this means numbers
+# that should come from metrics/ or bench/ instead.
+MAX_STAMPS = 8
+STAMP = re.compile(r"(?:measured|written) at commit ([0-9a-f]{7,40})")
+COMPARE = re.compile(r"`A=([0-9a-f]{7,40}) B=([0-9a-f]{7,40})`")
+
+
+def load(path: str) -> Any:
+    return json.loads((REPO / path).read_text(encoding="utf-8"))
+
+
+EVAL = load("metrics/eval.json")
+BASELINE = load("metrics/baseline.json")
+DATA = load("metrics/data.json")
+TRAIN = load("metrics/train/metrics.json")
+PROVENANCE = {stage: load(f"metrics/provenance/{stage}.json")
+              for stage in ("baseline", "train", "evaluate")}
+BENCH = load("bench/results.json")
+PARAMS = read_yaml((REPO / "params.yaml").read_text(encoding="utf-8"), "params.yaml")
+LOCK = read_yaml((REPO / "dvc.lock").read_text(encoding="utf-8"), "dvc.lock")
+
+
+def page(name: str) -> str:
+    """The page's text with every run of whitespace (line breaks too) made one space."""
+    return " ".join((REPO / name).read_text(encoding="utf-8").split())
+
+
+def n3(value: float) -> str:
+    return f"{value:.3f}"
+
+
+def interval(low: float, high: float) -> str:
+    return f"[{low:.3f}, {high:.3f}]"
+
+
+def duration(seconds: float) -> str:
+    """``4 min 33 s``, or ``54 s`` under a minute."""
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if minutes else f"{rest} s"
+
+
+def met(ok: bool) -> str:
+    return "met" if ok else "not met"
+
+
+def gib(size: float) -> str:
+    return f"{size / 2**30:.1f} GiB"
+
+
+def out_size(stage: str, path: str) -> int:
+    return next(out["size"] for out in LOCK["stages"][stage]["outs"] if out["path"] == path)
+
+
+# ------------------------------------------------------------------ the committed run
+
+
+def run_machine() -> str:
+    """The machine of the committed run as the README and performance.md say it."""
+    device = PROVENANCE["train"]["device"]
+    gpu = "no GPU" if device["cuda"] is None and device["hip"] is None else "a GPU"
+    return (f"{device['cpu_count']} cores ({device['cpu']}), "
+            f"{round(device['memory_total_bytes'] / 2**30)} GiB, {gpu}, torch "
+            f"{device['torch'].split('+')[0]} CPU build")
+
+
+def headline() -> list[str]:
+    """The sentences of the relative error reduction and the per-class F1."""
+    reference = EVAL["reference_accuracy"]
+    against_majority, _ = relative_error_reduction(EVAL["accuracy"],
+                                                   EVAL["baseline"]["majority_accuracy"])
+    assert against_majority is not None
+    name = {"zero_shot": "zero-shot", "majority": "majority-class"}[EVAL["reference"]]
+    low, high = (EVAL[f"relative_error_reduction_ci95_{end}"] for end in ("low", "high"))
+    return [
+        f"Relative error reduction against the {name} baseline",
+        f"({n3(EVAL['accuracy'])} − {n3(reference)}) / (1 − {n3(reference)}) = "
+        f"**{n3(EVAL['relative_error_reduction'])}** {interval(low, high)}; against the "
+        f"majority class, {n3(against_majority)}.",
+        "Per class (F1): " + ", ".join(f"{label} {n3(EVAL['per_class'][label]['f1'])}"
+                                       for label in EVAL["labels"]) + ".",
+        f"95% percentile-bootstrap intervals over the {EVAL['test_rows']} test tweets",
+    ]
+
+
+def readme_numbers() -> list[str]:
+    zero_shot = BASELINE["zero_shot"]
+    epochs = PARAMS["train"]["num_train_epochs"]
+    train_rows = DATA["split_rows"]["train"]
+    return [
+        f"LoRA on {train_rows:,} real English tweets ({len(EVAL['labels'])} classes",
+        f"then scores {DATA['split_rows']['test']} held-out tweets",
+        run_machine(),
+        f"| majority-class baseline (always `{BASELINE['majority_class']}`) | "
+        f"{n3(BASELINE['majority_accuracy'])} | – |",
+        f"| zero-shot Gemma 3 270M (same prompt and scoring) | {n3(zero_shot['accuracy'])} "
+        f"{interval(zero_shot['accuracy_ci95_low'], zero_shot['accuracy_ci95_high'])} | "
+        f"{n3(zero_shot['macro_f1'])} "
+        f"{interval(zero_shot['macro_f1_ci95_low'], zero_shot['macro_f1_ci95_high'])} |",
+        f"| **LoRA adapter** (r {PARAMS['train']['lora']['r']}, {epochs} "
+        f"epoch{'s' if epochs != 1 else ''} over {train_rows:,} tweets, {TRAIN['step']} steps) "
+        f"| **{n3(EVAL['accuracy'])}** "
+        f"{interval(EVAL['accuracy_ci95_low'], EVAL['accuracy_ci95_high'])} | "
+        f"**{n3(EVAL['macro_f1'])}** "
+        f"{interval(EVAL['macro_f1_ci95_low'], EVAL['macro_f1_ci95_high'])} |",
+        *headline(),
+        bench_sentence(),
+    ]
+
+
+def stage_times() -> str:
+    """performance.md's sentence of the committed run's stage times."""
+    def busy(stage: str, *more: str) -> str:
+        said = ["busy"] if PROVENANCE[stage]["machine_load"]["busy"] else []
+        return f" ({'; '.join([*said, *more])})" if said or more else ""
+
+    train = PROVENANCE["train"]
+    steps = TRAIN["step"]
+    return (f"baseline {duration(PROVENANCE['baseline']['wall_time_s'])}{busy('baseline')}, "
+            f"train {duration(train['wall_time_s'])}"
+            + busy("train", f"{steps} steps, {TRAIN['train']['runtime'] / steps:.2f} s a step "
+                            f"in Trainer's runtime, {train['trainable_parameters']:,} "
+                            "trainable parameters")
+            + f", evaluate {duration(PROVENANCE['evaluate']['wall_time_s'])}"
+            + busy("evaluate"))
+
+
+def performance_run_numbers() -> list[str]:
+    return [run_machine(), *headline(), f"({EVAL['intervals']['resamples']:,} resamples",
+            stage_times(),
+            f"`INFO lorasent.stages.train: train.share_prefix: the "
+            f"{PROVENANCE['train']['shared_start_tokens']} tokens every prompt starts with",
+            f"(the {PROVENANCE['train']['shared_start_tokens']} tokens every default prompt "
+            "starts with)"]
+
+
+# ------------------------------------------------------------------------- the bench
+
+TRAIN_WAYS = [("project", "**project** (shared start once, label-word loss)"),
+              ("project_unshared", "project without sharing (`share_prefix: false`)"),
+              ("seed002", "seed 002's way (padded to 256, full-vocabulary loss)"),
+              ("plain_trainer", "plain Trainer way (dynamic padding, full-vocabulary loss)"),
+              ("floor", "floor (bare forward + backward of every example, no head)")]
+LONG_WAYS = [("project_unshared", "project without sharing"), ("floor", "floor")]
+MODEL = "gemma-3-270m"
+
+
+def bench_part(part: str) -> dict[str, Any]:
+    results: dict[str, Any] = BENCH["results"][part][MODEL]
+    return results
+
+
+def step(part: str, way: str) -> float:
+    seconds: float = bench_part(part)["ways"][way]["seconds_per_step"]
+    return seconds
+
+
+def train_rows(part: str, ways: list[tuple[str, str]], project: str) -> list[str]:
+    """The rows of one training table: the project first, then each way against it."""
+    found = bench_part(part)
+    tokens = {way: found["ways"][way]["tokens_in_batch"] for way in found["ways"]}
+    rows = [f"| {project} | **{step(part, 'project'):.2f}** | {tokens['project']} | – |"]
+    for way, name in ways:
+        ratio = (f"**{step(part, 'project') / step(part, way):.2f}× the floor's time**"
+                 if way == "floor" else f"{step(part, way) / step(part, 'project'):.2f}× faster")
+        rows.append(f"| {name} | {step(part, way):.2f} | {tokens[way]} | {ratio} |")
+    return rows
+
+
+def time_of(part: str, way: str, than: str) -> str:
+    """``0.86×``: ``way``'s step time over ``than``'s, in one bench part."""
+    return f"{step(part, way) / step(part, than):.2f}×"
+
+
+def bench_sentence() -> str:
+    """The README's sentence of the bench's ratios."""
+    long = bench_part("train_long_template")
+    scoring = BENCH["summary"]["ratios"][MODEL]["eval_speedup_vs_seed000"]
+    return (f"the training step takes {time_of('train', 'project', 'project_unshared')} "
+            f"the time of the unshared step and {time_of('train', 'project', 'floor')} the "
+            "time of the bare forward and backward of every example (the floor); with a "
+            f"{long['shared_prefix_tokens']}-token instruction, "
+            f"{time_of('train_long_template', 'project', 'project_unshared')} and "
+            f"{time_of('train_long_template', 'project', 'floor')}; label scoring is "
+            f"{scoring:.2f}× seed 000's generate-and-match.")
+
+
+def performance_bench_numbers() -> list[str]:
+    machine, summary = BENCH["machine"], BENCH["summary"]
+    ratios, targets = summary["ratios"][MODEL], summary["targets"]
+    checks = summary["checks"][MODEL]
+    long_ok = checks["long template: train step <= 0.6x the floor's time"]
+    floor_ok = checks["train step <= 0.75x the floor's time"]
+    noop_ok = summary["checks"]["pipeline"]["no-op dvc repro < 5 s"]
+    train, long = bench_part("train"), bench_part("train_long_template")
+    scoring = bench_part("eval")
+    cpu = re.sub(r"\((R|TM)\)", "", machine["cpu"]).replace(" Processor", "")
+    idle = machine["load_average_1min_before"] < machine["cores"] / 2
+    ways = train["ways"]
+    pipeline = BENCH["results"]["pipeline"]
+    project, seed000 = scoring["ways"]["project"], scoring["ways"]["seed000"]
+    shared, unshared = (ways[way]["tokens_in_batch"] for way in ("project", "project_unshared"))
+    return [
+        f"`make bench` ({duration(BENCH['wall_time_s'])} here)",
+        f"the same {train['batch_size']} tweets per batch",
+        f"an instruction of {long['shared_prefix_tokens']} tokens in seed 000's style",
+        f"({machine['cores']} cores, {cpu}, {'idle' if idle else 'busy'}, torch "
+        f"{machine['torch'].split('+')[0]} {machine['device'].upper()} build)",
+        f"| training step, batch {train['batch_size']} | s / step | positions computed | "
+        "project is |",
+        *train_rows("train", TRAIN_WAYS[1:], TRAIN_WAYS[0][1]),
+        f"| training step, batch {long['batch_size']}, long template | s / step | "
+        "positions computed | project is |",
+        *train_rows("train_long_template", LONG_WAYS,
+                    f"**project** ({long['shared_prefix_tokens']} of {long['width']} "
+                    "positions shared)"),
+        f"| scoring {scoring['examples']} tweets (zero-shot) | tweets / s | accuracy |",
+        f"| **project** (label scoring, batches of {scoring['batch_size']}) | "
+        f"**{project['examples_per_s']:.2f}** | **{project['accuracy']:.3f}** |",
+        f"| seed 000's way (generate one token, match strings) | "
+        f"{seed000['examples_per_s']:.2f} | {seed000['accuracy']:.3f} |",
+        f"Peak RSS: {gib(ways['project']['peak_rss_bytes'])} for the project's training step "
+        f"and {gib(scoring['peak_rss_bytes'])} for scoring, but the bench's training part "
+        f"peaks at {gib(max(way['peak_rss_bytes'] for way in ways.values()))}",
+        f"do not lower the {gib(ways['seed002']['peak_rss_bytes'])} that seed 002's way needs",
+        f"A no-op `dvc repro` takes {pipeline['noop_repro_s']:.1f} s; the rerun after "
+        f"changing `evaluate.reference` {pipeline['evaluate_param_rerun_s']:.1f} s",
+        f"the floor itself is only {step('train', 'plain_trainer') / step('train', 'floor'):.2f}× "
+        "faster than that way here",
+        f"step ≥ {targets['train_vs_seed002']:g}× seed 002's way: "
+        f"**{met(checks['train >= 10x seed 002'])}** ({ratios['train_speedup_vs_seed002']:.2f}×)",
+        f"long template, step ≤ {targets['train_long_template_vs_floor_max']:g}× the floor: "
+        f"**{met(long_ok)}** "
+        f"({ratios['train_long_template_time_vs_floor']:.2f}×)",
+        f"step ≤ {targets['train_vs_floor_max']:g}× the floor on the default prompt: "
+        f"**{met(floor_ok)}** "
+        f"({ratios['train_time_vs_floor']:.2f}×)",
+        f"The shared start is {train['shared_prefix_tokens']} of {train['width']} positions, so "
+        f"the step computes {shared} positions instead of {unshared} "
+        f"({shared / unshared:.2f}×)",
+        f"scoring ≥ {targets['eval_vs_seed000_cpu']:g}× seed 000's way: "
+        f"**{met(checks['eval >= 2.5x seed 000'])}** in this run "
+        f"({ratios['eval_speedup_vs_seed000']:.2f}×)",
+        f"scoring loses no accuracy ({ratios['eval_accuracy_project_minus_seed000']:.3f} more",
+        f"and a no-op `dvc repro` < {targets['noop_repro_s_max']:g} s: "
+        f"**{met(checks['eval loses no accuracy'] and noop_ok)}**",
+        f"The step is {time_of('train', 'project_unshared', 'project')} faster on the "
+        f"default prompt, {time_of('train_long_template', 'project_unshared', 'project')} "
+        f"on the {long['shared_prefix_tokens']}-token instruction",
+    ]
+
+
+# ------------------------------------------------------------------------ the model sizes
+
+
+def size_numbers() -> dict[str, list[str]]:
+    base = f"{out_size('fetch', 'models/base') / 1e9:.1f} GB"
+    adapter = f"{out_size('train', 'models/adapter') / 1e6:.1f} MB"
+    return {"docs/sharing.md": [f"the push is {base}", f"the adapter is {adapter}"],
+            "docs/experiments.md": [f"`models/base` ({base} for the packaged Gemma)"],
+            "docs/predict.md": [f"the packaged Gemma's {base}"]}
+
+
+EXPECTED = {"README.md": readme_numbers(),
+            "docs/performance.md": performance_run_numbers() + performance_bench_numbers(),
+            **size_numbers()}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_the_docs_give_the_committed_numbers(name):
+    text = page(name)
+    missing = [number for number in EXPECTED[name] if " ".join(number.split()) not in text]
+    assert not missing, (f"{name} does not say what the committed metrics/, bench/ and "
+                         "dvc.lock say; update these (or the sentence that words them):\n"
+                         + "\n".join(missing))
+
+
+def test_no_page_presents_a_result_measured_before_something():
+    stale = [name for name in PAGES if "measured before" in page(name).lower()]
+    assert not stale, f"'measured before' in {stale}: rerun the table or remove it"
+
+
+# ---------------------------------------------------------------------- git's history
+
+
+@cache
+def history() -> bool:
+    """Whether this checkout has its git history (not a shallow clone, not an archive)."""
+    done = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=REPO,
+                          capture_output=True, text=True)
+    return done.returncode == 0 and done.stdout.strip() == "false"
+
+
+def git(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+
+
+def stamps() -> list[tuple[str, str]]:
+    return [(name, commit) for name in PAGES for commit in STAMP.findall(page(name))]
+
+
+def test_stamps_are_few():
+    assert len(stamps()) <= MAX_STAMPS, (
+        f"{len(stamps())} numbers stamped with a commit (at most {MAX_STAMPS}): give the "
+        f"others from committed files: {stamps()}")
+
+
+def test_every_stamp_names_a_commit_of_this_history():
+    if not history():
+        pytest.skip("no git history here (a shallow clone or an archive)")
+    wrong = [f"{name}: {commit}" for name, commit in stamps()
+             if git("cat-file", "-e", f"{commit}^{{commit}}").returncode != 0
+             or git("merge-base", "--is-ancestor", commit, "HEAD").returncode != 0]
+    assert not wrong, f"stamps that name no commit of HEAD's history: {wrong}"
+
+
+def compare_rows() -> list[tuple[str, str, str, str]]:
+    """``(page, A, B, row)`` of each table row that gives a ``make compare`` of two
+    commits."""
+    found = []
+    for name in PAGES:
+        for line in (REPO / name).read_text(encoding="utf-8").splitlines():
+            match = COMPARE.search(line)
+            if line.startswith("|") and match:
+                found.append((name, match[1], match[2], line))
+    return found
+
+
+def test_the_comparisons_of_committed_runs_are_what_compare_finds():
+    if not history():
+        pytest.skip("no git history here (a shallow clone or an archive)")
+    rows = compare_rows()
+    assert rows, "docs/performance.md lists no comparison of committed runs"
+    for name, rev_a, rev_b, row in rows:
+        a, b = (read_predictions(git("show", f"{rev}:metrics/predictions.csv").stdout,
+                                 f"{rev}:metrics/predictions.csv") for rev in (rev_a, rev_b))
+        order = {row_id: i for i, row_id in enumerate(b.ids)}
+        at = [order[row_id] for row_id in a.ids]
+        assert a.labels == b.labels and (b.actual[at] == a.actual).all()
+        paired = paired_comparison(a.actual, a.predicted, b.predicted[at], a.labels)
+        verdict = paired_verdict(paired).split(":")[0]
+        said = f"{n3(paired.accuracy[0])} → {n3(paired.accuracy[1])}"
+        result = f"{verdict}: {measured_text(paired)}"
+        assert said in row and result in row, (
+            f"{name}: make compare A={rev_a} B={rev_b} gives {said}, {result}; the row "
+            f"says: {row}")
