@@ -545,12 +545,14 @@ def test_warnings_a_reviewer_cannot_miss_are_in_the_report_and_the_comment(sweep
 
 
 def test_seed_groups_are_compared_over_seeds(sweep, tmp_path):
-    """`lorasent seeds` (2 seeds on each side, in DVC's queue), then `lorasent compare` of
-    the two groups: mean ± sd and Welch's t-test."""
+    """`lorasent seeds` (2 seeds on each side, in DVC's queue, 2 workers), then `lorasent
+    compare` of the two groups: mean ± sd and Welch's t-test."""
     run(sweep, "git", "checkout", "--", ".")  # from the committed run, not r4's workspace
     try:
-        first = run(sweep, "lorasent", "seeds", "-n", "2", "--name", "a")
-        second = run(sweep, "lorasent", "seeds", "-n", "2", "--name", "b",
+        # two at a time: each group's first seed is a run DVC has already (the committed
+        # run's, the sweep's r4), so the other one has the cores
+        first = run(sweep, "lorasent", "seeds", "-n", "2", "-j", "2", "--name", "a")
+        second = run(sweep, "lorasent", "seeds", "-n", "2", "-j", "2", "--name", "b",
                      "-S", "train.lora.r=4")
     finally:
         _stop_workers(sweep)
