@@ -80,8 +80,12 @@ test-fast: $(STAMP)  ## The fast tier: pure tests and mechanics on a tiny random
 test-integration: $(STAMP)  ## The integration tier: the stages in-process on the packaged models
 	$(BIN)/python -m pytest $(INTEGRATION) $(PYTEST_ARGS)
 
+# The end-to-end tests spend about half their time waiting (on dvc, its queue workers,
+# git): two pytest processes, each test file in one of them, so that a module's fixtures
+# (a clone, its experiments) are built once; each process builds its own tiny run.
+E2E_PROCESSES ?= 2
 test-e2e: $(STAMP) browser  ## The end-to-end tier: dvc, make and Chromium in subprocesses on a tiny repo
-	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m slow -n $(E2E_PROCESSES) --dist loadfile $(PYTEST_ARGS)
 
 # The report test opens report.html in headless Chromium. Debian's package; as root or
 # through sudo. CHROMIUM=/path/to/chrome uses another build instead.
