@@ -35,10 +35,15 @@ TRACKED_PACKAGES = (
 )
 
 
+def json_text(obj: Any) -> str:
+    """``obj`` as the text of a JSON file lorasent writes: strict JSON (``NaN`` and
+    ``Infinity`` raise ``ValueError``), indented by 2, UTF-8 characters as they are."""
+    return json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
 def write_json(path: str | Path, obj: Any) -> None:
-    """Write strict JSON (``NaN``/``Infinity`` raise ``ValueError``) atomically."""
-    text = json.dumps(obj, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
-    atomic_write_text(path, text)
+    """Write :func:`json_text` of ``obj`` atomically."""
+    atomic_write_text(path, json_text(obj))
 
 
 def read_json(path: str | Path) -> Any:

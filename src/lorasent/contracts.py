@@ -82,12 +82,17 @@ class PerClass(_Contract):
 
 
 class BaselineSummary(_Contract):
-    """``metrics/baseline.json``'s headline, copied into ``eval.json``."""
+    """``metrics/baseline.json``'s headline, copied into ``eval.json`` (for an extra test
+    set, measured by evaluate on that set)."""
 
     majority_class: str        # the training split's most frequent class
     majority_accuracy: float   # always predicting it, on the test rows
     zero_shot_accuracy: float | None   # None in seq_cls mode: a fresh head has no answer
     zero_shot_macro_f1: float | None   # the same
+    # the zero-shot baseline with contextual calibration (Zhao et al. 2021); absent
+    # before issue 30, None in seq_cls mode
+    zero_shot_calibrated_accuracy: float | None = None
+    zero_shot_calibrated_macro_f1: float | None = None
 
 
 class IntervalMethod(_Contract):
@@ -99,16 +104,66 @@ class IntervalMethod(_Contract):
     seed: int          # the bootstrap's own seed (not ``base.seed``)
 
 
-class EvalMetrics(_Contract):
-    """``metrics/eval.json``, written by ``lorasent.stages.evaluate``; every key in this order.
+ReferenceName = Literal["majority", "zero_shot", "zero_shot_calibrated"]
+
+
+class Reference(_Contract):
+    """The relative error reduction against one reference baseline, on the same rows."""
+
+    accuracy: float                                  # the reference's accuracy
+    relative_error_reduction: float | None           # None: the reference makes no errors
+    relative_error_reduction_ci95_low: float | None  # paired bootstrap over the rows
+    relative_error_reduction_ci95_high: float | None
+    relative_error_reduction_note: str | None        # why the reduction is None
+
+
+class CalibrationScores(_Contract):
+    """How far the adapter's class probabilities can be trusted, on N rows
+    (``lorasent.calibration``): lower is better for all three."""
+
+    nll: float                    # mean negative log-likelihood of the gold class (nats)
+    nll_ci95_low: float | None
+    nll_ci95_high: float | None
+    brier: float                  # multiclass Brier score (Brier 1950), in [0, 2]
+    brier_ci95_low: float | None
+    brier_ci95_high: float | None
+    ece: float                    # expected calibration error (Guo et al. 2017), in [0, 1]
+    ece_ci95_low: float | None
+    ece_ci95_high: float | None
+
+
+class Calibration(CalibrationScores):
+    """The scores of the raw probabilities (softmax of the label scores, as the
+    predictions file holds them) and, when the adapter has a temperature fitted on the
+    validation split (``models/adapter/calibration.json``), of the scaled ones."""
+
+    ece_bins: int                          # equal-width confidence bins of the ECE (15)
+    temperature: float | None              # None: not fitted (``temperature_note`` says why)
+    temperature_note: str | None
+    scaled: CalibrationScores | None       # after temperature scaling; None without one
+
+
+class LabelIssuesSummary(_Contract):
+    """The test-label audit: rows whose given label is likely wrong (cleanlab)."""
+
+    rows: int       # flagged rows
+    share: float    # rows / test rows
+    method: str     # the method and library version, one sentence
+    file: str       # the ranked rows: rank, id, actual, suggested, self_confidence
+
+
+class SetMetrics(_Contract):
+    """The metrics of one labelled test set: the split's own test split (the top of
+    ``eval.json``) or an extra set (``test_sets.<name>``).
 
     Accuracy, macro-F1 and the relative error reduction are fractions in [0, 1] (the
     relative error reduction may be negative), each followed by its 95% interval's
     bounds (``None`` when undefined: some resample's reference makes no errors). Fields
     with a default are absent from files written before they existed (the first
     ``eval.json`` had no intervals, ``mode``, ``reference_note``, ``intervals`` or
-    ``warnings``); :mod:`lorasent.review` reads such revisions too. The evaluate stage
-    always writes every field.
+    ``warnings``; none before issue 30 had ``references``, ``calibration``,
+    ``label_issues`` or ``test_sets``); :mod:`lorasent.review` reads such revisions too.
+    The evaluate stage always writes every field.
     """
 
     accuracy: float
@@ -128,10 +183,14 @@ class EvalMetrics(_Contract):
     test_rows: int
     baseline: BaselineSummary
     mode: ModeName | None = None  # the adapter's ``train.mode``
-    reference: Literal["zero_shot", "majority"]    # the baseline of the error reduction
+    reference: ReferenceName                       # the baseline of the error reduction
     reference_note: str | None = None  # why the reference is not ``evaluate.reference``
     reference_accuracy: float
     relative_error_reduction_note: str | None      # why the reduction is None
+    # the relative error reduction against each reference (None: the mode has none)
+    references: dict[ReferenceName, Reference | None] | None = None
+    calibration: Calibration | None = None
+    label_issues: LabelIssuesSummary | None = None
     intervals: IntervalMethod | None = None
     warnings: list[str] = []  # ``lorasent.metrics.run_warnings``: what a reviewer must see
 
@@ -146,6 +205,20 @@ class EvalMetrics(_Contract):
             raise KeyError(f"{name}: no interval (accuracy, macro_f1, relative_error_reduction)")
         return (getattr(self, name), getattr(self, f"{name}_ci95_low"),
                 getattr(self, f"{name}_ci95_high"))
+
+
+class TestSetMetrics(SetMetrics):
+    """``eval.json``'s ``test_sets.<name>``: an extra test set (``evaluate.test_sets``)."""
+
+    source: str               # the set's ``source``, as the params give it
+    data: dict[str, Any]      # its data report (``lorasent.stages.test_sets.TestSet.report``)
+
+
+class EvalMetrics(SetMetrics):
+    """``metrics/eval.json``, written by ``lorasent.stages.evaluate``; every key in this
+    order: the split's test split (:class:`SetMetrics`), then each extra test set."""
+
+    test_sets: dict[str, TestSetMetrics] = {}   # ``evaluate.test_sets``, in params order
 
 
 # ------------------------------------------------------------------------- reading, writing

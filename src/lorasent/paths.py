@@ -21,6 +21,9 @@ TRAIN_LIVE_DIR = METRICS_DIR / "train"                           # train (dvcliv
 EVAL_METRICS = METRICS_DIR / "eval.json"                         # evaluate
 EVAL_PREDICTIONS = METRICS_DIR / "predictions.csv"               # evaluate
 EVAL_CONFUSION = METRICS_DIR / "confusion.json"                  # evaluate (DVC plot)
+EVAL_LABEL_ISSUES = METRICS_DIR / "label_issues.csv"            # evaluate
+EVAL_RELIABILITY = METRICS_DIR / "reliability.json"             # evaluate (DVC plot)
+EVAL_TEST_SETS = METRICS_DIR / "test_sets"                      # evaluate: one folder per set
 PROVENANCE_DIR = METRICS_DIR / "provenance"                      # one record per stage
 
 # The checkout this package runs from (src/lorasent/paths.py's grandparents: an editable

@@ -1,32 +1,50 @@
-"""Stage 5, evaluate: the adapter on the test split, against the baselines.
+"""Stage 5, evaluate: the adapter on the test split and on each extra test set, against
+the baselines.
 
 Usage: ``lorasent evaluate [--params params.yaml]``
 
 Loads the base model with the adapter, scores the test split exactly as the baseline
-stage did, and writes ``metrics/eval.json``: ``accuracy``, ``macro_f1``,
-``per_class.<label>.{precision,recall,f1,support}``, ``confusion_matrix``, the baselines
-(``baseline.majority_accuracy``, ``baseline.zero_shot_accuracy``) and
-``relative_error_reduction`` = (accuracy - ref) / (1 - ref) against the reference
-chosen by ``evaluate.reference`` (``null`` with ``relative_error_reduction_note`` when
-ref = 1). A mode without a zero-shot baseline (``seq_cls``; :data:`lorasent.modes.MODES`)
-has the majority class as its reference, and ``reference_note`` says why. The keys are
-the same in both modes, so ``dvc metrics diff`` compares a generative and a seq_cls
-adapter key by key.
+stage did, and writes ``metrics/eval.json`` (:class:`lorasent.contracts.EvalMetrics`):
 
-Each of accuracy, macro-F1 and the relative error reduction has a 95% bootstrap interval
-over the test rows (``accuracy_ci95_low`` / ``accuracy_ci95_high`` ...; the method in
-``intervals``, see ``lorasent.statistics``). The relative error reduction's interval is
-paired with the reference's own predictions on the same resampled rows: the zero-shot
-predictions of ``metrics/baseline_predictions.csv`` (matched by row id), or the majority
-class. ``warnings`` lists what a reviewer must not miss (``lorasent.metrics.run_warnings``).
-Also ``metrics/predictions.csv`` (row ids, no texts), ``metrics/confusion.json`` (the
-confusion matrix as the K x K records of DVC's confusion plot, zeros included; see
-``lorasent.metrics.confusion_records``) and provenance.
+- ``accuracy``, ``macro_f1``, ``per_class.<label>.{precision,recall,f1,support}``,
+  ``confusion_matrix``, each headline with its 95% bootstrap interval over the test rows
+  (``accuracy_ci95_low`` / ``accuracy_ci95_high`` ...; the method in ``intervals``, see
+  ``lorasent.statistics``);
+- the baselines (``baseline.majority_accuracy``, ``baseline.zero_shot_accuracy``,
+  ``baseline.zero_shot_calibrated_accuracy``) and, in ``references``, the relative error
+  reduction (accuracy - ref) / (1 - ref) against each of the three, its interval paired
+  with that reference's own predictions on the same resampled rows (``null`` with a
+  note when ref = 1). ``relative_error_reduction`` is the one against ``reference``,
+  chosen by ``evaluate.reference``: ``auto`` takes the zero-shot baseline with contextual
+  calibration (Zhao et al. 2021) when it beats the uncalibrated one, else the
+  uncalibrated one; a mode without a zero-shot baseline (``seq_cls``;
+  :data:`lorasent.modes.MODES`) has the majority class, and ``reference_note`` says why;
+- ``calibration``: NLL, Brier score and ECE (15 bins) of the raw probabilities with
+  intervals, and the same after the temperature fitted on the validation split by the
+  train stage (``models/adapter/calibration.json``; ``lorasent.calibration``);
+- ``label_issues``: the test rows whose given label is likely wrong, found from the
+  adapter's out-of-sample probabilities (cleanlab's ``find_label_issues``), ranked in
+  ``metrics/label_issues.csv``;
+- ``test_sets.<name>``: the same for each extra test set of ``evaluate.test_sets``
+  (read and checked by :mod:`lorasent.stages.test_sets`), with its data report. Its
+  zero-shot baselines are measured here, on the base model with the adapter switched
+  off, with the content-free prior the baseline stage measured;
+- ``warnings``: what a reviewer must not miss (``lorasent.metrics.run_warnings``).
+
+The keys are the same in both modes, so ``dvc metrics diff`` compares a generative and a
+seq_cls adapter key by key. Also ``metrics/predictions.csv`` (row ids, no texts, raw
+probabilities), ``metrics/confusion.json`` (the K x K records of DVC's confusion plot;
+``lorasent.metrics.confusion_records``), ``metrics/reliability.json`` (the reliability
+diagram's bins, raw and scaled, for ``dvc plots``), ``metrics/test_sets/`` (each extra
+set's predictions, confusion records and label issues) and provenance.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,40 +52,60 @@ from typing import Any
 import numpy as np
 
 from lorasent.artifacts import (
+    atomic_dir,
     atomic_write_text,
+    json_text,
     provenance,
     read_json,
     read_jsonl,
     sha256_file,
     write_json,
 )
-from lorasent.contracts import EvalMetrics, dump
+from lorasent.calibration import (
+    apply_temperature,
+    calibration_metrics,
+    label_issues,
+    reliability_bins,
+)
+from lorasent.contracts import EvalMetrics, TemperatureScaling, TestSetMetrics, dump
 from lorasent.errors import LorasentError
 from lorasent.launch import is_main
 from lorasent.metrics import (
     classification_metrics,
     confusion_records,
     predictions_csv,
+    probabilities,
     read_predictions,
     relative_error_reduction,
     run_warnings,
 )
-from lorasent.modeling import load_trained_model
+from lorasent.modeling import load_trained_model, read_temperature_scaling
 from lorasent.modes import DEFAULT_MODE
 from lorasent.params import BaseParams, EvaluateParams, PromptParams
 from lorasent.paths import (
     ADAPTER_DIR,
     BASE_MODEL_DIR,
+    BASELINE_CALIBRATED_PREDICTIONS,
     BASELINE_METRICS,
     BASELINE_PREDICTIONS,
     EVAL_CONFUSION,
+    EVAL_LABEL_ISSUES,
     EVAL_METRICS,
     EVAL_PREDICTIONS,
+    EVAL_RELIABILITY,
+    EVAL_TEST_SETS,
     PROVENANCE_DIR,
     SPLIT_DIR,
 )
-from lorasent.scoring import score_texts
+from lorasent.scoring import contextual_calibration, score_texts
+from lorasent.stages.test_sets import TestSet, load_test_sets
 from lorasent.statistics import METHOD, intervals, with_interval
+
+REFERENCES = ("majority", "zero_shot", "zero_shot_calibrated")
+NO_SCALING = ("the adapter has no calibration.json (trained before temperature scaling "
+              "existed): retrain it to fit a temperature")
+REFERENCE_NAMES = {"majority": "majority-class", "zero_shot": "zero-shot",
+                   "zero_shot_calibrated": "calibrated zero-shot"}
 
 
 @dataclass(frozen=True)
@@ -79,19 +117,43 @@ class EvaluateResult:
         return self.metrics.warnings
 
     def summary(self, metrics_path: Path = EVAL_METRICS) -> str:
-        """The stage's last line: headline with intervals, the reference, the file."""
+        """The stage's last lines: the headline with intervals and the reference, one
+        line per extra test set, the file, then the warnings."""
         m = self.metrics
+        lines = [f"test split: {_headline(m)}"]
+        lines += [f"{name}: {_headline(s)}" for name, s in m.test_sets.items()]
+        lines.append(f"Details: {metrics_path} (make metrics)")
+        lines += [f"WARNING: {w}" for w in m.warnings]
+        lines += [f"WARNING ({name}): {w}" for name, s in m.test_sets.items() for w in s.warnings]
+        return "\n".join(lines)
 
-        def ci(key: str) -> str:
-            return with_interval(*m.interval(key), missing="n/a")
 
-        base = m.baseline
-        line = (f"accuracy {ci('accuracy')}, macro-F1 {ci('macro_f1')} (95% intervals); "
-                f"relative error reduction {ci('relative_error_reduction')} against the "
-                f"{m.reference} baseline {m.reference_accuracy:.4f}; majority-class "
-                f"baseline {base.majority_accuracy:.4f} (always `{base.majority_class}`)"
-                f". Details: {metrics_path} (make metrics)")
-        return "\n".join([line, *(f"WARNING: {w}" for w in self.warnings)])
+def _headline(m: Any) -> str:
+    def ci(key: str) -> str:
+        return with_interval(*m.interval(key), missing="n/a")
+
+    base = m.baseline
+    scaled = m.calibration.scaled if m.calibration else None
+    ece = (f"; ECE {m.calibration.ece:.4f}" + (f" ({scaled.ece:.4f} after temperature "
+           f"scaling)" if scaled else "")) if m.calibration else ""
+    return (f"{m.test_rows} rows, accuracy {ci('accuracy')}, macro-F1 {ci('macro_f1')} "
+            f"(95% intervals); relative error reduction {ci('relative_error_reduction')} "
+            f"against the {REFERENCE_NAMES[m.reference]} baseline {m.reference_accuracy:.4f}"
+            f"; majority-class baseline {base.majority_accuracy:.4f} (always "
+            f"`{base.majority_class}`){ece}")
+
+
+@dataclass(frozen=True)
+class ScoredSet:
+    """One labelled test set scored by the adapter, with its references' predictions."""
+
+    name: str                       # ``test`` (the split's) or the params' set name
+    ids: list[str]                  # row ids, N
+    y: np.ndarray                   # (N,) int64 gold class ids
+    scores: np.ndarray              # (N, K) float32 label scores of base + adapter
+    references: dict[str, np.ndarray | None]  # reference -> (N,) int64 predicted ids
+    reference_note: str | None      # why a reference is missing (the mode's note)
+    report: Mapping[str, Any] | None = None  # an extra set's data report
 
 
 def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluateParams,
@@ -104,80 +166,278 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
                  predictions_path: Path = EVAL_PREDICTIONS,
                  confusion_path: Path = EVAL_CONFUSION,
                  provenance_dir: Path = PROVENANCE_DIR) -> EvaluateResult:
-    """Score the test split with base + adapter and write the metrics.
+    """Score the test split and every extra test set with base + adapter; write the
+    metrics.
 
-    ``confusion_path`` gets ``confusion_matrix`` as K x K plot records
-    (:func:`lorasent.metrics.confusion_records`)."""
+    The calibrated zero-shot predictions are read beside ``baseline_predictions_path``;
+    the label issues, the reliability records and the extra sets' folder are written
+    beside ``metrics_path`` (the names of :mod:`lorasent.paths`).
+
+    Every extra set is read and checked (:func:`lorasent.stages.test_sets.load_test_sets`)
+    before the model loads, and nothing is written before everything is scored.
+
+    Raises:
+        LorasentError: an extra set that breaks the data contract (its message names
+            ``evaluate.test_sets.<name>``), or baseline files scored on other rows.
+    """
     started = time.perf_counter()
+    baseline_calibrated_path = baseline_predictions_path.with_name(
+        BASELINE_CALIBRATED_PREDICTIONS.name)
+    label_issues_path, reliability_path, test_sets_dir = (
+        metrics_path.with_name(path.name)
+        for path in (EVAL_LABEL_ISSUES, EVAL_RELIABILITY, EVAL_TEST_SETS))
     labels = list(base.labels)
     test_path = split_dir / "test.jsonl"
     test = read_jsonl(test_path)
-    y_test = [r["label_id"] for r in test]
+    extra = load_test_sets(evaluate.test_sets, labels=labels, aliases=base.label_aliases,
+                           seed=base.seed, split_dir=split_dir)
+    baseline = read_json(baseline_path)
+    majority = labels.index(baseline["majority_class"])
 
     model, encoder, record, device = load_trained_model(
         adapter_dir, model_dir, device=base.device, precision=base.precision, labels=labels,
         prompt=prompt, mode=mode)
-    scores = score_texts(model, encoder, [r["text"] for r in test], evaluate.batch_size,
-                         desc="evaluate")
-    y_pred = scores.argmax(1)
-    metrics = classification_metrics(y_test, y_pred, labels)
-    baseline = read_json(baseline_path)
-    zero_shot = baseline.get("zero_shot")
-    reference_name, reference_note = evaluate.reference, None
-    if reference_name == "zero_shot" and zero_shot is None:
-        reference_name = "majority"
-        reference_note = baseline.get("zero_shot_note")
-    reference = (zero_shot["accuracy"] if reference_name == "zero_shot"
-                 else baseline["majority_accuracy"])
-    rer, note = relative_error_reduction(metrics["accuracy"], reference)
-    if reference_name == "zero_shot":
-        reference_pred = _reference_predictions(
-            baseline_predictions_path, [r["id"] for r in test], labels)
-    else:
-        reference_pred = np.full(len(test), labels.index(baseline["majority_class"]))
-    bounds = intervals(y_test, y_pred, len(labels), reference_pred)
-    metrics.update({
-        "labels": labels,
-        "test_rows": len(test),
-        "baseline": {"majority_class": baseline["majority_class"],
-                     "majority_accuracy": baseline["majority_accuracy"],
-                     "zero_shot_accuracy": zero_shot and zero_shot["accuracy"],
-                     "zero_shot_macro_f1": zero_shot and zero_shot["macro_f1"]},
-        "mode": record.mode,
-        "reference": reference_name,
-        "reference_note": reference_note,
-        "reference_accuracy": reference,
-        "relative_error_reduction": rer,
-        "relative_error_reduction_note": note,
-        "intervals": METHOD,
-    })
-    # each headline value first, followed by its interval: the order in which
-    # `dvc metrics show` and `dvc exp show` print the columns
-    ordered: dict[str, Any] = {}
-    for name in ("accuracy", "macro_f1", "relative_error_reduction"):
-        ordered[name] = metrics.pop(name)
-        ordered.update({f"{name}_ci95_{end}": bounds[f"{name}_ci95_{end}"]
-                        for end in ("low", "high")})
-    metrics = {**ordered, **metrics}
-    result = EvalMetrics(**metrics, warnings=run_warnings(metrics))
+    scaling = read_temperature_scaling(adapter_dir)
+    ids = [r["id"] for r in test]
+    sets = [ScoredSet(
+        "test", ids, np.asarray([r["label_id"] for r in test], dtype=np.int64),
+        score_texts(model, encoder, [r["text"] for r in test], evaluate.batch_size,
+                    desc="evaluate"),
+        {"majority": np.full(len(test), majority, dtype=np.int64),
+         "zero_shot": _reference_predictions(baseline_predictions_path, ids, labels)
+         if baseline.get("zero_shot") else None,
+         "zero_shot_calibrated": _reference_predictions(baseline_calibrated_path, ids, labels)
+         if baseline.get("zero_shot_calibrated") else None},
+        baseline.get("zero_shot_note"))]
+    sets += [_score_extra(s, model, encoder, baseline, majority, evaluate.batch_size)
+             for s in extra]
+
+    summaries = [_set_metrics(s, labels=labels, wanted=evaluate.reference, scaling=scaling,
+                              majority_class=baseline["majority_class"],
+                              issues_file=str(label_issues_path if s.name == "test" else
+                                              test_sets_dir / s.name / "label_issues.csv"))
+                 for s in sets]
+    (main, main_issues), others = summaries[0], summaries[1:]
+    test_sets = {s.name: TestSetMetrics(**metrics, source=s.report["source"], data=s.report)
+                 for s, (metrics, _) in zip(extra, others, strict=True)}
+    result = EvalMetrics(**main, mode=record.mode, test_sets=test_sets)
     if is_main():  # the other processes of a launched run only scored
+        files = _set_files(sets[0], main_issues, result, labels, str(metrics_path))
+        with atomic_dir(test_sets_dir) as tmp:
+            (tmp / "sets.json").write_text(
+                json_text({"sets": list(test_sets)}), encoding="utf-8")
+            for s, (_, issues) in zip(sets[1:], others, strict=True):
+                folder = tmp / s.name
+                folder.mkdir()
+                for name, text in _set_files(s, issues, test_sets[s.name], labels,
+                                             f"{metrics_path}:test_sets.{s.name}").items():
+                    (folder / name).write_text(text, encoding="utf-8")
+        atomic_write_text(predictions_path, files["predictions.csv"])
+        atomic_write_text(confusion_path, files["confusion.json"])
+        atomic_write_text(label_issues_path, files["label_issues.csv"])
+        write_json(reliability_path, _reliability_records(sets[0], scaling))
         write_json(metrics_path, dump(result))
-        atomic_write_text(predictions_path, predictions_csv(
-            [r["id"] for r in test], y_test, scores, labels))
-        write_json(confusion_path, confusion_records(
-            result.confusion_matrix, labels, f"{metrics_path}:confusion_matrix"))
         write_json(provenance_dir / "evaluate.json", provenance(
             stage="evaluate", params=params_record, device=device,
             wall_time_s=time.perf_counter() - started,
             inputs={"model": record.base_model.sha256,
                     "adapter": sha256_file(adapter_dir / "adapter_model.safetensors"),
-                    "test.jsonl": sha256_file(test_path)},
-            extra={"test_rows": len(test)}))
+                    "test.jsonl": sha256_file(test_path),
+                    **{f"test_sets.{s.name}": s.report["origin"] for s in extra}},
+            extra={"test_rows": len(test),
+                   **{f"test_sets.{s.name}.rows": len(s.rows) for s in extra}}))
     return EvaluateResult(result)
 
 
+def _score_extra(test_set: TestSet, model: Any, encoder: Any, baseline: Mapping[str, Any],
+                 majority: int, batch_size: int) -> ScoredSet:
+    """An extra set scored by base + adapter, and by the base model alone (the adapter
+    switched off: peft's ``disable_adapter``) for its zero-shot baselines, uncalibrated
+    and with the content-free prior of ``metrics/baseline.json``."""
+    texts = [r["text"] for r in test_set.rows]
+    n = len(texts)
+    scores = score_texts(model, encoder, texts, batch_size, desc=f"evaluate {test_set.name}")
+    references: dict[str, np.ndarray | None] = {
+        "majority": np.full(n, majority, dtype=np.int64),
+        "zero_shot": None, "zero_shot_calibrated": None}
+    if baseline.get("zero_shot"):
+        with model.disable_adapter():
+            zero_shot = score_texts(model, encoder, texts, batch_size,
+                                    desc=f"zero-shot {test_set.name}")
+        references["zero_shot"] = zero_shot.argmax(1)
+        calibrated = baseline.get("zero_shot_calibrated")
+        if calibrated:
+            prior = np.asarray([calibrated["content_free_prior"][label]
+                                for label in baseline_labels(baseline)], dtype=np.float64)
+            references["zero_shot_calibrated"] = contextual_calibration(
+                zero_shot, prior).argmax(1)
+    return ScoredSet(test_set.name, [r["id"] for r in test_set.rows],
+                     np.asarray([r["label_id"] for r in test_set.rows], dtype=np.int64),
+                     scores, references, baseline.get("zero_shot_note"), test_set.report)
+
+
+def baseline_labels(baseline: Mapping[str, Any]) -> list[str]:
+    """The classes of ``metrics/baseline.json``, in class-id order (its per-class keys)."""
+    return list((baseline.get("zero_shot") or {}).get("per_class") or {})
+
+
+def choose_reference(wanted: str, accuracies: Mapping[str, float | None],
+                     missing_note: str | None) -> tuple[str, str | None]:
+    """The reference of the relative error reduction, and a note when it is not the one
+    ``evaluate.reference`` names.
+
+    Args:
+        wanted: ``evaluate.reference``: ``auto``, ``majority``, ``zero_shot`` or
+            ``zero_shot_calibrated``.
+        accuracies: each reference's accuracy on the set, None where the mode has none.
+        missing_note: why the zero-shot references are missing (the mode's note).
+
+    Returns:
+        ``(name, note)``. ``auto``: the calibrated zero-shot baseline when its accuracy is
+        above the uncalibrated one's (Zhao et al. 2021), else the uncalibrated one; the
+        note says which and why. A reference the mode lacks: the majority class, with
+        ``missing_note``.
+    """
+    zero_shot, calibrated = accuracies.get("zero_shot"), accuracies.get("zero_shot_calibrated")
+    if wanted == "auto":
+        if zero_shot is None:
+            return "majority", missing_note
+        if calibrated is not None and calibrated > zero_shot:
+            return "zero_shot_calibrated", (
+                f"evaluate.reference auto: the calibrated zero-shot baseline ({calibrated:.4f}) "
+                f"beats the uncalibrated one ({zero_shot:.4f})")
+        return "zero_shot", ("evaluate.reference auto: the calibrated zero-shot baseline "
+                             f"({calibrated if calibrated is None else f'{calibrated:.4f}'}) "
+                             f"does not beat the uncalibrated one ({zero_shot:.4f})")
+    if accuracies.get(wanted) is None:
+        return "majority", missing_note
+    return wanted, None
+
+
+def _set_metrics(s: ScoredSet, *, labels: list[str], wanted: str,
+                 scaling: TemperatureScaling | None, majority_class: str,
+                 issues_file: str) -> tuple[dict[str, Any], Any]:
+    """The :class:`~lorasent.contracts.SetMetrics` fields of one scored set (as a dict, in
+    the contract's order) and its label issues."""
+    k = len(labels)
+    y, predicted = s.y, s.scores.argmax(1)
+    metrics = classification_metrics(y, predicted, labels)
+    accuracies = {name: (None if pred is None else float(np.mean(pred == y)))
+                  for name, pred in s.references.items()}
+    macro_f1s = {name: (None if pred is None else
+                        classification_metrics(y, pred, labels)["macro_f1"])
+                 for name, pred in s.references.items()}
+    reference, reference_note = choose_reference(wanted, accuracies, s.reference_note)
+    references: dict[str, dict[str, Any] | None] = {}
+    bounds: dict[str, dict[str, float | None]] = {}
+    for name in REFERENCES:
+        pred = s.references[name]
+        if pred is None:
+            references[name] = None
+            continue
+        rer, note = relative_error_reduction(metrics["accuracy"], accuracies[name] or 0.0)
+        bounds[name] = intervals(y, predicted, k, pred)
+        references[name] = {"accuracy": accuracies[name], "relative_error_reduction": rer,
+                            **{f"relative_error_reduction_ci95_{end}":
+                               bounds[name][f"relative_error_reduction_ci95_{end}"]
+                               for end in ("low", "high")},
+                            "relative_error_reduction_note": note}
+    chosen = references[reference] or {}
+    probs = probabilities(s.scores)
+    issues = label_issues(y, probs)
+    temperature = scaling.temperature if scaling else None
+    scaled = None if temperature is None else {
+        key: value for key, value in calibration_metrics(
+            y, apply_temperature(s.scores, temperature)).items() if key != "ece_bins"}
+    calibration = {**calibration_metrics(y, probs), "temperature": temperature,
+                   "temperature_note": scaling.note if scaling else NO_SCALING,
+                   "scaled": scaled}
+    out: dict[str, Any] = {}
+    for name in ("accuracy", "macro_f1"):
+        out[name] = metrics[name]
+        out.update({f"{name}_ci95_{end}": bounds[reference][f"{name}_ci95_{end}"]
+                    for end in ("low", "high")})
+    out["relative_error_reduction"] = chosen["relative_error_reduction"]
+    out.update({f"relative_error_reduction_ci95_{end}":
+                chosen[f"relative_error_reduction_ci95_{end}"] for end in ("low", "high")})
+    out.update({
+        "per_class": metrics["per_class"],
+        "confusion_matrix": metrics["confusion_matrix"],
+        "labels": labels,
+        "test_rows": len(y),
+        "baseline": {"majority_class": majority_class,
+                     "majority_accuracy": accuracies["majority"],
+                     "zero_shot_accuracy": accuracies["zero_shot"],
+                     "zero_shot_macro_f1": macro_f1s["zero_shot"],
+                     "zero_shot_calibrated_accuracy": accuracies["zero_shot_calibrated"],
+                     "zero_shot_calibrated_macro_f1": macro_f1s["zero_shot_calibrated"]},
+        "reference": reference,
+        "reference_note": reference_note,
+        "reference_accuracy": chosen["accuracy"],
+        "relative_error_reduction_note": chosen["relative_error_reduction_note"],
+        "references": references,
+        "calibration": calibration,
+        "label_issues": {"rows": len(issues.indices), "share": len(issues.indices) / len(y),
+                         "method": issues.method, "file": issues_file},
+        "intervals": METHOD,
+    })
+    out["warnings"] = run_warnings(out) + _overlap_warnings(s)
+    return out, issues
+
+
+def _overlap_warnings(s: ScoredSet) -> list[str]:
+    """An extra set that shares texts with the training split: a warning (the rows are
+    kept, so its accuracy is partly measured on training rows)."""
+    shared = (s.report or {}).get("overlap_with_train") or 0
+    if not shared:
+        return []
+    return [f"{shared} of the {len(s.y)} rows of test set {s.name} are also in the training "
+            "split (same normalised text): its accuracy is partly measured on rows the "
+            "adapter trained on"]
+
+
+def _set_files(s: ScoredSet, issues: Any, metrics: Any, labels: list[str],
+               source: str) -> dict[str, str]:
+    """The texts of one set's predictions, confusion records and label issues files."""
+    return {
+        "predictions.csv": predictions_csv(s.ids, s.y.tolist(), s.scores, labels),
+        "confusion.json": json_text(confusion_records(
+            metrics.confusion_matrix, labels, f"{source}:confusion_matrix")),
+        "label_issues.csv": label_issues_csv(s.ids, s.y, issues, labels),
+    }
+
+
+def label_issues_csv(ids: Sequence[str], y: np.ndarray, issues: Any,
+                     labels: Sequence[str]) -> str:
+    """The flagged rows ranked, most likely mislabelled first: ``rank, id, actual,
+    suggested, self_confidence`` (the adapter's probability of the given label, 6
+    decimals); the header alone when no row is flagged."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["rank", "id", "actual", "suggested", "self_confidence"])
+    for rank, (row, confidence, suggested) in enumerate(zip(
+            issues.indices, issues.self_confidence, issues.suggested, strict=True), start=1):
+        writer.writerow([rank, ids[row], labels[y[row]], labels[suggested],
+                         f"{confidence:.6f}"])
+    return out.getvalue()
+
+
+def _reliability_records(s: ScoredSet, scaling: TemperatureScaling | None
+                         ) -> list[dict[str, Any]]:
+    """The reliability diagram's non-empty bins (Guo et al. 2017, figure 1), raw and
+    after temperature scaling, as the records of a DVC plot."""
+    versions = {"raw": probabilities(s.scores)}
+    if scaling and scaling.temperature is not None:
+        versions["temperature"] = apply_temperature(s.scores, scaling.temperature)
+    return [{"probabilities": name, "bin": b["bin"], "confidence": b["confidence"],
+             "accuracy": b["accuracy"], "rows": b["rows"]}
+            for name, probs in versions.items() for b in reliability_bins(s.y, probs)
+            if b["rows"]]
+
+
 def _reference_predictions(path: Path, ids: list[str], labels: list[str]) -> np.ndarray:
-    """The zero-shot predicted class ids of ``path``, in the order of ``ids``.
+    """The predicted class ids of a baseline predictions file ``path``, in the order of
+    ``ids``.
 
     Raises:
         LorasentError: the file was scored on other rows (or other labels) than the
