@@ -501,22 +501,72 @@ def metrics() -> None:
     method = m.intervals
     rows = [("accuracy", with_interval(*m.interval("accuracy"))),
             ("macro-F1", with_interval(*m.interval("macro_f1"))),
-            ("relative error reduction", with_interval(*m.interval("relative_error_reduction"))
-             + f"  against {m.reference} ({m.reference_accuracy:.4f})"),
+            *_reduction_rows(m),
             *((f"F1 {label}", f"{scores.f1:.4f}  (support {scores.support})")
               for label, scores in m.per_class.items()),
             ("majority-class baseline",
              f"{base.majority_accuracy:.4f}  (always `{base.majority_class}`)"),
             ("zero-shot baseline",
              f"{baseline('accuracy')}  macro-F1 {baseline('macro_f1')}" if zero_shot
-             else f"none ({m.mode})" if m.mode and not MODES[m.mode].zero_shot else "none")]
+             else f"none ({m.mode})" if m.mode and not MODES[m.mode].zero_shot else "none"),
+            *([("calibrated zero-shot", f"{base.zero_shot_calibrated_accuracy:.4f}  macro-F1 "
+                f"{base.zero_shot_calibrated_macro_f1:.4f}")]
+              if base.zero_shot_calibrated_accuracy is not None else []),
+            *_calibration_rows(m)]
     click.echo(f"{EVAL_METRICS}: {m.test_rows} test rows, {m.mode} mode"
                + (f"; [95% interval: {method.method}, {method.resamples:,} resamples]"
                   if method else ""))
     for name, value in rows:
         click.echo(f"  {name:<26}{value}")
+    for name, s in m.test_sets.items():
+        click.echo(f"test set {name} ({s.source}): {s.test_rows} rows")
+        for row, value in [("accuracy", with_interval(*s.interval("accuracy"))),
+                           ("macro-F1", with_interval(*s.interval("macro_f1"))),
+                           *_reduction_rows(s), *_calibration_rows(s)]:
+            click.echo(f"  {row:<26}{value}")
     for warning in m.warnings:
         click.echo(f"WARNING: {warning}")
+    for name, s in m.test_sets.items():
+        for warning in s.warnings:
+            click.echo(f"WARNING ({name}): {warning}")
+
+
+def _reduction_rows(m: Any) -> list[tuple[str, str]]:
+    """``lorasent metrics``' relative error reductions: against the reference, then
+    against each other reference of ``references`` (absent before issue 30)."""
+    from lorasent.statistics import with_interval
+
+    rows = [("relative error reduction", with_interval(*m.interval("relative_error_reduction"))
+             + f"  against {m.reference} ({m.reference_accuracy:.4f})")]
+    for name, ref in (m.references or {}).items():
+        if ref is not None and name != m.reference:
+            rows.append((f"  against {name}", with_interval(
+                ref.relative_error_reduction, ref.relative_error_reduction_ci95_low,
+                ref.relative_error_reduction_ci95_high) + f"  ({ref.accuracy:.4f})"))
+    return rows
+
+
+def _calibration_rows(m: Any) -> list[tuple[str, str]]:
+    """``lorasent metrics``' calibration lines (absent before issue 30): ECE, NLL and Brier
+    with intervals, raw and after temperature scaling; the label issues."""
+    from lorasent.statistics import with_interval
+
+    c = m.calibration
+    if c is None:
+        return []
+
+    def scores(x: Any) -> str:
+        return "  ".join(f"{name} " + with_interval(*(getattr(x, f"{name}{end}") for end in
+                                                      ("", "_ci95_low", "_ci95_high")))
+                         for name in ("ece", "nll", "brier"))
+
+    rows = [("calibration (raw)", scores(c))]
+    rows.append(("after temperature", f"T = {c.temperature:.3f}:  {scores(c.scaled)}"
+                 if c.scaled and c.temperature is not None else f"none: {c.temperature_note}"))
+    if m.label_issues:
+        rows.append(("likely label errors", f"{m.label_issues.rows} rows "
+                     f"({m.label_issues.share:.1%}), ranked in {m.label_issues.file}"))
+    return rows
 
 
 @click.command()
