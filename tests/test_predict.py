@@ -51,6 +51,7 @@ def trained(tmp_path_factory, packaged_model_dir, repo_params_raw):
     run_baseline(base=params.base, prompt=params.prompt, batch_size=12, params_record=record,
                  metrics_path=root / "baseline.json",
                  predictions_path=root / "baseline_predictions.csv",
+                 calibrated_predictions_path=root / "baseline_calibrated_predictions.csv",
                  confusion_path=root / "baseline_confusion.json", **paths)
     run_train(base=params.base, prompt=params.prompt, train=params.train, params_record=record,
               adapter_dir=root / "adapter", live_dir=root / "train",

@@ -11,11 +11,16 @@ import numpy as np
 import pytest
 import torch
 
+from lorasent.metrics import probabilities
 from lorasent.scoring import (
+    CONTENT_FREE_INPUTS,
     IGNORE_INDEX,
+    CalibrationError,
     PromptEncoder,
     PromptError,
     collate_training,
+    content_free_prior,
+    contextual_calibration,
     label_token_ids,
     label_token_loss,
     score_batch,
@@ -182,6 +187,74 @@ def test_template_too_long_for_max_length_is_refused(tiny_gemma):
     _, tokenizer = tiny_gemma
     with pytest.raises(PromptError, match="raise prompt.max_length"):
         PromptEncoder.create(tokenizer, ZH_TEMPLATE, ZH_WORDS, max_length=20)
+
+
+def test_contextual_calibration_divides_each_probability_by_the_prior():
+    # two rows of probabilities, given as log-scores shifted by a constant per row (the
+    # scores need not be normalised: log_softmax comes first)
+    probs = np.array([[0.5, 0.3, 0.2], [0.2, 0.2, 0.6]])
+    scores = np.log(probs) + np.array([[3.0], [-1.0]])
+    prior = np.array([0.5, 0.25, 0.25])
+    calibrated = contextual_calibration(scores.astype(np.float32), prior)
+    assert calibrated.shape == (2, 3) and calibrated.dtype == np.float64
+    # p / p_cf by hand: 0.5/0.5, 0.3/0.25, 0.2/0.25 and 0.2/0.5, 0.2/0.25, 0.6/0.25
+    np.testing.assert_allclose(calibrated, np.log([[1.0, 1.2, 0.8], [0.4, 0.8, 2.4]]),
+                               rtol=0, atol=1e-7)   # float32 scores: 1e-7 of rounding
+    assert calibrated.argmax(1).tolist() == [1, 2]  # row 0 flips from class 0 to 1
+    np.testing.assert_allclose(probabilities(calibrated),
+                               [[1 / 3, 0.4, 0.8 / 3], [0.4 / 3.6, 0.8 / 3.6, 2.4 / 3.6]],
+                               rtol=0, atol=1e-7)
+
+
+def test_calibration_undoes_a_skewed_prior():
+    """A model that favours class 1 whatever the text (its content-free prior is 0.7 on
+    class 1) predicts class 1 for all four rows; divided by the prior, only the row whose
+    class-1 probability is above 0.7 stays class 1."""
+    probs = np.array([[0.4, 0.5, 0.1], [0.1, 0.6, 0.3], [0.3, 0.5, 0.2], [0.05, 0.9, 0.05]])
+    prior = np.array([0.2, 0.7, 0.1])
+    gold = [0, 2, 2, 1]
+    assert np.log(probs).argmax(1).tolist() == [1, 1, 1, 1]
+    # quotients: [2, 5/7, 1], [1/2, 6/7, 3], [3/2, 5/7, 2], [1/4, 9/7, 1/2]
+    assert contextual_calibration(np.log(probs), prior).argmax(1).tolist() == gold
+    # a uniform prior changes nothing
+    assert contextual_calibration(np.log(probs), np.full(3, 1 / 3)).argmax(1).tolist() == \
+        [1, 1, 1, 1]
+
+
+def test_calibration_refuses_a_prior_that_does_not_fit():
+    scores = np.zeros((2, 3))
+    with pytest.raises(CalibrationError, match=r"scores of shape \(2, 3\) need a prior of "
+                                               r"shape \(3,\), got \(2,\)"):
+        contextual_calibration(scores, np.array([0.5, 0.5]))
+    with pytest.raises(CalibrationError, match="every class needs a prior probability above"):
+        contextual_calibration(scores, np.array([0.5, 0.5, 0.0]))
+
+
+def test_content_free_prior_is_the_mean_softmax_of_the_content_free_prompts(tiny_gemma, zh):
+    model, tokenizer = tiny_gemma
+    assert CONTENT_FREE_INPUTS == ("N/A", "", "[MASK]")
+    # the empty input is the template with nothing where the text goes
+    assert zh.encode("") == tokenizer(ZH_TEMPLATE.replace("{text}", ""))["input_ids"]
+    prior = content_free_prior(model, zh)
+    assert prior.shape == (3,) and prior.dtype == np.float64
+    assert prior.sum() == pytest.approx(1.0, abs=1e-12)
+    # each prompt scored alone, as a text
+    one_by_one = [probabilities(score_texts(model, zh, [text], batch_size=1))[0]
+                  for text in ("N/A", "", "[MASK]")]
+    np.testing.assert_allclose(prior, np.mean(one_by_one, axis=0), rtol=0, atol=1e-6)
+    # and by running each prompt with each whole label word (multi-token words included)
+    brute = [probabilities(np.array([brute_force(model, zh.encode(text), zh.label_ids)]))[0]
+             for text in CONTENT_FREE_INPUTS]
+    np.testing.assert_allclose(prior, np.mean(brute, axis=0), rtol=0, atol=1e-5)
+    # other inputs: their own mean
+    np.testing.assert_allclose(content_free_prior(model, zh, ["N/A"]), one_by_one[0],
+                               rtol=0, atol=1e-6)
+
+
+def test_content_free_prior_needs_an_input(tiny_gemma, zh):
+    model, _ = tiny_gemma
+    with pytest.raises(CalibrationError, match="no content-free inputs given"):
+        content_free_prior(model, zh, [])
 
 
 def test_collate_right_aligns_label_tokens():

@@ -180,7 +180,7 @@ def split(params: Params) -> str:
 
 @_stage
 def baseline(params: Params) -> str:
-    """Majority-class and zero-shot baselines on the test split."""
+    """Majority-class and zero-shot (plain and calibrated) baselines on the test split."""
     from lorasent.modes import no_zero_shot_cell
     from lorasent.stages.baseline import run_baseline
 
@@ -188,7 +188,10 @@ def baseline(params: Params) -> str:
                           batch_size=params.evaluate.batch_size, params_record=_record(params))
     zero_shot = (no_zero_shot_cell(params.train.mode)
                  if result.zero_shot_accuracy is None else f"{result.zero_shot_accuracy:.4f}")
-    return f"majority-class accuracy {result.majority_accuracy:.4f}, zero-shot accuracy {zero_shot}"
+    calibrated = ("" if result.zero_shot_calibrated_accuracy is None
+                  else f" (calibrated {result.zero_shot_calibrated_accuracy:.4f})")
+    return (f"majority-class accuracy {result.majority_accuracy:.4f}, zero-shot accuracy "
+            f"{zero_shot}{calibrated}")
 
 
 @_stage

@@ -16,6 +16,7 @@ METRICS_DIR = Path("metrics")               # small files kept in git
 DATA_REPORT = METRICS_DIR / "data.json"                          # split
 BASELINE_METRICS = METRICS_DIR / "baseline.json"                 # baseline
 BASELINE_PREDICTIONS = METRICS_DIR / "baseline_predictions.csv"  # baseline
+BASELINE_CALIBRATED_PREDICTIONS = METRICS_DIR / "baseline_calibrated_predictions.csv"  # baseline
 BASELINE_CONFUSION = METRICS_DIR / "baseline_confusion.json"     # baseline (DVC plot)
 TRAIN_LIVE_DIR = METRICS_DIR / "train"                           # train (dvclive)
 EVAL_METRICS = METRICS_DIR / "eval.json"                         # evaluate

@@ -29,6 +29,12 @@ vocabulary at every position. Only when some label words have more tokens, the
 prompts' KV cache is repeated once per distinct continuation and a second, short pass
 scores the remaining tokens.
 
+Contextual calibration (Zhao et al. 2021, "Calibrate Before Use", ICML) corrects a
+model's prior over the label words, for the calibrated zero-shot baseline:
+:func:`content_free_prior` scores content-free inputs (``"N/A"``, ``""``, ``"[MASK]"``) in
+place of the text, and :func:`contextual_calibration` divides each class's probability by
+theirs.
+
 Training uses the same encoding: the input is ``prompt + w_c[:-1]`` and the loss is the
 cross-entropy of the label tokens only, with logits computed at those positions only.
 """
@@ -415,6 +421,86 @@ def score_texts(model: torch.nn.Module, encoder: Encoder, texts: Sequence[str],
         for idx, batch_scores in part:
             scores[idx] = batch_scores
     return scores
+
+
+# Zhao et al. 2021, "Calibrate Before Use: Improving Few-Shot Performance of Language
+# Models" (ICML), section 4: inputs that say nothing, put in the prompt in place of the text.
+CONTENT_FREE_INPUTS = ("N/A", "", "[MASK]")
+CALIBRATION_METHOD = (
+    "contextual calibration (Zhao et al. 2021, 'Calibrate Before Use: Improving Few-Shot "
+    "Performance of Language Models', ICML): each class's zero-shot probability divided by "
+    "its mean probability over the content-free inputs put in the prompt in place of the "
+    "text (W = diag(p_cf)^-1, b = 0), prediction the argmax")
+
+
+class CalibrationError(LorasentError, ValueError):
+    """A content-free prior that cannot calibrate the scores it is given."""
+
+
+@torch.inference_mode()
+def content_free_prior(model: torch.nn.Module, encoder: Encoder,
+                       inputs: Sequence[str] = CONTENT_FREE_INPUTS) -> np.ndarray:
+    """The model's prior over the classes: p_cf of contextual calibration.
+
+    Each content-free input (default :data:`CONTENT_FREE_INPUTS`: ``"N/A"``, ``""`` and
+    ``"[MASK]"``, Zhao et al. 2021, section 4) goes through ``encoder.encode`` in place of
+    a text (the empty one gives the template with nothing where ``{text}`` was) and is
+    scored alone, a batch of one, by ``encoder.score``, as :func:`score_texts` scores a
+    text; p_cf is the mean over the inputs of the softmax of their scores, renormalised
+    to sum to 1. Every process of a launched run computes it whole (no gathering).
+
+    Returns:
+        float64 array of shape (K,), positive, summing to 1, in class-id order.
+
+    Raises:
+        CalibrationError: ``inputs`` is empty.
+    """
+    if not inputs:
+        raise CalibrationError("content_free_prior: no content-free inputs given; pass at "
+                               f"least one, e.g. {CONTENT_FREE_INPUTS}")
+    probs = [_softmax(encoder.score(model, [encoder.encode(text)]).cpu().numpy()[0])
+             for text in inputs]
+    prior = np.mean(probs, axis=0)
+    return prior / prior.sum()
+
+
+def _softmax(row: np.ndarray) -> np.ndarray:
+    """Softmax of one (K,) row of scores, in float64."""
+    z = np.exp(np.asarray(row, dtype=np.float64) - np.max(row))
+    return z / z.sum()
+
+
+def contextual_calibration(scores: np.ndarray, prior: np.ndarray) -> np.ndarray:
+    """Calibrated log-scores: ``log_softmax(scores) - log(prior)``, row by row.
+
+    Zhao et al. 2021 ("Calibrate Before Use", ICML), section 4, with W = diag(p_cf)^-1
+    and b = 0: each class's probability divided by its content-free prior. The argmax of
+    a row is the calibrated prediction, its softmax the calibrated probabilities (the
+    quotients renormalised).
+
+    Args:
+        scores: (N, K) class scores of :func:`score_texts` (any float dtype).
+        prior: (K,) p_cf of :func:`content_free_prior`, every entry above 0.
+
+    Returns:
+        float64 array of shape (N, K).
+
+    Raises:
+        CalibrationError: ``prior`` does not have K entries, or has one that is not a
+            positive finite number.
+    """
+    z = np.asarray(scores, dtype=np.float64)
+    p = np.asarray(prior, dtype=np.float64)
+    if z.ndim != 2 or p.shape != (z.shape[1],):
+        raise CalibrationError(f"contextual_calibration: scores of shape {z.shape} need a "
+                               f"prior of shape ({z.shape[-1]},), got {p.shape}")
+    if not np.all(np.isfinite(p) & (p > 0)):
+        raise CalibrationError(f"contextual_calibration: the prior {p.tolist()} has an entry "
+                               "that is not a positive number; every class needs a prior "
+                               "probability above 0")
+    shifted = z - z.max(axis=1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    return log_probs - np.log(p)
 
 
 def collate_training(features: Sequence[dict[str, Any]], pad_id: int) -> dict[str, torch.Tensor]:

@@ -13,11 +13,25 @@ Writes ``metrics/baseline.json``:
   answer (``seq_cls``: a freshly initialised head answers at random; its
   ``no_zero_shot_note`` in :data:`lorasent.modes.MODES`) has none, so it is ``null``
   with ``zero_shot_note`` saying why, and evaluate measures the relative error
-  reduction against the majority class.
+  reduction against the majority class;
+- ``zero_shot_calibrated``: the same zero-shot scores after contextual calibration (Zhao
+  et al. 2021, "Calibrate Before Use", ICML; ``lorasent.scoring.contextual_calibration``):
+  the same keys as ``zero_shot`` (accuracy, macro_f1, per_class, confusion_matrix, the
+  ``*_ci95_*`` intervals), plus ``content_free_inputs`` (the texts put in the prompt in
+  place of a test text: ``"N/A"``, ``""``, ``"[MASK]"``), ``content_free_prior`` (p_cf,
+  ``{label: probability}``, summing to 1: the model's prior over the label words) and
+  ``method`` (one sentence). A fair zero-shot reference: a model whose prior is skewed
+  (Gemma 3 270M never says " neutral") can score below the majority class uncalibrated.
+  ``null`` with ``zero_shot_calibrated_note`` (``zero_shot_note``'s text) where
+  ``zero_shot`` is ``null``.
 
 Also writes the baseline's predictions (``metrics/baseline_predictions.csv``: zero-shot,
-or the majority class in seq_cls mode), their confusion matrix as the records of DVC's
-plot (``metrics/baseline_confusion.json``: K x K cells, zeros included; see
+or the majority class in seq_cls mode), the calibrated ones beside them
+(``metrics/baseline_calibrated_predictions.csv``, the same test ids in the same order,
+probabilities the softmax of the calibrated log-scores; in seq_cls mode the majority
+class too, the same bytes as the other file, so that both modes write the same outputs),
+the confusion matrix of the uncalibrated predictions as the records of DVC's plot
+(``metrics/baseline_confusion.json``: K x K cells, zeros included; see
 ``lorasent.metrics.confusion_records``) and a provenance record.
 """
 
@@ -51,6 +65,7 @@ from lorasent.modes import DEFAULT_MODE, MODES
 from lorasent.params import BaseParams, PromptParams
 from lorasent.paths import (
     BASE_MODEL_DIR,
+    BASELINE_CALIBRATED_PREDICTIONS,
     BASELINE_CONFUSION,
     BASELINE_METRICS,
     BASELINE_PREDICTIONS,
@@ -58,7 +73,13 @@ from lorasent.paths import (
     PROVENANCE_DIR,
     SPLIT_DIR,
 )
-from lorasent.scoring import score_texts
+from lorasent.scoring import (
+    CALIBRATION_METHOD,
+    CONTENT_FREE_INPUTS,
+    content_free_prior,
+    contextual_calibration,
+    score_texts,
+)
 from lorasent.statistics import METHOD, intervals
 
 
@@ -66,6 +87,7 @@ from lorasent.statistics import METHOD, intervals
 class BaselineResult:
     majority_accuracy: float
     zero_shot_accuracy: float | None
+    zero_shot_calibrated_accuracy: float | None = None
 
 
 def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
@@ -73,14 +95,17 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
                  model_dir: Path = BASE_MODEL_DIR,
                  split_dir: Path = SPLIT_DIR, metrics_path: Path = BASELINE_METRICS,
                  predictions_path: Path = BASELINE_PREDICTIONS,
+                 calibrated_predictions_path: Path = BASELINE_CALIBRATED_PREDICTIONS,
                  confusion_path: Path = BASELINE_CONFUSION,
                  provenance_dir: Path = PROVENANCE_DIR) -> BaselineResult:
-    """Majority-class and zero-shot baselines on the test split.
+    """Majority-class, zero-shot and calibrated zero-shot baselines on the test split.
 
     Args:
         base, prompt: the params sections; ``batch_size`` is ``evaluate.batch_size``
             (prompts scored per forward pass); ``mode`` is ``train.mode``.
         params_record: all resolved params, for the provenance record.
+        calibrated_predictions_path: the calibrated zero-shot predictions (the majority
+            class in seq_cls mode), row by row beside ``predictions_path``'s.
         confusion_path: the confusion matrix of the predictions file (zero-shot, or the
             majority class in seq_cls mode) as K x K plot records.
     """
@@ -98,7 +123,10 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
         device = torch.device("cpu")  # no model is loaded
         scores = np.full((len(test), len(labels)), -np.inf, dtype=np.float32)
         scores[:, majority] = 0.0  # the majority class with probability 1
-        report.update(zero_shot=None, zero_shot_note=MODES[mode].no_zero_shot_note)
+        calibrated = scores
+        report.update(zero_shot=None, zero_shot_note=MODES[mode].no_zero_shot_note,
+                      zero_shot_calibrated=None,
+                      zero_shot_calibrated_note=MODES[mode].no_zero_shot_note)
         matrix = classification_metrics(y_test, scores.argmax(1), labels)["confusion_matrix"]
         source = f"the majority-class predictions of {predictions_path}"
     else:
@@ -109,6 +137,15 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
         predicted = scores.argmax(1)
         report["zero_shot"] = {**classification_metrics(y_test, predicted, labels),
                                **intervals(y_test, predicted, len(labels))}
+        prior = content_free_prior(model, encoder, CONTENT_FREE_INPUTS)
+        calibrated = contextual_calibration(scores, prior)
+        calibrated_pred = calibrated.argmax(1)
+        report["zero_shot_calibrated"] = {
+            **classification_metrics(y_test, calibrated_pred, labels),
+            **intervals(y_test, calibrated_pred, len(labels)),
+            "content_free_inputs": list(CONTENT_FREE_INPUTS),
+            "content_free_prior": dict(zip(labels, map(float, prior), strict=True)),
+            "method": CALIBRATION_METHOD}
         report["intervals"] = METHOD
         matrix = report["zero_shot"]["confusion_matrix"]
         source = f"{metrics_path}:zero_shot.confusion_matrix"
@@ -117,6 +154,8 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
         write_json(metrics_path, report)
         atomic_write_text(predictions_path, predictions_csv(
             [r["id"] for r in test], y_test, scores, labels))
+        atomic_write_text(calibrated_predictions_path, predictions_csv(
+            [r["id"] for r in test], y_test, calibrated, labels))
         write_json(confusion_path, confusion_records(matrix, labels, source))
         write_json(provenance_dir / "baseline.json", provenance(
             stage="baseline", params=params_record, device=device,
@@ -124,4 +163,5 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
             inputs={"model": read_json(model_dir / MANIFEST)["sha256"],
                     "test.jsonl": sha256_file(split_dir / "test.jsonl")},
             extra={"test_rows": len(test)}))
-    return BaselineResult(majority_acc, (report["zero_shot"] or {}).get("accuracy"))
+    return BaselineResult(majority_acc, (report["zero_shot"] or {}).get("accuracy"),
+                          (report["zero_shot_calibrated"] or {}).get("accuracy"))
