@@ -76,12 +76,14 @@ def test_outs_are_the_paths_the_code_writes():
     assert _declared("fetch") == {str(paths.RAW_DIR), str(paths.BASE_MODEL_DIR)}
     assert _declared("split") == {str(paths.SPLIT_DIR), str(paths.DATA_REPORT)}
     assert _declared("baseline") == {str(paths.BASELINE_METRICS), str(paths.BASELINE_PREDICTIONS),
+                                     str(paths.BASELINE_CALIBRATED_PREDICTIONS),
                                      str(paths.BASELINE_CONFUSION),
                                      str(paths.PROVENANCE_DIR / "baseline.json")}
     assert _declared("train") == {str(paths.ADAPTER_DIR), str(paths.TRAIN_LIVE_DIR),
                                   str(paths.PROVENANCE_DIR / "train.json")}
     assert _declared("evaluate") == {str(paths.EVAL_METRICS), str(paths.EVAL_PREDICTIONS),
-                                     str(paths.EVAL_CONFUSION),
+                                     str(paths.EVAL_CONFUSION), str(paths.EVAL_LABEL_ISSUES),
+                                     str(paths.EVAL_RELIABILITY), str(paths.EVAL_TEST_SETS),
                                      str(paths.PROVENANCE_DIR / "evaluate.json")}
 
 
