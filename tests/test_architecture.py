@@ -30,6 +30,11 @@ EXCEPTIONS = {
         "row_id, a test row's id, for test splits written before their rows carried one "
         "(the report's flipped texts); the function belongs to the split stage, which "
         "writes the ids",
+    ("stages.test_sets", "stages.fetch"):
+        "read_source: the evaluate stage's extra test sets are read as data.source is",
+    ("stages.test_sets", "stages.split"):
+        "clean_rows, deduplicate, normalise_text, row_id: the extra test sets are cleaned "
+        "and identified under the split stage's rules, by its own functions",
     ("tools.bench", "stages.fetch"):
         "the packaged tweets (read_source) and the packaged Gemma converted from its GGUF "
         "(_packaged_gemma): the bench times its ways on what the pipeline fetches",

@@ -283,6 +283,8 @@ def _changed_lines(before: str, after: str) -> tuple[list[str], list[str]]:
     ("prompt.max_length=64", ("prompt", "max_length"), 64),
     ("train.eval_strategy=epoch", ("train", "eval_strategy"), "epoch"),
     ("evaluate.reference=majority", ("evaluate", "reference"), "majority"),
+    ("evaluate.test_sets.reviews-zh.size=100", ("evaluate", "test_sets", "reviews-zh", "size"),
+     100),
     ("data.separator=';'", ("data", "separator"), ";"),
     ("train.learning_rate=1e-5", ("train", "learning_rate"), 1e-5),
     ("train.accelerate_config=configs/accelerate/fsdp.yaml", ("train", "accelerate_config"),

@@ -23,10 +23,11 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 from datetime import date
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -204,11 +205,64 @@ class TrainParams(_Section):
     accelerate_config: str | None
 
 
+class TestSetParams(_Section):
+    """One extra labelled test set of ``evaluate.test_sets``: read as ``data`` is (the
+    same sources and reading keys, with ``data``'s committed values as defaults), cleaned
+    as the split stage cleans (``lorasent.stages.test_sets``), then ``size`` rows drawn."""
+
+    __test__: ClassVar[bool] = False  # a params type, not a pytest class
+
+    source: str = Field(min_length=1)
+    # rows drawn (stratified by class, base.seed) after cleaning; 0: every row
+    size: Annotated[int, Field(ge=0)]
+    text_column: str = "text"
+    label_column: str = "label"
+    separator: str = "auto"  # checked, with the set's name, by EvaluateParams
+    encoding: str = "utf-8"
+    hf_split: str = "train"
+
+
+# A test set's name: it names the set in the metrics and may name files.
+TEST_SET_NAME = re.compile(r"[a-z0-9_-]+")
+
+
 class EvaluateParams(_Section):
-    """Scoring batch size and the reference for the relative error reduction."""
+    """Scoring batch size, the reference for the relative error reduction and the extra
+    labelled test sets scored beside the split's test split (name -> source)."""
 
     batch_size: PositiveInt
-    reference: Literal["zero_shot", "majority"]
+    # auto: the calibrated zero-shot baseline when it beats the uncalibrated one, else
+    # the zero-shot one (the majority class in a mode without a zero-shot answer)
+    reference: Literal["auto", "zero_shot", "zero_shot_calibrated", "majority"]
+    test_sets: dict[str, TestSetParams]
+
+    @field_validator("test_sets", mode="before")
+    @classmethod
+    def _test_set_names(cls, value: Any) -> Any:
+        """Names: lowercase letters, digits, ``-`` and ``_``, not ``test`` (the split's
+        own test set); each set's separator checked as ``data.separator`` is."""
+        if value is None:
+            raise ValueError("evaluate.test_sets: empty (null); write `test_sets: {}` for "
+                             "no extra test sets, or give one as name: {source: ..., size: ...}")
+        if not isinstance(value, dict):
+            return value  # pydantic names the type
+        checked = {}
+        for name, spec in value.items():
+            if not isinstance(name, str):
+                raise ValueError(_not_a_string("evaluate.test_sets", "key", name))
+            if not TEST_SET_NAME.fullmatch(name):
+                raise ValueError(
+                    f"evaluate.test_sets: {name!r} is not a test set name; use lowercase "
+                    "letters, digits, '-' and '_' (e.g. reviews-zh)")
+            if name == "test":
+                raise ValueError(
+                    "evaluate.test_sets: 'test' names the split's own test split; give the "
+                    "extra set another name (e.g. test-2)")
+            if isinstance(spec, dict) and isinstance(spec.get("separator"), str):
+                spec = {**spec, "separator": check_separator(
+                    spec["separator"], f"evaluate.test_sets.{name}.separator")}
+            checked[name] = spec
+        return checked
 
 
 class Params(_Section):
@@ -268,27 +322,36 @@ def _is_union_tag(part: str) -> bool:
 
 
 def _section_for(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The section at ``loc`` (``("evaluate", "test_sets", "reviews-zh")``: a value of a
+    mapping of sections is its value type), or None where ``loc`` is no section."""
     model: type[BaseModel] = Params
-    for part in loc:
+    parts = iter(loc)
+    for part in parts:
         field = model.model_fields.get(str(part))
-        if field is None or not isinstance(field.annotation, type) or not issubclass(
-                field.annotation, BaseModel):
+        annotation = field.annotation if field else None
+        if get_origin(annotation) is dict:  # name -> section: the next part is a name
+            annotation = get_args(annotation)[1]
+            if next(parts, None) is None:
+                return None
+        if not isinstance(annotation, type) or not issubclass(annotation, BaseModel):
             return None
-        model = field.annotation
+        model = annotation
     return model
 
 
-# Mappings keyed by the user's labels: a preset that sets them replaces them whole, so
-# that a 2-class preset does not inherit the default's third label word.
-VALUE_MAPS = frozenset({("base", "label_aliases"), ("prompt", "label_words")})
+# Mappings keyed by the user's labels or names: a preset that sets them replaces them
+# whole, so that a 2-class preset does not inherit the default's third label word, and a
+# preset's test sets (``{}``: none) are all the sets it scores.
+VALUE_MAPS = frozenset({("base", "label_aliases"), ("prompt", "label_words"),
+                        ("evaluate", "test_sets")})
 
 
 def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     """A deep copy of ``base`` with ``override`` merged in: sections merge key by key;
-    values, lists and the label-keyed maps of :data:`VALUE_MAPS` are replaced whole,
-    except that a value equal to the current one (of the same kind) keeps the current
-    one's spelling (``2.0e-4`` stays so). Comment-keeping mappings (ruamel.yaml's) keep
-    their comments."""
+    values, lists and the maps of :data:`VALUE_MAPS` (label-keyed, and the test sets) are
+    replaced whole, except that a value equal to the current one (of the same kind) keeps
+    the current one's spelling (``2.0e-4`` stays so). Comment-keeping mappings
+    (ruamel.yaml's) keep their comments."""
     out = copy.deepcopy(base)
     _merge_into(out, override, ())
     return out

@@ -10,6 +10,9 @@
 - :mod:`~lorasent.stages.train`: the LoRA adapter (``models/adapter``, ``metrics/train``);
 - :mod:`~lorasent.stages.evaluate`: the adapter on the test split (``metrics/eval.json``).
 
+Beside them, :mod:`~lorasent.stages.test_sets` reads the extra labelled test sets of
+``evaluate.test_sets`` under the split stage's rules, for evaluate; it writes nothing.
+
 Each stage's deps in dvc.yaml list its module and every lorasent module it imports
 (tests/test_dvc_deps.py checks them). Only docs here: no stage output depends on this
 file.
