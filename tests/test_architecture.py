@@ -30,6 +30,10 @@ EXCEPTIONS = {
         "row_id, a test row's id, for test splits written before their rows carried one "
         "(the report's flipped texts); the function belongs to the split stage, which "
         "writes the ids",
+    ("stages.evaluate", "stages.test_sets"):
+        "load_test_sets: the evaluate stage's extra test sets, read and checked before the "
+        "model loads; a module of its own because it reads with the fetch stage's reader "
+        "and cleans with the split stage's rules",
     ("stages.test_sets", "stages.fetch"):
         "read_source: the evaluate stage's extra test sets are read as data.source is",
     ("stages.test_sets", "stages.split"):
