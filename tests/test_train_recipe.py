@@ -67,7 +67,7 @@ PARAMS: dict[str, Any] = {
               "logging_steps": 1, "save_steps": 2, "resume": "auto", "eval_strategy": "epoch",
               "load_best_model_at_end": False, "auto_find_batch_size": False,
               "accelerate_config": None},
-    "evaluate": {"batch_size": 8, "reference": "zero_shot"},
+    "evaluate": {"batch_size": 8, "reference": "zero_shot", "test_sets": {}},
 }
 SEQ_CLS = {"mode": "seq_cls", "max_steps": 2, "per_device_train_batch_size": 4,
            "gradient_accumulation_steps": 1, "class_weighting": "none", "save_steps": 0,
