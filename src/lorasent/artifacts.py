@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 # Packages whose versions go into every provenance record.
 TRACKED_PACKAGES = (
     "lorasent", "torch", "transformers", "peft", "accelerate", "datasets", "tokenizers",
-    "safetensors", "scikit-learn", "numpy", "dvc", "dvclive",
+    "safetensors", "scikit-learn", "cleanlab", "numpy", "dvc", "dvclive",
 )
 
 
