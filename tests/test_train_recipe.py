@@ -74,14 +74,20 @@ SEQ_CLS = {"mode": "seq_cls", "max_steps": 2, "per_device_train_batch_size": 4,
            "eval_strategy": "no"}
 
 # Recorded from run_train as it was before the refactor (commit 324c409's train.py).
+# The adapter's bytes differ between CPU families (the kernels torch picks round
+# differently; seq_cls's final loss in its 8th digit), so each of the machine kinds the
+# tests run on has its hash; a moved random draw changes the weights wholesale and
+# matches none. lorasent.json holds the params, so a new params key changes its hash
+# (``evaluate.test_sets``, issue 30).
 GOLDEN = {
     "generative": {
-        "adapter_model.safetensors":
+        "adapter_model.safetensors": {  # AMD EPYC (CI), Intel Xeon
             "e79bb03cc968c8116e3c6ca2b2aa4410d4e583f6fadfffc226169b8137e420e7",
+            "85d54f1b0339af49942562af8dd671735d9a7ff3c39cafa3edfe5b30414ba914"},
         "adapter_config.json":
             "b874a0e2a29ddce42c23689d053637b8b031b46980fda787ebd13dc28e3fff7d",
         "lorasent.json":
-            "01b1361cedbd0c079d1615f824bda92d266babd771edd19c2b69a02dac2d556c",
+            "9596b0ba8c3983f0cca11a3a40b629ad448006ebdf2889741aeaa7566862a163",
         "provenance": {
             "trainable_parameters": 4096, "total_parameters": 35424, "steps": 4,
             "resumed_from_step": None, "shared_start_tokens": 26, "train_rows": 8,
@@ -89,12 +95,13 @@ GOLDEN = {
             "best_validation_accuracy": 0.0, "best_checkpoint_step": 2},
     },
     "seq_cls": {
-        "adapter_model.safetensors":
+        "adapter_model.safetensors": {  # AMD EPYC (CI), Intel Xeon
             "274edca57a40e37dcfdeff0be3f1c3986c42ffab5461a346bb84ca6bcacf70a9",
+            "cc9a89d267788054dbce4545b8c6ccafccbb07d83b0c4033823a8f1f9de6c2c1"},
         "adapter_config.json":
             "a5c85198da7d844453391fdc88474f11a87c54eec2676196b452bd1eb887d235",
         "lorasent.json":
-            "b485754185d6fa8f7777802c9fcd5359c895a2d864abcdbabffe11f89979c975",
+            "338b4c31f571c3c53cdb41b73fad691466508eb089a69481159d7bc7e713b2fe",
         "provenance": {
             "trainable_parameters": 4192, "total_parameters": 35616, "steps": 2,
             "resumed_from_step": None, "shared_start_tokens": None, "train_rows": 8,
@@ -160,6 +167,13 @@ def test_run_train_writes_the_recorded_adapter_bytes(mode, tmp_path, tiny_base, 
         raw["split"] = {**raw["split"], "validation_size": 0}
     result = train_in(tmp_path, parse_params(raw), tiny_base, tiny_split)
     found = outputs(tmp_path)
-    assert found == GOLDEN[mode]
+    golden = GOLDEN[mode]
+    assert found["adapter_model.safetensors"] in golden["adapter_model.safetensors"]
+    assert found["provenance"]["final_loss"] == pytest.approx(
+        golden["provenance"]["final_loss"], rel=1e-6)
+    assert {**found, "adapter_model.safetensors": None,
+            "provenance": {**found["provenance"], "final_loss": None}} == {
+        **golden, "adapter_model.safetensors": None,
+        "provenance": {**golden["provenance"], "final_loss": None}}
     assert result.steps == found["provenance"]["steps"]
     assert not (tmp_path / "checkpoints").exists()
