@@ -25,10 +25,11 @@ import psutil
 
 from conftest import REPO
 
-TINY = {"split": {"train_size": 24, "validation_size": 0, "test_size": 24},
+TINY = {"split": {"train_size": 24, "validation_size": 8, "test_size": 24},
         "train": {"max_steps": 3, "per_device_train_batch_size": 4, "logging_steps": 1,
                   "save_steps": 1},
-        "evaluate": {"batch_size": 8}}
+        "evaluate": {"batch_size": 8,
+                     "test_sets": {"reviews-zh": {"source": "packaged:reviews-zh", "size": 12}}}}
 LABELS = ["negative", "neutral", "positive"]
 
 
