@@ -88,34 +88,40 @@ def test_intervals_row_ids_and_the_stage_line(repo):
                            ("accuracy", "macro_f1", "relative_error_reduction")
                            for end in ("", "_ci95_low", "_ci95_high")]
     for metrics, names in ((m, ("accuracy", "macro_f1", "relative_error_reduction")),
-                           (baseline["zero_shot"], ("accuracy", "macro_f1"))):
+                           (baseline["zero_shot"], ("accuracy", "macro_f1")),
+                           (baseline["zero_shot_calibrated"], ("accuracy", "macro_f1"))):
         for name in names:
             assert metrics[f"{name}_ci95_low"] <= metrics[name] <= metrics[f"{name}_ci95_high"]
     assert m["intervals"] == baseline["intervals"] == METHOD
     # predictions pair by row id; the texts stay out of every metrics file
     texts = [json.loads(line)["text"] for line in
              (repo / "data/split/test.jsonl").read_text(encoding="utf-8").splitlines()]
-    for name in ("predictions.csv", "baseline_predictions.csv"):
+    for name in ("predictions.csv", "baseline_predictions.csv",
+                 "baseline_calibrated_predictions.csv"):
         lines = (repo / "metrics" / name).read_text(encoding="utf-8").splitlines()
         assert [line.split(",")[0] for line in lines] == ["id", *map(row_id, texts)]
     metrics_text = "".join(p.read_text(encoding="utf-8") for p in (repo / "metrics").rglob("*")
                            if p.is_file())
     assert [t for t in texts if t in metrics_text] == []
-    # evaluate's last line: the intervals, the reference, the majority class, the file
+    # evaluate's last lines: per set the intervals, the reference, the majority class and
+    # the ECE; the file; the warnings
     last = run(repo, "dvc", "repro", "--force", "--single-item", "evaluate").splitlines()
-    line = next(i for i, text in enumerate(last) if text.startswith("accuracy "))
-    assert last[line] == (
-        f"accuracy {m['accuracy']:.4f} [{m['accuracy_ci95_low']:.4f}, "
-        f"{m['accuracy_ci95_high']:.4f}], macro-F1 {m['macro_f1']:.4f} "
-        f"[{m['macro_f1_ci95_low']:.4f}, {m['macro_f1_ci95_high']:.4f}] (95% intervals); "
-        f"relative error reduction {m['relative_error_reduction']:.4f} "
-        f"[{m['relative_error_reduction_ci95_low']:.4f}, "
-        f"{m['relative_error_reduction_ci95_high']:.4f}] against the zero_shot baseline "
-        f"{m['reference_accuracy']:.4f}; majority-class baseline "
-        f"{m['baseline']['majority_accuracy']:.4f} (always `negative`). Details: "
-        "metrics/eval.json (make metrics)")
-    warnings = [f"WARNING: {w}" for w in m["warnings"]]
-    assert last[line + 1:line + 1 + len(warnings)] == warnings
+    line = next(i for i, text in enumerate(last) if text.startswith("test split: "))
+    extra = m["test_sets"]["reviews-zh"]
+    assert last[line:line + 3] == ["test split: " + _headline(m), "reviews-zh: " + _headline(extra),
+                                   "Details: metrics/eval.json (make metrics)"]
+    warnings = [f"WARNING: {w}" for w in m["warnings"]] + [
+        f"WARNING (reviews-zh): {w}" for w in extra["warnings"]]
+    assert last[line + 3:line + 3 + len(warnings)] == warnings
+    # the second test set: its files pair by row id with its predictions
+    sets = repo / "metrics" / "test_sets"
+    assert read(repo, "metrics/test_sets/sets.json") == {"sets": ["reviews-zh"]}
+    ids = [line.split(",")[0] for line in
+           (sets / "reviews-zh" / "predictions.csv").read_text(encoding="utf-8").splitlines()]
+    assert len(ids) == 1 + extra["test_rows"] == 13
+    flagged = (sets / "reviews-zh" / "label_issues.csv").read_text(encoding="utf-8").splitlines()
+    assert len(flagged) == 1 + extra["label_issues"]["rows"]
+    assert {line.split(",")[1] for line in flagged[1:]} <= set(ids[1:])
     assert json.loads(run(repo, "dvc", "status", "--json")) == {}  # the same bytes again
     shown = run(repo, "lorasent", "metrics").splitlines()
     assert shown[1] == (f"  {'accuracy':<26}{m['accuracy']:.4f} [{m['accuracy_ci95_low']:.4f}"
@@ -220,6 +226,23 @@ def _rerun(repo, changes):
     return [line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage")]
 
 
+def _headline(s):
+    """The evaluate stage's line of one test set, from its metrics."""
+    def ci(name):
+        return (f"{s[name]:.4f} [{s[f'{name}_ci95_low']:.4f}, "
+                f"{s[f'{name}_ci95_high']:.4f}]")
+
+    reference = {"majority": "majority-class", "zero_shot": "zero-shot",
+                 "zero_shot_calibrated": "calibrated zero-shot"}[s["reference"]]
+    calibration = s["calibration"]
+    return (f"{s['test_rows']} rows, accuracy {ci('accuracy')}, macro-F1 {ci('macro_f1')} "
+            f"(95% intervals); relative error reduction {ci('relative_error_reduction')} "
+            f"against the {reference} baseline {s['reference_accuracy']:.4f}; majority-class "
+            f"baseline {s['baseline']['majority_accuracy']:.4f} (always "
+            f"`{s['baseline']['majority_class']}`); ECE {calibration['ece']:.4f} "
+            f"({calibration['scaled']['ece']:.4f} after temperature scaling)")
+
+
 def _stale(repo, changes):
     """``{stage: the params.yaml keys it reads that changed}``, from `dvc status --json`,
     after ``changes`` (put back after). A stage downstream of one that reruns is not
@@ -236,6 +259,10 @@ def _stale(repo, changes):
 
 def test_evaluate_only_param_reruns_only_evaluate(repo):
     assert _stale(repo, {"evaluate": {"reference": "majority"}}) == {"evaluate": ["evaluate"]}
+    # another test set: only evaluate reads evaluate.test_sets
+    added = {"reviews-zh": {"source": "packaged:reviews-zh", "size": 12},
+             "more": {"source": "packaged:reviews-zh", "size": 6}}
+    assert _stale(repo, {"evaluate": {"test_sets": added}}) == {"evaluate": ["evaluate"]}
 
 
 def test_lora_rank_reruns_train_and_evaluate_only(repo):
