@@ -68,12 +68,23 @@ def macro_f1(y_true: np.ndarray, y_pred: np.ndarray, num_labels: int,
     return np.mean(f1, axis=0)
 
 
-def _bootstrap(samples: Sequence[np.ndarray], statistic: Callable[..., np.ndarray]
-               ) -> tuple[np.ndarray, np.ndarray]:
+def bootstrap(samples: Sequence[np.ndarray], statistic: Callable[..., np.ndarray]
+              ) -> tuple[np.ndarray, np.ndarray]:
     """Percentile interval of a vectorised multi-valued ``statistic`` over paired rows.
 
-    A statistic undefined on some resample (NaN) gives a NaN bound, which callers turn
-    into ``None``; scipy's warning about it is silenced.
+    The one resampling of lorasent's intervals (:data:`METHOD`: 95%, 10,000 resamples,
+    seed 0), here and in ``lorasent.calibration``.
+
+    Args:
+        samples: 1-D arrays of length N, element i of each being row i (resampled
+            together: the same rows for all).
+        statistic: ``statistic(*samples, axis=-1)`` on arrays of shape ``(B, N)`` (B
+            resamples) returns shape ``(M, B)``: M values per resample.
+
+    Returns:
+        ``(low, high)``: float arrays of shape ``(M,)``. A statistic undefined on some
+        resample (NaN) gives a NaN bound, which callers turn into ``None``; scipy's
+        warning about it is silenced.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", stats.DegenerateDataWarning)
@@ -121,7 +132,7 @@ def intervals(y_true: ClassIds, y_pred: ClassIds, num_labels: int,
                 values.append(np.where(ref_acc < 1, (acc - ref_acc) / (1 - ref_acc), np.nan))
         return np.stack(values)
 
-    low, high = _bootstrap(samples, statistic)
+    low, high = bootstrap(samples, statistic)
     names = ["accuracy", "macro_f1", "relative_error_reduction"][:len(low)]
     out: dict[str, float | None] = {}
     for name, lo, hi in zip(names, low, high, strict=True):
@@ -186,7 +197,7 @@ def paired_comparison(y_true: ClassIds, pred_a: ClassIds, pred_b: ClassIds,
         return np.stack([accuracy(y, b, axis) - accuracy(y, a, axis),
                          macro_f1(y, b, k, axis) - macro_f1(y, a, k, axis)])
 
-    low, high = _bootstrap([y, a, b], statistic)
+    low, high = bootstrap([y, a, b], statistic)
     a_right, b_right = a == y, b == y
     only_b, only_a = int(np.sum(b_right & ~a_right)), int(np.sum(a_right & ~b_right))
     acc = (float(accuracy(y, a)), float(accuracy(y, b)))

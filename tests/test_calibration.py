@@ -1,0 +1,328 @@
+"""Calibration, temperature scaling, risk-coverage and label issues, with exact values:
+by hand on four rows, against scikit-learn, scipy and cleanlab elsewhere."""
+
+import math
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+from cleanlab.filter import find_label_issues
+from scipy import stats
+from scipy.optimize import minimize_scalar
+from scipy.special import log_softmax
+from sklearn.metrics import brier_score_loss, log_loss
+
+from conftest import REPO
+from lorasent.calibration import (
+    ECE_BINS,
+    CalibrationError,
+    apply_temperature,
+    brier,
+    calibration_deltas,
+    calibration_metrics,
+    coverage_at,
+    ece,
+    fit_temperature,
+    label_issues,
+    nll,
+    reliability_bins,
+    risk_coverage,
+)
+from lorasent.statistics import BOOTSTRAP_SEED, RESAMPLES
+
+# Four rows, K = 3, three of them with a confidence on a bin edge of the 15 bins
+# (0.8 = 12/15, 0.6 = 9/15, 0.4 = 6/15); row 2 ties 0.4/0.4 and predicts class 0.
+Y = np.array([0, 1, 1, 1])
+P = np.array([[0.8, 0.1, 0.1],     # conf 0.80, right, bin 11 = (11/15, 12/15]
+              [0.2, 0.6, 0.2],     # conf 0.60, right, bin 8 = (8/15, 9/15]
+              [0.4, 0.4, 0.2],     # conf 0.40, wrong, bin 5 = (5/15, 6/15]
+              [0.05, 0.3, 0.65]])  # conf 0.65, wrong, bin 9 = (9/15, 10/15]
+
+
+def _softmax_rows(n, k, temperature, seed, scale=2.0):
+    """Scores z ~ N(0, scale) and labels drawn from softmax(z / temperature)."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(0.0, scale, (n, k))
+    p = apply_temperature(z, temperature)
+    y = (rng.random(n)[:, None] > np.cumsum(p, axis=1)).sum(axis=1)
+    return z, np.minimum(y, k - 1)
+
+
+def _scipy_temperature(z, y):
+    """T minimising the NLL of softmax(z / T), by scipy over log T."""
+    def loss(log_t):
+        return -np.mean(log_softmax(z / np.exp(log_t), axis=1)[np.arange(len(y)), y])
+    found = minimize_scalar(loss, bounds=(-10, 10), method="bounded", options={"xatol": 1e-10})
+    return float(np.exp(found.x))
+
+
+def test_nll_brier_and_ece_by_hand():
+    assert nll(Y, P) == pytest.approx(-(math.log(0.8) + math.log(0.6) + math.log(0.4)
+                                        + math.log(0.3)) / 4, rel=1e-12)
+    # rows: 0.04+0.01+0.01, 0.04+0.16+0.04, 0.16+0.36+0.04, 0.0025+0.49+0.4225
+    assert brier(Y, P) == pytest.approx(1.775 / 4, rel=1e-12)
+    # one row per bin: (|0.8-1| + |0.6-1| + |0.4-0| + |0.65-0|) / 4; with [lo, hi) bins
+    # rows 1 and 3 would share bin 9 and give 0.2125
+    assert ece(Y, P) == pytest.approx(1.65 / 4, rel=1e-12)
+    assert ece(Y, P, bins=1) == pytest.approx(abs(2.45 / 4 - 0.5), rel=1e-12)
+    # two bins: [0, 0.5] holds row 2, (0.5, 1] rows 0, 1, 3 (conf 2.05, 2 right)
+    assert ece(Y, P, bins=2) == pytest.approx((0.4 + 0.05) / 4, rel=1e-12)
+
+
+def test_reliability_bins_put_an_edge_in_the_lower_bin():
+    table = reliability_bins(Y, P)
+    assert len(table) == ECE_BINS
+    assert [row["bin"] for row in table] == list(range(15))
+    assert table[0]["low"] == 0.0 and table[14]["high"] == 1.0
+    assert table[8]["low"] == pytest.approx(8 / 15) and table[8]["high"] == 0.6
+    filled = {row["bin"]: (row["rows"], row["confidence"], row["accuracy"])
+              for row in table if row["rows"]}
+    assert filled == {5: (1, 0.4, 0.0), 8: (1, 0.6, 1.0), 9: (1, 0.65, 0.0),
+                      11: (1, 0.8, 1.0)}
+    assert all(row["confidence"] is None and row["accuracy"] is None
+               for row in table if not row["rows"])
+    # ECE is the row-weighted gap of the diagram
+    gaps = sum(row["rows"] / 4 * abs(row["accuracy"] - row["confidence"])
+               for row in table if row["accuracy"] is not None and row["confidence"] is not None)
+    assert ece(Y, P) == pytest.approx(gaps, rel=1e-12)
+
+
+def test_a_confidence_of_one_is_in_the_last_bin_and_of_one_half_in_its_own():
+    y, p = np.array([0, 1]), np.array([[1.0, 0.0], [0.5, 0.5]])
+    rows = [row["rows"] for row in reliability_bins(y, p, bins=4)]
+    assert rows == [0, 1, 0, 1]  # 0.5 in (0.25, 0.5], 1.0 in (0.75, 1]
+
+
+def test_nll_and_brier_equal_scikit_learn():
+    rng = np.random.default_rng(3)
+    for k in (2, 4):
+        p = rng.dirichlet(np.ones(k), 50)
+        y = rng.integers(0, k, 50)
+        labels = list(range(k))
+        assert nll(y, p) == pytest.approx(log_loss(y, p, labels=labels), rel=1e-12)
+        # ours is the sum over classes: scikit-learn's scale_by_half=False
+        assert brier(y, p) == pytest.approx(
+            brier_score_loss(y, p, labels=labels, scale_by_half=False), rel=1e-12)
+    # scikit-learn 1.9's default keeps the sum for K > 2 and halves it for K = 2
+    assert brier(Y, P) == pytest.approx(brier_score_loss(Y, P, labels=[0, 1, 2]), rel=1e-12)
+    y2, p2 = np.array([0, 1, 1]), np.array([[0.8, 0.2], [0.3, 0.7], [0.4, 0.6]])
+    assert brier(y2, p2) == pytest.approx(2 * brier_score_loss(y2, p2), rel=1e-12)
+
+
+def test_nll_counts_a_zero_probability_as_1e_12():
+    assert nll([1], [[1.0, 0.0]]) == pytest.approx(-math.log(1e-12), rel=1e-12)
+
+
+@pytest.mark.parametrize(("y", "probs", "message"), [
+    ([0, 1], [[0.5, 0.5]], "shape"),
+    ([], np.zeros((0, 2)), "shape"),
+    ([0], [[1.0]], "K >= 2"),
+    ([0, 2], [[0.5, 0.5], [0.5, 0.5]], r"ids in \[0, 2\)"),
+    ([0.0, 1.0], [[0.5, 0.5], [0.5, 0.5]], "int class ids"),
+    ([0, 1], [[0.5, 0.6], [0.5, 0.5]], "sum to 1"),
+    ([0, 1], [[1.5, -0.5], [0.5, 0.5]], "sum to 1"),
+    ([0, 1], [[np.nan, 0.5], [0.5, 0.5]], "NaN"),
+])
+def test_bad_inputs_are_one_clear_value_error(y, probs, message):
+    with pytest.raises(ValueError, match=message):
+        calibration_metrics(y, probs)
+
+
+def _overconfident(n=600, seed=1):
+    """Labels from softmax(z); probabilities softmax(2z) (overconfident) and softmax(z)."""
+    z, y = _softmax_rows(n, 3, 1.0, seed)
+    return y, apply_temperature(z, 0.5), apply_temperature(z, 1.0)
+
+
+def test_intervals_are_bit_identical_across_runs_and_hold_their_point():
+    y, p, _ = _overconfident()
+    first, second = calibration_metrics(y, p), calibration_metrics(y, p)
+    assert first == second
+    assert first["ece_bins"] == 15
+    for name, value in (("nll", nll(y, p)), ("brier", brier(y, p)), ("ece", ece(y, p))):
+        assert first[name] == pytest.approx(value, rel=1e-12)
+        assert first[f"{name}_ci95_low"] < value < first[f"{name}_ci95_high"], name
+
+
+def test_the_nll_interval_is_scipy_s_bootstrap_of_the_row_losses():
+    y, p, _ = _overconfident()
+    rows = -np.log(p[np.arange(len(y)), y])
+    expected = stats.bootstrap((rows,), np.mean, n_resamples=RESAMPLES, method="percentile",
+                               rng=np.random.default_rng(BOOTSTRAP_SEED)).confidence_interval
+    ours = calibration_metrics(y, p)
+    assert ours["nll_ci95_low"] == pytest.approx(expected.low, abs=2e-3)
+    assert ours["nll_ci95_high"] == pytest.approx(expected.high, abs=2e-3)
+
+
+def test_deltas_refuse_probabilities_of_other_shapes_and_ece_a_bad_bin_count():
+    with pytest.raises(ValueError, match="one shape"):
+        calibration_deltas([0, 1], [[0.5, 0.5], [0.5, 0.5]], np.full((2, 3), 1 / 3))
+    with pytest.raises(ValueError, match="bins must be a positive int"):
+        ece(Y, P, bins=0)
+
+
+def test_deltas_of_identical_probabilities_are_zero():
+    y, p, _ = _overconfident(n=200)
+    assert set(calibration_deltas(y, p, p).values()) == {0.0}
+
+
+def test_deltas_are_b_minus_a_with_a_paired_interval():
+    y, sharp, calibrated = _overconfident()
+    deltas = calibration_deltas(y, sharp, calibrated)
+    assert list(deltas) == [f"delta_{name}{end}" for name in ("nll", "brier", "ece")
+                            for end in ("", "_ci95_low", "_ci95_high")]
+    for name, metric in (("nll", nll), ("brier", brier), ("ece", ece)):
+        value = metric(y, calibrated) - metric(y, sharp)
+        assert deltas[f"delta_{name}"] == pytest.approx(value, rel=1e-12, abs=1e-15)
+        assert deltas[f"delta_{name}_ci95_low"] < value < deltas[f"delta_{name}_ci95_high"]
+        assert deltas[f"delta_{name}_ci95_high"] < 0, name  # the calibrated B is better
+    reverse = calibration_deltas(y, calibrated, sharp)
+    assert reverse["delta_ece_ci95_low"] == pytest.approx(-deltas["delta_ece_ci95_high"])
+
+
+def test_fit_temperature_recovers_the_temperature_of_the_labels():
+    """20,000 rows of labels drawn from softmax(z / 2): the fitted T is within 3% of 2
+    (over 30 seeds its standard deviation is 0.027, 1.3%) and equals scipy's minimum of
+    the NLL."""
+    z, y = _softmax_rows(20_000, 3, 2.0, seed=5)
+    found = fit_temperature(z, y)
+    assert found == pytest.approx(2.0, rel=0.03)
+    assert found == pytest.approx(_scipy_temperature(z, y), rel=1e-6)
+    calibrated = apply_temperature(z, found)
+    assert nll(y, calibrated) < nll(y, apply_temperature(z, 1.0))
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_fit_temperature_equals_scipy_for_two_classes_and_float32_log_probabilities(k):
+    z, y = _softmax_rows(500, k, 0.7, seed=k)
+    scores = log_softmax(z, axis=1).astype(np.float32)  # as lorasent's scores are
+    assert fit_temperature(scores, y) == pytest.approx(
+        _scipy_temperature(scores.astype(np.float64), y), rel=1e-5)
+
+
+def test_fit_temperature_keeps_the_column_of_a_class_absent_from_y():
+    z, y = _softmax_rows(300, 3, 1.5, seed=7)
+    kept = y != 1
+    assert fit_temperature(z[kept], y[kept]) == pytest.approx(
+        _scipy_temperature(z[kept], y[kept]), rel=1e-6)
+
+
+@pytest.mark.parametrize(("y", "scores"), [([0], [[1.0, 0.0]]),
+                                           ([1, 1, 1], [[1.0, 0.0], [0.0, 1.0], [2.0, 0.5]])])
+def test_fit_temperature_refuses_one_row_or_one_class(y, scores):
+    with pytest.raises(CalibrationError, match="at least 2 rows of at least 2 classes"):
+        fit_temperature(scores, y)
+
+
+def test_apply_temperature():
+    z = np.array([[2.0, 0.0, -1.0], [0.0, 0.0, 0.0]], dtype=np.float32)
+    p = apply_temperature(z, 1.0)
+    assert p.dtype == np.float64 and p.shape == (2, 3)
+    e = np.exp([2.0, 0.0, -1.0])
+    np.testing.assert_allclose(p[0], e / e.sum(), rtol=1e-12)
+    np.testing.assert_allclose(p[1], 1 / 3, rtol=1e-12)
+    np.testing.assert_allclose(apply_temperature(z, 2.0)[0], np.sqrt(e) / np.sqrt(e).sum(),
+                               rtol=1e-12)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="positive"):
+            apply_temperature(z, bad)
+
+
+def test_risk_coverage_by_hand():
+    assert risk_coverage(Y, P) == [
+        {"min_confidence": 0.8, "coverage": 0.25, "accuracy": 1.0, "rows": 1},
+        {"min_confidence": 0.65, "coverage": 0.5, "accuracy": 0.5, "rows": 2},
+        {"min_confidence": 0.6, "coverage": 0.75, "accuracy": 2 / 3, "rows": 3},
+        {"min_confidence": 0.4, "coverage": 1.0, "accuracy": 0.5, "rows": 4}]
+    assert coverage_at(Y, P, 0.6) == (0.75, 2 / 3)
+    assert coverage_at(Y, P, 0.61) == (0.5, 0.5)
+    assert coverage_at(Y, P, 0.0) == (1.0, 0.5)
+    assert coverage_at(Y, P, 0.9) == (0.0, None)
+
+
+def test_risk_coverage_is_one_point_per_distinct_confidence_with_rising_coverage():
+    y, p, _ = _overconfident()
+    p = np.round(p, 2)
+    p /= p.sum(axis=1, keepdims=True)
+    curve = risk_coverage(y, p)
+    distinct = np.unique(p.max(axis=1))
+    assert [point["min_confidence"] for point in curve] == sorted(distinct, reverse=True)
+    coverage = [point["coverage"] for point in curve]
+    assert all(a < b for a, b in zip(coverage, coverage[1:], strict=False))
+    assert curve[-1]["coverage"] == 1.0 and curve[-1]["rows"] == len(y)
+    assert curve[-1]["accuracy"] == pytest.approx(np.mean(p.argmax(axis=1) == y))
+    for point in curve[::7]:
+        assert coverage_at(y, p, point["min_confidence"]) == pytest.approx(
+            (point["coverage"], point["accuracy"]))
+
+
+def _noisy_labels(n=300, k=3, flip=15, seed=0, classes=None):
+    """Out-of-sample-like probabilities that favour the true class, and labels of which
+    ``flip`` rows were moved to another class."""
+    rng = np.random.default_rng(seed)
+    truth = rng.choice(classes if classes is not None else k, n)
+    logits = rng.normal(0.0, 1.0, (n, k))
+    logits[np.arange(n), truth] += 3.0
+    p = apply_temperature(logits, 1.0)
+    flipped = rng.choice(n, flip, replace=False)
+    given = truth.copy()
+    present = np.unique(truth)
+    for i in flipped:
+        given[i] = rng.choice(present[present != truth[i]])
+    return given, p, flipped
+
+
+def _direct(y, p):
+    return find_label_issues(y, p, filter_by="prune_by_noise_rate",
+                             return_indices_ranked_by="self_confidence")
+
+
+def test_label_issues_finds_the_flipped_rows_as_cleanlab_does():
+    y, p, flipped = _noisy_labels()
+    found = label_issues(y, p)
+    np.testing.assert_array_equal(found.indices, _direct(y, p))
+    assert set(flipped) <= set(found.indices.tolist())
+    assert len(found.indices) <= 1.2 * len(flipped)
+    assert found.indices.dtype == np.int64 and found.suggested.dtype == np.int64
+    np.testing.assert_array_equal(found.self_confidence, p[found.indices, y[found.indices]])
+    np.testing.assert_array_equal(found.suggested, p[found.indices].argmax(axis=1))
+    assert np.all(np.diff(found.self_confidence) >= 0)  # least confident first
+    assert found.method.startswith("cleanlab 2.9.0 find_label_issues")
+    assert "prune_by_noise_rate" in found.method and "self_confidence" in found.method
+
+
+def test_label_issues_with_a_class_absent_from_the_labels_warns_nothing():
+    y, p, flipped = _noisy_labels(classes=[0, 2], seed=2)
+    assert 1 not in y
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        found = label_issues(y, p)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # cleanlab: "May not flag all label issues in class: 1"
+        np.testing.assert_array_equal(found.indices, _direct(y, p))
+    assert len(set(flipped) & set(found.indices.tolist())) >= 14  # of 15
+
+
+@pytest.mark.parametrize(("y", "p"), [
+    (Y, P),                                                # 4 rows
+    (np.array([0, 1]), np.array([[0.9, 0.1], [0.2, 0.8]])),  # 2 rows
+    (np.array([2, 2, 2]), np.full((3, 3), 1 / 3)),          # one class (cleanlab refuses)
+    (np.array([0, 0]), np.array([[0.1, 0.9], [0.2, 0.8]])),  # one class, class 0
+    (np.array([0, 1, 2, 0, 1, 2]), np.eye(3)[[0, 1, 2, 0, 1, 2]]),  # perfect: no issue
+])
+def test_label_issues_of_tiny_or_clean_splits_flag_nothing_and_warn_nothing(y, p):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        found = label_issues(y, p)
+    assert found.indices.tolist() == [] and found.indices.dtype == np.int64
+    assert found.self_confidence.shape == (0,) and found.suggested.shape == (0,)
+
+
+def test_importing_the_module_leaves_cleanlab_unimported():
+    code = ("import sys, lorasent.calibration; "
+            "assert 'cleanlab' not in sys.modules, 'cleanlab imported'; "
+            "assert 'sklearn.calibration' not in sys.modules, 'sklearn.calibration imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO,
+                   env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin"})
