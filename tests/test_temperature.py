@@ -21,7 +21,7 @@ from conftest import train_in
 from lorasent.artifacts import atomic_write_text, jsonl_text, read_json, sha256_file
 from lorasent.calibration import apply_temperature, brier, ece, fit_temperature, nll
 from lorasent.cli import main
-from lorasent.contracts import TemperatureScaling, read_temperature_scaling
+from lorasent.contracts import TemperatureScaling, dump, read_temperature_scaling
 from lorasent.errors import LorasentError
 from lorasent.metrics import probabilities
 from lorasent.modeling import load_trained_model
@@ -176,6 +176,7 @@ def test_validation_rows_of_one_class_give_no_temperature_but_the_raw_metrics():
     assert found.ece_before == pytest.approx((0.3 + 0.4) / 2, abs=1e-12)
     assert (found.nll_after, found.ece_after, found.brier_after, found.risk_coverage) == (
         None, None, None, [])
+    assert list(dump(found)) == list(TemperatureScaling.model_fields)  # every key written
 
 
 def test_an_adapter_without_calibration_json_reads_as_none(tmp_path):

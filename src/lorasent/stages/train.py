@@ -413,7 +413,7 @@ def mean_loss(log_history: list[dict[str, Any]]) -> float | None:
 # import closure, checked by tests/test_dvc_deps.py).
 TRAIN_CODE = ("stages.train", "artifacts", "calibration", "cli", "contracts", "environment",
               "errors", "launch", "metrics", "modeling", "modes", "params", "paths", "scoring",
-              "tables")
+              "statistics", "tables")
 CHECKPOINT_RECORD = "lorasent-checkpoint.json"
 
 
@@ -1095,21 +1095,16 @@ def temperature_scaling(scores: np.ndarray, y: Sequence[int]) -> TemperatureScal
         softmax's metrics are given).
     """
     n = len(y)
-    not_fitted = dict(method=TEMPERATURE_METHOD, fitted_on="validation", validation_rows=n,
-                      temperature=None, note=NO_VALIDATION_NOTE, ece_bins=ECE_BINS,
-                      nll_before=None, nll_after=None, ece_before=None, ece_after=None,
-                      brier_before=None, brier_after=None, risk_coverage=[])
     if n == 0:
-        return TemperatureScaling(**not_fitted)
+        return _not_fitted(0, NO_VALIDATION_NOTE)
     labels = np.asarray(y, dtype=np.int64)
     before = probabilities(scores)
     try:
         temperature = fit_temperature(scores, labels)
     except CalibrationError as err:
         log.warning("train: %s", NOT_FITTED_NOTE.format(err))
-        return TemperatureScaling(**{
-            **not_fitted, "note": NOT_FITTED_NOTE.format(err), "nll_before": nll(labels, before),
-            "ece_before": ece(labels, before, bins=ECE_BINS),
+        return _not_fitted(n, NOT_FITTED_NOTE.format(err)).model_copy(update={
+            "nll_before": nll(labels, before), "ece_before": ece(labels, before, bins=ECE_BINS),
             "brier_before": brier(labels, before)})
     after = apply_temperature(scores, temperature)
     points = []
@@ -1125,6 +1120,16 @@ def temperature_scaling(scores: np.ndarray, y: Sequence[int]) -> TemperatureScal
         ece_after=ece(labels, after, bins=ECE_BINS),
         brier_before=brier(labels, before), brier_after=brier(labels, after),
         risk_coverage=points)
+
+
+def _not_fitted(rows: int, note: str) -> TemperatureScaling:
+    """``calibration.json`` without a temperature: ``note`` says why, the metrics are
+    None, the risk-coverage empty."""
+    return TemperatureScaling(
+        method=TEMPERATURE_METHOD, fitted_on="validation", validation_rows=rows,
+        temperature=None, note=note, ece_bins=ECE_BINS, nll_before=None, nll_after=None,
+        ece_before=None, ece_after=None, brier_before=None, brier_after=None,
+        risk_coverage=[])
 
 
 def _fit_on_validation(*, model: torch.nn.Module, encoder: Encoder,
