@@ -13,13 +13,14 @@ import pytest
 from dvc.utils.flatten import flatten
 
 from conftest import REPO
-from lorasent.contracts import AdapterRecord, EvalMetrics, dump, parse, read
+from lorasent.contracts import AdapterRecord, EvalMetrics, TemperatureScaling, dump, parse, read
 from lorasent.errors import LorasentError
 
 LABELS = ["negative", "neutral", "positive"]
 
 
-def round_trip(text: str, model: type[EvalMetrics] | type[AdapterRecord]) -> str:
+def round_trip(text: str,
+               model: type[EvalMetrics] | type[AdapterRecord] | type[TemperatureScaling]) -> str:
     """``text`` parsed through ``model`` and written as ``lorasent.artifacts.write_json``
     writes it."""
     found = model.model_validate(json.loads(text))

@@ -256,6 +256,11 @@ _DEVICE = click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "ro
               help="Encoding of the --input file.")
 @click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1),
               help="Texts per forward pass.")
+@click.option("--min-confidence", type=float, metavar="FLOAT",
+              help="In (0, 1]: abstain (no label; abstained true) on a text whose top "
+              "probability, after the adapter's temperature, is below it; the end of the "
+              "run says how many, and what calibration.json's validation risk-coverage says "
+              "this threshold keeps. Default: always label.")
 @click.option("--force", is_flag=True,
               help="Replace an --output file that git or DVC tracks, or that predict did "
               "not write (never the --input).")
@@ -263,20 +268,30 @@ _DEVICE = click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "ro
 @_user_errors
 def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_path: str | None,
             output_path: str | None, text_column: str, keep: tuple[str, ...], separator: str,
-            encoding: str, batch_size: int, force: bool, device: str | None) -> None:
-    """Predict labels, with each class's probability, for TEXTS or an --input file."""
+            encoding: str, batch_size: int, min_confidence: float | None, force: bool,
+            device: str | None) -> None:
+    """Predict labels, with each class's probability, for TEXTS or an --input file.
+
+    The probabilities are scaled by the temperature the train stage fitted on the
+    validation split (the adapter's calibration.json), or the raw softmax without one
+    (said on standard error)."""
     import contextlib
     import itertools
 
     from lorasent.artifacts import check_output_file
+    from lorasent.contracts import read_temperature_scaling
     from lorasent.modeling import load_trained_model
     from lorasent.tables import check_separator
     from lorasent.tools.predict import (
         InputError,
         Inputs,
+        Tally,
+        abstention_summary,
         check_adapter_folder,
+        check_min_confidence,
         open_inputs,
         output_format,
+        probabilities_note,
         stream_predictions,
         write_predictions,
         written_by_predict,
@@ -284,6 +299,7 @@ def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_pat
 
     if bool(texts) == bool(input_path):
         raise InputError("give texts as arguments or --input FILE, not both or neither")
+    check_min_confidence(min_confidence)
     separator = check_separator(separator, "--separator")
     fmt = output_format(output_path)
     if output_path is not None:
@@ -291,6 +307,9 @@ def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_pat
                           inputs=[("--input", input_path)] if input_path and input_path != "-"
                           else [], ours=("predict", written_by_predict))
     check_adapter_folder(adapter_dir)
+    scaling = read_temperature_scaling(adapter_dir)
+    abstentions = min_confidence is not None
+    tally = Tally()
     # a table on the terminal is printed once the progress bars (standard error, the same
     # terminal) are closed, so that no bar is drawn through its rows
     to_terminal = output_path is None and sys.stdout.isatty()
@@ -302,18 +321,25 @@ def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_pat
         first = list(itertools.islice(rows, 1))  # fail on a bad file before loading the model
         model, encoder, record, _ = load_trained_model(adapter_dir, base_dir, device=device,
                                                        device_option="--device")
-        predictions = stream_predictions(model, encoder, record.labels,
-                                         itertools.chain(first, rows), batch_size,
-                                         progress=not to_terminal)
+        click.echo(probabilities_note(adapter_dir, scaling), err=True)
+        predictions = tally.count(stream_predictions(
+            model, encoder, record.labels, itertools.chain(first, rows), batch_size,
+            progress=not to_terminal,
+            temperature=None if scaling is None else scaling.temperature,
+            min_confidence=min_confidence))
         if output_path is None:
             write_predictions(list(predictions) if to_terminal else predictions,
-                              record.labels, sys.stdout, fmt)
-            return
-        from lorasent.artifacts import atomic_open
+                              record.labels, sys.stdout, fmt, abstentions=abstentions)
+        else:
+            from lorasent.artifacts import atomic_open
 
-        with atomic_open(output_path) as out:  # streamed; complete or not there at all
-            write_predictions(predictions, record.labels, out, fmt, inputs.columns)
-    click.echo(f"wrote {output_path}", err=True)
+            with atomic_open(output_path) as out:  # streamed; complete or not there at all
+                write_predictions(predictions, record.labels, out, fmt, inputs.columns,
+                                  abstentions=abstentions)
+    if output_path is not None:
+        click.echo(f"wrote {output_path}", err=True)
+    if min_confidence is not None:
+        click.echo(abstention_summary(tally, min_confidence, adapter_dir, scaling), err=True)
 
 
 @click.command()
@@ -336,17 +362,22 @@ def export(adapter_dir: Path, base_dir: Path, out_dir: Path, force: bool, metric
     """Merge the adapter into its base model and save it for plain transformers, with a
     model card (README.md) giving the adapter's evaluation."""
     from lorasent.artifacts import check_output_folder
+    from lorasent.contracts import read_temperature_scaling
     from lorasent.modeling import load_trained_model, read_adapter_record
     from lorasent.tools.predict import adapter_evaluation, check_adapter_folder, export_merged
 
     check_output_folder(out_dir, command="export", force=force)
     check_adapter_folder(adapter_dir)
     evaluation = adapter_evaluation(adapter_dir, read_adapter_record(adapter_dir), metrics_path)
+    scaling = read_temperature_scaling(adapter_dir)
     model, encoder, record, _ = load_trained_model(adapter_dir, base_dir, device=device,
                                                    device_option="--device")
-    export_merged(model, encoder, record, adapter_dir, out_dir, evaluation)
+    export_merged(model, encoder, record, adapter_dir, out_dir, evaluation, scaling)
     card = ("with the evaluation of " + str(metrics_path) if evaluation.metrics is not None
             else f"without metrics: no evaluation of this adapter found ({evaluation.reason})")
+    temperature = (scaling.temperature if scaling is not None else None)
+    card += (f"; temperature {temperature:.4g} (calibration.json)" if temperature is not None
+             else "; no temperature (raw probabilities)")
     click.echo(f"exported {adapter_dir} merged into {record.base_model.source} to "
                f"{out_dir} (see {out_dir}/README.md, {card})")
 

@@ -1,9 +1,13 @@
-"""The two files other code reads back: the adapter record and the evaluation's metrics.
+"""The files other code reads back: the adapter record, the adapter's temperature
+scaling and the evaluation's metrics.
 
 - :class:`AdapterRecord`, ``models/adapter/lorasent.json``: written by the train stage
   (and by ``lorasent export`` beside the merged model, with ``exported_from``); read by
   ``lorasent.modeling`` (evaluate, predict, export, the device check load the adapter
   through it) and by ``lorasent.tools.predict``'s model card.
+- :class:`TemperatureScaling`, ``models/adapter/calibration.json``: written by the train
+  stage beside ``lorasent.json`` (copied by ``lorasent export``); read with
+  :func:`read_temperature_scaling` by ``lorasent predict`` and the export's model card.
 - :class:`EvalMetrics`, ``metrics/eval.json``: written by the evaluate stage; read by
   ``lorasent metrics``, the export's model card (``lorasent.tools.predict``), ``lorasent
   compare``, ``lorasent pr-comment`` and ``lorasent seeds`` (``lorasent.review``), and
@@ -26,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from lorasent.errors import LorasentError
 from lorasent.modes import ModeName
+from lorasent.paths import CALIBRATION_RECORD
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -67,6 +72,71 @@ class AdapterRecord(_Contract):
     # seq_cls mode only: the modules saved in full with the adapter (the new head)
     head: list[str] | None = None
     exported_from: str | None = None         # ``lorasent export``: the adapter folder merged
+
+
+# --------------------------------------------------------------- models/adapter/calibration.json
+
+
+class RiskCoveragePoint(_Contract):
+    """One threshold of the validation risk-coverage curve, after temperature scaling: a
+    row is kept when its top probability is at least ``min_confidence`` (``lorasent
+    predict --min-confidence`` abstains on the others)."""
+
+    min_confidence: float     # in [0, 1]
+    coverage: float           # share of the validation rows kept, in [0, 1]
+    accuracy: float | None    # accuracy on the kept rows; None when none is kept
+    rows: int                 # validation rows kept
+
+
+class TemperatureScaling(_Contract):
+    """``calibration.json``: the adapter's temperature, fitted on the validation split.
+
+    Written by ``lorasent.stages.train`` in the same atomic write as the adapter (every
+    key, in this order); copied by ``lorasent export``; read with
+    :func:`read_temperature_scaling`. Temperature scaling (Guo et al. 2017, "On
+    Calibration of Modern Neural Networks") divides the class scores (label-word
+    log-probabilities or head logits, (N, K)) by one ``temperature`` T > 0 before the
+    softmax: it changes no prediction, only how confident the probabilities are. Without
+    validation rows ``temperature`` and the metrics are None, ``risk_coverage`` is empty
+    and ``note`` says why; predict then uses the raw probabilities.
+    """
+
+    method: str                   # how T was fitted, with its sources
+    fitted_on: Literal["validation"]
+    validation_rows: int          # rows T was fitted on (0: none)
+    temperature: float | None     # T > 0; None: not fitted (``note`` says why)
+    note: str | None              # None when fitted
+    ece_bins: int                 # equal-width confidence bins of the ECE
+    # on the validation rows: before (raw softmax) and after scaling; None when not fitted
+    nll_before: float | None      # mean negative log-likelihood, nats
+    nll_after: float | None
+    ece_before: float | None      # expected calibration error, in [0, 1]
+    ece_after: float | None
+    brier_before: float | None    # multi-class Brier score, in [0, 2]
+    brier_after: float | None
+    risk_coverage: list[RiskCoveragePoint]   # after scaling, min_confidence ascending
+
+    def point_at(self, min_confidence: float) -> RiskCoveragePoint | None:
+        """The point of :attr:`risk_coverage` with the largest ``min_confidence`` at or
+        below ``min_confidence`` (it keeps at least the rows that ``min_confidence``
+        keeps); None when the curve is empty."""
+        below = [p for p in self.risk_coverage if p.min_confidence <= min_confidence]
+        return max(below, key=lambda p: p.min_confidence) if below else None
+
+
+def read_temperature_scaling(adapter_dir: str | Path) -> TemperatureScaling | None:
+    """The adapter's ``calibration.json`` (:class:`TemperatureScaling`); None for an
+    adapter folder written before the train stage wrote it (or without one).
+
+    Raises:
+        LorasentError: a file that is not JSON or not such a record (one line naming
+            the first wrong key).
+    """
+    path = Path(adapter_dir) / CALIBRATION_RECORD
+    if not path.is_file():
+        return None
+    return read(TemperatureScaling, path, "retrain the adapter (dvc repro) to write it again, "
+                "or delete it to use the raw probabilities")
 
 
 # ------------------------------------------------------------------------ metrics/eval.json

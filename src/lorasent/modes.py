@@ -80,10 +80,13 @@ plain transformers, no peft and no lorasent.
 
 {evaluation}
 
+{calibration}
+
 How it classifies: the text goes into the prompt below; each class's score is the summed
 log-probability of all tokens of its label word after the prompt; the prediction is the
-highest score, the probabilities the softmax of the scores (`lorasent.json` holds the
-template, the label words in class-id order and their token ids).
+highest score, the probabilities the softmax of the scores divided by the temperature
+(`lorasent.json` holds the template, the label words in class-id order and their token
+ids).
 
 Prompt template:
 
@@ -101,6 +104,7 @@ model = AutoModelForCausalLM.from_pretrained(path).eval()
 template = {template}
 labels = {labels}
 label_words = {label_words}
+temperature = {temperature}  # calibration.json's; 1.0: the raw softmax
 
 
 @torch.inference_mode()
@@ -112,7 +116,7 @@ def classify(text):
         logits = model(input_ids=torch.tensor([prompt + ids])).logits[0].float()
         logp = logits.log_softmax(-1)
         scores.append(sum(logp[len(prompt) - 1 + j, t].item() for j, t in enumerate(ids)))
-    probs = torch.tensor(scores).softmax(-1).tolist()
+    probs = (torch.tensor(scores) / temperature).softmax(-1).tolist()
     return labels[max(range(len(labels)), key=scores.__getitem__)], dict(zip(labels, probs))
 
 
@@ -132,9 +136,11 @@ lorasent; `config.json` holds `id2label` in lorasent's class order.
 
 {evaluation}
 
+{calibration}
+
 How it classifies: the text alone (at most {max_length} tokens, cut from its end) goes
 into the sequence-classification head; the prediction is the largest logit, the
-probabilities their softmax.
+probabilities the softmax of the logits divided by the temperature.
 
 ```python
 import torch
@@ -143,12 +149,13 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 path = "."  # this folder: run the snippet from inside it, or set path to the folder
 tok = AutoTokenizer.from_pretrained(path)
 model = AutoModelForSequenceClassification.from_pretrained(path).eval()
+temperature = {temperature}  # calibration.json's; 1.0: the raw softmax
 
 
 @torch.inference_mode()
 def classify(text):
     inputs = tok(text, truncation=True, max_length={max_length}, return_tensors="pt")
-    probs = model(**inputs).logits[0].float().softmax(-1)
+    probs = (model(**inputs).logits[0].float() / temperature).softmax(-1)
     labels = [model.config.id2label[i] for i in range(len(probs))]
     return labels[int(probs.argmax())], dict(zip(labels, probs.tolist()))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 RAW_DIR = Path("data/raw")                  # fetch: dataset.jsonl + manifest.json
 BASE_MODEL_DIR = Path("models/base")        # fetch: HF folder + manifest.json
 SPLIT_DIR = Path("data/split")              # split: {train,validation,test}.jsonl
-ADAPTER_DIR = Path("models/adapter")        # train: LoRA adapter + lorasent.json
+ADAPTER_DIR = Path("models/adapter")        # train: LoRA adapter + lorasent.json, calibration.json
 CHECKPOINT_DIR = Path("checkpoints")        # train: resumable checkpoints (git-ignored)
 
 METRICS_DIR = Path("metrics")               # small files kept in git
@@ -34,6 +34,7 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 MANIFEST = "manifest.json"
 DATASET_FILE = "dataset.jsonl"
 ADAPTER_RECORD = "lorasent.json"
+CALIBRATION_RECORD = "calibration.json"  # the adapter's temperature scaling (train)
 
 
 def cache_root() -> Path:

@@ -26,10 +26,17 @@ the processes times ``gradient_accumulation_steps`` (recorded in the provenance)
 Trainer's schedule counts the optimiser steps of that batch. Only the main process
 writes.
 
-Writes ``models/adapter/``: ``adapter_model.safetensors``, ``adapter_config.json`` and
+After training, the validation split's rows (whatever ``train.eval_strategy``) are
+scored by the trained model as the evaluate stage scores the test split, and one
+temperature is fitted on them (temperature scaling, Guo et al. 2017:
+:func:`temperature_scaling`), which ``lorasent predict`` divides the scores by.
+
+Writes ``models/adapter/``: ``adapter_model.safetensors``, ``adapter_config.json``,
 ``lorasent.json`` (mode, labels and their ids, label words and token ids or the head,
-prompt, max_length, base model source and hash, resolved params); and a provenance
-record.
+prompt, max_length, base model source and hash, resolved params) and
+``calibration.json`` (the temperature, the validation NLL, ECE and Brier score before
+and after it, the validation risk-coverage: :class:`lorasent.contracts.TemperatureScaling`),
+in one atomic write; and a provenance record.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ import os
 import shutil
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -75,11 +82,27 @@ from lorasent.artifacts import (
     sha256_file,
     write_json,
 )
-from lorasent.contracts import AdapterRecord, BaseModelRef, dump
+from lorasent.calibration import (
+    ECE_BINS,
+    CalibrationError,
+    apply_temperature,
+    brier,
+    coverage_at,
+    ece,
+    fit_temperature,
+    nll,
+)
+from lorasent.contracts import (
+    AdapterRecord,
+    BaseModelRef,
+    RiskCoveragePoint,
+    TemperatureScaling,
+    dump,
+)
 from lorasent.environment import writing
 from lorasent.errors import LorasentError
 from lorasent.launch import barrier, is_main, rank_and_world
-from lorasent.metrics import classification_metrics
+from lorasent.metrics import classification_metrics, probabilities
 from lorasent.modeling import load_model_and_prompt
 from lorasent.modes import MODES, Mode, ModeName
 from lorasent.params import BaseParams, LoraParams, PromptParams, TrainParams
@@ -87,6 +110,7 @@ from lorasent.paths import (
     ADAPTER_DIR,
     ADAPTER_RECORD,
     BASE_MODEL_DIR,
+    CALIBRATION_RECORD,
     CHECKPOINT_DIR,
     MANIFEST,
     PROVENANCE_DIR,
@@ -387,8 +411,9 @@ def mean_loss(log_history: list[dict[str, Any]]) -> float | None:
 
 # The modules whose code the adapter depends on: the train stage's deps in dvc.yaml (its
 # import closure, checked by tests/test_dvc_deps.py).
-TRAIN_CODE = ("stages.train", "artifacts", "cli", "contracts", "environment", "errors", "launch",
-              "metrics", "modeling", "modes", "params", "paths", "scoring", "tables")
+TRAIN_CODE = ("stages.train", "artifacts", "calibration", "cli", "contracts", "environment",
+              "errors", "launch", "metrics", "modeling", "modes", "params", "paths", "scoring",
+              "statistics", "tables")
 CHECKPOINT_RECORD = "lorasent-checkpoint.json"
 
 
@@ -659,8 +684,14 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
     """Train a LoRA adapter and write it with its record to ``adapter_dir``.
 
     A recipe: setup steps, each given only its slice of the params, then the training,
-    then the cleanup. The validation split (``train.eval_strategy: epoch``) is scored
-    ``train.per_device_train_batch_size`` texts at a time.
+    then the cleanup. The validation split is scored
+    ``train.per_device_train_batch_size`` texts at a time: after each epoch with
+    ``train.eval_strategy: epoch``, and, whatever that says, once after training, for
+    the temperature written to ``calibration.json`` (:func:`temperature_scaling`; with
+    no validation rows, a record without a temperature). That batch size is the one the
+    Trainer's validation already uses and fits the device; the evaluate stage's
+    ``evaluate.batch_size`` is not read, so that the train stage reads only its own
+    params sections (dvc.yaml: ``base``, ``prompt``, ``train``).
 
     Every ``train.save_steps`` optimiser steps (and after each epoch with
     ``train.load_best_model_at_end``) Trainer saves a checkpoint in ``checkpoint_dir``;
@@ -695,6 +726,9 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
        micro-batch after micro-batch: LoRA's (``train.lora.lora_dropout``) and the base
        model's own where its config has any (Gemma 3's are 0; MiniLM's are not).
        Validation (``model.eval()``) and checkpoint saves draw nothing.
+    7. After training, once the adapter's weights and record are written:
+       :func:`_save_adapter` scores the validation rows for the temperature, in eval
+       mode (no dropout): nothing is drawn, and the adapter's bytes do not depend on it.
 
     Python's ``random`` and numpy's global generator are seeded (steps 1 and 4) but
     never drawn from. A resumed run restores the generators' states that its checkpoint
@@ -755,53 +789,61 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
             if main:  # Trainer makes the folder even when it saves nothing
                 with contextlib.suppress(OSError):
                     checkpoint_dir.rmdir()
-        _save_adapter(trainer=trainer, model=model, record=record, adapter_dir=adapter_dir,
-                      main=main)
+        scaling = _save_adapter(  # RNG step 7
+            trainer=trainer, model=model, record=record, adapter_dir=adapter_dir, main=main,
+            validation=data.calibration, encoder=encoder,
+            batch_size=train.per_device_train_batch_size)
     # cleanup: the checkpoints go once the adapter is saved; the provenance record
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     final_loss = losses[-1] if losses else None
     if main:
         checkpoints.remove()
+        if data.calibration and "validation.jsonl" not in inputs:  # read for calibration only
+            inputs = {**inputs, "validation.jsonl": sha256_file(data.validation_path)}
         _write_provenance(
             provenance_dir / "train.json", trainer=trainer, params_record=params_record,
             device=device, wall_time_s=time.perf_counter() - started, inputs=inputs,
             parameters=(trainable, total), resume_from=resume_from,
             shared_start=shared_start, train_rows=len(data.rows), final_loss=final_loss,
             batch_per_process=train.per_device_train_batch_size
-            * train.gradient_accumulation_steps)
+            * train.gradient_accumulation_steps, temperature=scaling.temperature)
     return TrainResult(trainer.state.global_step, final_loss, trainable, model.eval())
 
 
 @dataclass(frozen=True)
 class TrainingData:
-    """The splits a training reads: the training rows, and the validation rows when
-    ``train.eval_strategy`` scores them (else none)."""
+    """The splits a training reads: the training rows, the validation rows when
+    ``train.eval_strategy`` scores them during training (else none), and the validation
+    rows the temperature is fitted on after training (``calibration``: all of them,
+    whatever ``train.eval_strategy``; none when the split has none)."""
 
     train_path: Path
     rows: list[dict[str, Any]]
     validation_path: Path
     validation: list[dict[str, Any]]
+    calibration: list[dict[str, Any]]
 
 
 def _setup_data(*, split_dir: Path, eval_strategy: str) -> TrainingData:
-    """The training split, and the validation split when ``eval_strategy`` (the slice
+    """The training split, and the validation split: for the temperature (always, when
+    it has rows) and for the Trainer's validation when ``eval_strategy`` (the slice
     ``train.eval_strategy``) scores it.
 
     Raises:
-        LorasentError: either split is empty.
+        LorasentError: an empty training split, or an empty validation split that
+            ``eval_strategy`` needs.
     """
     train_path = split_dir / "train.jsonl"
     rows = read_jsonl(train_path)
     if not rows:
         raise LorasentError(f"{train_path}: no training rows; check split.train_size")
     validation_path = split_dir / "validation.jsonl"
-    validation = []
-    if eval_strategy != "no":
-        validation = read_jsonl(validation_path)
-        if not validation:
-            raise LorasentError(f"{validation_path}: no rows, but "
-                                "train.eval_strategy needs them; check split.validation_size")
-    return TrainingData(train_path, rows, validation_path, validation)
+    calibration = read_jsonl(validation_path) if validation_path.is_file() else []
+    if eval_strategy != "no" and not calibration:
+        raise LorasentError(f"{validation_path}: no rows, but "
+                            "train.eval_strategy needs them; check split.validation_size")
+    validation = calibration if eval_strategy != "no" else []
+    return TrainingData(train_path, rows, validation_path, validation, calibration)
 
 
 def _setup_encoder(*, encoder: Encoder, model: torch.nn.Module, share_prefix: bool,
@@ -988,29 +1030,133 @@ def _setup_trainer(*, model: PeftModel, args: TrainingArguments,
 
 
 def _save_adapter(*, trainer: LorasentTrainer, model: PeftModel, record: AdapterRecord,
-                  adapter_dir: Path, main: bool) -> None:
-    """Write the trained adapter to ``adapter_dir`` (replacing it whole): its weights,
-    ``adapter_config.json`` (``target_modules`` sorted) and ``record``. Every process
-    takes part in gathering the weights (FSDP gathers the shards); only the ``main``
-    one writes."""
+                  adapter_dir: Path, main: bool, validation: list[dict[str, Any]],
+                  encoder: Encoder, batch_size: int) -> TemperatureScaling:
+    """Write the trained adapter to ``adapter_dir`` (replacing it whole, in one atomic
+    write): its weights, ``adapter_config.json`` (``target_modules`` sorted), ``record``,
+    then ``calibration.json``, the temperature fitted on the ``validation`` rows
+    (:func:`_fit_on_validation`, ``batch_size`` texts at a time), which is returned.
+
+    Every process takes part in gathering the weights (FSDP gathers the shards) and in
+    scoring the validation rows; only the ``main`` one writes. The validation rows are
+    scored after the weights are written, in eval mode (RNG step 7 of
+    :func:`run_train`: nothing is drawn), so the adapter's bytes are those of a
+    training without them.
+    """
     state_dict = trainer.accelerator.get_state_dict(trainer.model)
-    if main:
-        with writing("the adapter", adapter_dir), atomic_dir(adapter_dir) as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = None
+        if main:
+            stack.enter_context(writing("the adapter", adapter_dir))
+            tmp = stack.enter_context(atomic_dir(adapter_dir))
             model.save_pretrained(str(tmp), state_dict=state_dict, safe_serialization=True)
             _sort_target_modules(tmp / "adapter_config.json")
             write_json(tmp / ADAPTER_RECORD, dump(record))
+        assert trainer.model is not None  # Trainer types it optional; run_train gives one
+        scaling = _fit_on_validation(model=trainer.model, encoder=encoder, rows=validation,
+                                     batch_size=batch_size)
+        if tmp is not None:
+            write_json(tmp / CALIBRATION_RECORD, dump(scaling))
+    return scaling
+
+
+# Temperature scaling as the train stage fits it (calibration.json's ``method``).
+TEMPERATURE_METHOD = (
+    "temperature scaling (Guo et al. 2017, On Calibration of Modern Neural Networks): the "
+    "class scores are divided by one temperature T > 0 before the softmax, T chosen to "
+    "minimise the negative log-likelihood of the validation rows (lorasent.calibration."
+    "fit_temperature), as scikit-learn's CalibratedClassifierCV(method='temperature') fits it")
+# calibration.json's ``note`` when the validation split has no rows.
+NO_VALIDATION_NOTE = ("no validation split (split.validation_size: 0): temperature scaling "
+                      "not fitted; predict uses the raw probabilities")
+# calibration.json's ``note`` when the validation rows cannot be fitted (the reason follows).
+NOT_FITTED_NOTE = "temperature scaling not fitted ({}); predict uses the raw probabilities"
+# The thresholds of calibration.json's risk-coverage: 0.00, 0.05, ..., 0.95.
+CONFIDENCE_GRID = tuple(round(0.05 * k, 2) for k in range(20))
+
+
+def temperature_scaling(scores: np.ndarray, y: Sequence[int]) -> TemperatureScaling:
+    """``calibration.json`` for the validation rows' class scores: the temperature T
+    (:func:`lorasent.calibration.fit_temperature`), the NLL, ECE
+    (:data:`lorasent.calibration.ECE_BINS` bins) and Brier score of the raw softmax and
+    of ``softmax(scores / T)``, and the scaled probabilities' risk-coverage at each
+    threshold of :data:`CONFIDENCE_GRID` (:func:`lorasent.calibration.coverage_at`: a
+    row is kept when its top probability is at least the threshold).
+
+    Args:
+        scores: float (N, K), label-word log-probabilities or head logits
+            (:func:`lorasent.scoring.score_texts`).
+        y: the N true class ids.
+
+    Returns:
+        The record. Not fitted, ``temperature`` None and no risk-coverage: with N = 0
+        (``note``: :data:`NO_VALIDATION_NOTE`), or rows T cannot be fitted on (fewer
+        than 2, or of one class: :data:`NOT_FITTED_NOTE` with the reason; the raw
+        softmax's metrics are given).
+    """
+    n = len(y)
+    if n == 0:
+        return _not_fitted(0, NO_VALIDATION_NOTE)
+    labels = np.asarray(y, dtype=np.int64)
+    before = probabilities(scores)
+    try:
+        temperature = fit_temperature(scores, labels)
+    except CalibrationError as err:
+        log.warning("train: %s", NOT_FITTED_NOTE.format(err))
+        return _not_fitted(n, NOT_FITTED_NOTE.format(err)).model_copy(update={
+            "nll_before": nll(labels, before), "ece_before": ece(labels, before, bins=ECE_BINS),
+            "brier_before": brier(labels, before)})
+    after = apply_temperature(scores, temperature)
+    points = []
+    for threshold in CONFIDENCE_GRID:
+        coverage, accuracy = coverage_at(labels, after, threshold)
+        points.append(RiskCoveragePoint(min_confidence=threshold, coverage=coverage,
+                                        accuracy=accuracy, rows=round(coverage * n)))
+    return TemperatureScaling(
+        method=TEMPERATURE_METHOD, fitted_on="validation", validation_rows=n,
+        temperature=temperature, note=None, ece_bins=ECE_BINS,
+        nll_before=nll(labels, before), nll_after=nll(labels, after),
+        ece_before=ece(labels, before, bins=ECE_BINS),
+        ece_after=ece(labels, after, bins=ECE_BINS),
+        brier_before=brier(labels, before), brier_after=brier(labels, after),
+        risk_coverage=points)
+
+
+def _not_fitted(rows: int, note: str) -> TemperatureScaling:
+    """``calibration.json`` without a temperature: ``note`` says why, the metrics are
+    None, the risk-coverage empty."""
+    return TemperatureScaling(
+        method=TEMPERATURE_METHOD, fitted_on="validation", validation_rows=rows,
+        temperature=None, note=note, ece_bins=ECE_BINS, nll_before=None, nll_after=None,
+        ece_before=None, ece_after=None, brier_before=None, brier_after=None,
+        risk_coverage=[])
+
+
+def _fit_on_validation(*, model: torch.nn.Module, encoder: Encoder,
+                       rows: list[dict[str, Any]], batch_size: int) -> TemperatureScaling:
+    """:func:`temperature_scaling` of ``rows`` (the validation split), scored by ``model``
+    in eval mode ``batch_size`` texts at a time, as the evaluate stage scores the test
+    split (:func:`lorasent.scoring.score_texts`); every process of a launched run
+    takes part. The model is left in eval mode."""
+    if not rows:
+        return temperature_scaling(np.zeros((0, encoder.num_labels)), [])
+    model.eval()
+    scores = score_texts(model, encoder, [r["text"] for r in rows], batch_size,
+                         desc="calibration")
+    return temperature_scaling(scores, [r["label_id"] for r in rows])
 
 
 def _write_provenance(path: Path, *, trainer: LorasentTrainer, params_record: dict[str, Any],
                       device: torch.device, wall_time_s: float, inputs: dict[str, str],
                       parameters: tuple[int, int], resume_from: Path | None,
                       shared_start: int | None, train_rows: int, final_loss: float | None,
-                      batch_per_process: int) -> None:
+                      batch_per_process: int, temperature: float | None) -> None:
     """The train stage's provenance record (:func:`lorasent.artifacts.provenance`) at
     ``path``, with the training's facts: ``parameters`` (trainable, total), the steps
     (``trainer``'s state) and the one resumed from, the shared prompt start, the rows,
     the effective batch (``batch_per_process``: examples per device times accumulation
-    steps, times the processes), the final loss and the best validation epoch."""
+    steps, times the processes), the final loss, the best validation epoch and the
+    ``temperature`` fitted on the validation split (None: not fitted)."""
     trainable, total = parameters
     extra = {"trainable_parameters": trainable, "total_parameters": total,
              "steps": trainer.state.global_step,
@@ -1018,7 +1164,8 @@ def _write_provenance(path: Path, *, trainer: LorasentTrainer, params_record: di
              "shared_start_tokens": shared_start, "train_rows": train_rows,
              "effective_batch_size": batch_per_process * trainer.args.world_size,
              "final_loss": final_loss, "best_validation_accuracy": trainer.state.best_metric,
-             "best_checkpoint_step": _checkpoint_step(trainer.state.best_model_checkpoint)}
+             "best_checkpoint_step": _checkpoint_step(trainer.state.best_model_checkpoint),
+             "temperature": temperature}
     with writing("the provenance record", path):
         write_json(path, provenance(stage="train", params=params_record, device=device,
                                     wall_time_s=wall_time_s, inputs=inputs, extra=extra))

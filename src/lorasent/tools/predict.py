@@ -21,6 +21,15 @@ written ahead of each prediction, so results join back, e.g. on an ``id``. An em
 blank text gets no label (``label`` null / empty, ``note`` "empty text"); a text longer
 than ``max_length`` is cut from its end (in generative mode the prompt's answer slot is
 kept). Adapters of either ``train.mode`` work: the record says which.
+
+Probabilities: the softmax of the class scores divided by the adapter's temperature
+(``calibration.json``, fitted on the validation split by the train stage: temperature
+scaling, Guo et al. 2017), or the raw softmax for an adapter without one (an adapter
+trained before the file existed, or without validation rows; said once on standard
+error). The temperature changes no label. With ``--min-confidence`` a text whose top
+probability is below the threshold gets no label (``abstained`` true), and the end of
+the run says how many were abstained on and what the validation split's risk-coverage
+(``calibration.json``) says that threshold keeps.
 """
 
 from __future__ import annotations
@@ -40,11 +49,12 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from lorasent.artifacts import output_dir, read_json, sha256_file, write_json
-from lorasent.contracts import AdapterRecord, EvalMetrics, dump, parse
+from lorasent.calibration import apply_temperature
+from lorasent.contracts import AdapterRecord, EvalMetrics, TemperatureScaling, dump, parse
 from lorasent.errors import LorasentError
 from lorasent.metrics import probabilities
 from lorasent.modes import MODES, no_zero_shot_cell
-from lorasent.paths import ADAPTER_DIR, ADAPTER_RECORD, EVAL_METRICS
+from lorasent.paths import ADAPTER_DIR, ADAPTER_RECORD, CALIBRATION_RECORD, EVAL_METRICS
 from lorasent.scoring import Encoder, score_texts
 from lorasent.statistics import with_interval
 from lorasent.tables import PREDICT_SETTINGS, Table
@@ -106,13 +116,16 @@ def check_adapter_folder(adapter_dir: str | Path) -> None:
 @dataclass(frozen=True)
 class Prediction:
     """One text's prediction; ``columns`` are the input's kept columns (name -> value,
-    typed as in the input: JSON and Parquet values keep their type)."""
+    typed as in the input: JSON and Parquet values keep their type). ``abstained``:
+    scored, but its top probability is below ``--min-confidence``, so ``label`` is None
+    (the probabilities are kept)."""
 
     text: str
     label: str | None
     probabilities: dict[str, float] | None
     note: str | None = None
     columns: dict[str, Any] = field(default_factory=dict)
+    abstained: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,18 +137,108 @@ class Inputs:
 
 
 def predict(model: Any, encoder: Encoder, labels: list[str], texts: list[str],
-            batch_size: int) -> list[Prediction]:
-    """Predictions for ``texts`` in order; blank texts get no label."""
+            batch_size: int, temperature: float | None = None,
+            min_confidence: float | None = None) -> list[Prediction]:
+    """Predictions for ``texts`` in order; blank texts get no label.
+
+    Args:
+        temperature: the adapter's (``calibration.json``): the probabilities are
+            :func:`lorasent.calibration.apply_temperature` of the scores; None: the raw
+            softmax (:func:`lorasent.metrics.probabilities`).
+        min_confidence: in (0, 1]: a text whose top probability is below it is
+            ``abstained`` (no label, its probabilities kept); None: never.
+    """
     scored = [i for i, t in enumerate(texts) if t.strip()]
     probs = {}
     if scored:
         scores = score_texts(model, encoder, [texts[i] for i in scored], batch_size,
                              desc="predict")
-        probs = dict(zip(scored, probabilities(scores), strict=True))
-    return [Prediction(text, labels[int(np.argmax(probs[i]))],
-                       {label: float(v) for label, v in zip(labels, probs[i], strict=True)})
-            if i in probs else Prediction(text, None, None, "empty text")
-            for i, text in enumerate(texts)]
+        scaled = (probabilities(scores) if temperature is None
+                  else apply_temperature(scores, temperature))
+        probs = dict(zip(scored, scaled, strict=True))
+    predictions = []
+    for i, text in enumerate(texts):
+        if i not in probs:
+            predictions.append(Prediction(text, None, None, "empty text"))
+            continue
+        row = probs[i]
+        abstained = min_confidence is not None and float(row.max()) < min_confidence
+        predictions.append(Prediction(
+            text, None if abstained else labels[int(np.argmax(row))],
+            {label: float(v) for label, v in zip(labels, row, strict=True)},
+            abstained=abstained))
+    return predictions
+
+
+class MinConfidenceError(InputError):
+    """``--min-confidence`` outside (0, 1]."""
+
+
+def check_min_confidence(value: float | None) -> float | None:
+    """``value`` (``--min-confidence``) when it is None or in (0, 1].
+
+    Raises:
+        MinConfidenceError: outside (0, 1] (or NaN), in one line.
+    """
+    if value is not None and not 0 < value <= 1:
+        raise MinConfidenceError(
+            f"--min-confidence {value}: must be a probability in (0, 1], e.g. 0.8 (a text "
+            "whose top probability is below it gets no label)")
+    return value
+
+
+def probabilities_note(adapter_dir: str | Path, scaling: TemperatureScaling | None) -> str:
+    """One line for standard error: which probabilities predict writes, the adapter's
+    temperature-scaled ones or the raw softmax, and why."""
+    path = Path(adapter_dir) / CALIBRATION_RECORD
+    if scaling is None:
+        return (f"probabilities: the raw softmax of the scores, not temperature-scaled: "
+                f"{path} not found (an adapter trained before the train stage fitted a "
+                "temperature; retrain to get one)")
+    if scaling.temperature is None:
+        return f"probabilities: the raw softmax of the scores ({path}: {scaling.note})"
+    return (f"probabilities: temperature-scaled, softmax(scores / {scaling.temperature:.4g}), "
+            f"the temperature fitted on {scaling.validation_rows} validation rows ({path})")
+
+
+@dataclass
+class Tally:
+    """Counts of the predictions that pass through :meth:`count`: texts scored (not
+    blank) and abstained on."""
+
+    scored: int = 0
+    abstained: int = 0
+
+    def count(self, predictions: Iterable[Prediction]) -> Iterator[Prediction]:
+        """``predictions`` unchanged, counted as they pass."""
+        for p in predictions:
+            self.scored += p.probabilities is not None
+            self.abstained += p.abstained
+            yield p
+
+
+def abstention_summary(tally: Tally, min_confidence: float, adapter_dir: str | Path,
+                       scaling: TemperatureScaling | None) -> str:
+    """One line for standard error at the end of ``predict --min-confidence``: the texts
+    abstained on, and what the validation split's risk-coverage (``calibration.json``'s
+    :meth:`lorasent.contracts.TemperatureScaling.point_at`, the threshold of its grid at
+    or below ``min_confidence``: it keeps at least as many rows) says of the threshold;
+    or that there is no validation estimate."""
+    share = f" ({tally.abstained / tally.scored:.1%})" if tally.scored else ""
+    done = (f"--min-confidence {min_confidence:g}: abstained on {tally.abstained} of "
+            f"{tally.scored} scored texts{share}")
+    point = None if scaling is None else scaling.point_at(min_confidence)
+    if scaling is None or point is None:
+        why = (f"{Path(adapter_dir) / CALIBRATION_RECORD} not found" if scaling is None
+               else scaling.note or "calibration.json holds no risk-coverage")
+        return f"{done}; no validation estimate ({why})"
+    at = (f"at min_confidence {point.min_confidence:.2f}" if point.min_confidence ==
+          min_confidence else f"at {point.min_confidence:.2f}, the grid's threshold at or "
+          f"below {min_confidence:g}")
+    accuracy = ("no accuracy: no row kept" if point.accuracy is None
+                else f"accuracy {point.accuracy:.3f} on them")
+    return (f"{done}; on the validation split {at}, {point.rows} of "
+            f"{scaling.validation_rows} rows ({point.coverage:.1%}) were kept, {accuracy}")
 
 
 # ------------------------------------------------------------------------------ inputs
@@ -172,11 +275,13 @@ def open_inputs(source: str, *, text_column: str = "text", separator: str = "aut
 
 # ----------------------------------------------------------------------------- outputs
 
-def _rows(predictions: Iterable[Prediction], labels: list[str]) -> Iterator[list[Any]]:
+def _rows(predictions: Iterable[Prediction], labels: list[str],
+          abstentions: bool = False) -> Iterator[list[Any]]:
     for p in predictions:
         probs = p.probabilities or {}
         yield [*p.columns.values(), p.text, p.label or "",
-               *(f"{probs[label]:.6f}" if probs else "" for label in labels), p.note or ""]
+               *(f"{probs[label]:.6f}" if probs else "" for label in labels), p.note or "",
+               *([str(p.abstained).lower()] if abstentions else [])]
 
 
 def kept_names(columns: Sequence[str], outputs: Sequence[str]) -> list[str]:
@@ -238,32 +343,39 @@ class CsvRows:
 
 
 def write_predictions(predictions: Iterable[Prediction], labels: list[str], out: TextIO,
-                      fmt: str, columns: Sequence[str] = ()) -> None:
+                      fmt: str, columns: Sequence[str] = (), abstentions: bool = False
+                      ) -> None:
     """Write predictions as ``csv``, ``jsonl`` or a ``table`` for the terminal.
 
     ``columns``: the kept input columns (CSV and JSONL write them first, under the
-    names of :func:`kept_names`; the table leaves them out). The table shows a text
-    without a label as ``-``, followed by its note (``(empty text)``) after the text.
-    CSV goes through :class:`CsvRows` and JSONL through :func:`json_line`, so that
-    pandas, :mod:`csv` and line-by-line readers get one row per prediction, in order,
-    texts unchanged, whatever line breaks, quotes or separators they hold.
+    names of :func:`kept_names`; the table leaves them out). ``abstentions``
+    (``--min-confidence`` given): CSV and JSONL end each row with ``abstained``
+    (``true``/``false``; an abstained row's ``label`` is empty in CSV, null in JSONL).
+    The table shows a text without a label as ``-``, followed by its note (``(empty
+    text)``, ``(abstained)``) after the text. CSV goes through :class:`CsvRows` and
+    JSONL through :func:`json_line`, so that pandas, :mod:`csv` and line-by-line readers
+    get one row per prediction, in order, texts unchanged, whatever line breaks, quotes
+    or separators they hold.
     """
+    ends = ["abstained"] if abstentions else []
     if fmt == "jsonl":
-        names = kept_names(columns, ["text", "label", "probabilities", "note"])
+        names = kept_names(columns, ["text", "label", "probabilities", "note", *ends])
         for p in predictions:
             out.write(json_line({**dict(zip(names, p.columns.values(), strict=True)),
                                  "text": p.text, "label": p.label,
-                                 "probabilities": p.probabilities, "note": p.note}))
+                                 "probabilities": p.probabilities, "note": p.note,
+                                 **({"abstained": p.abstained} if abstentions else {})}))
     elif fmt == "csv":
-        header = ["text", "label", *(f"p_{label}" for label in labels), "note"]
+        header = ["text", "label", *(f"p_{label}" for label in labels), "note", *ends]
         writer = CsvRows(out)
         writer.writerow([*kept_names(columns, header), *header])
-        writer.writerows(_rows(predictions, labels))
+        writer.writerows(_rows(predictions, labels, abstentions))
     else:
         width = max(len(label) for label in labels)
         out.write(f"{'label':<{width}}  " + "  ".join(f"{label[:8]:>8}" for label in labels)
                   + "  text\n")
-        for row in _rows((replace(p, columns={}) for p in predictions), labels):
+        for row in _rows((replace(p, columns={}, note="abstained" if p.abstained else p.note)
+                          for p in predictions), labels):
             text = row[0] if len(row[0]) <= 60 else row[0][:57] + "..."
             note = f"  ({row[-1]})" if row[-1] else ""
             out.write(f"{row[1] or '-':<{width}}  " + "  ".join(f"{v:>8}" for v in row[2:-1])
@@ -286,8 +398,9 @@ def written_by_predict(path: str | Path) -> bool:
     """Whether the file at ``path`` starts as :func:`write_predictions` starts a file of
     its :func:`output_format`: a CSV header ending in ``text``, ``label``, one or more
     ``p_<class>`` columns and ``note``, or a JSONL object whose last keys are ``text``,
-    ``label``, ``probabilities`` and ``note``. Only the first line is read (at most
-    1 MiB); an unreadable or undecodable file is not predict's."""
+    ``label``, ``probabilities`` and ``note``; either followed by ``abstained`` (written
+    with ``--min-confidence``). Only the first line is read (at most 1 MiB); an
+    unreadable or undecodable file is not predict's."""
     try:
         with open(path, encoding="utf-8", newline="") as fh:
             first = fh.readline(1 << 20)
@@ -298,9 +411,13 @@ def written_by_predict(path: str | Path) -> bool:
             row = json.loads(first)
         except ValueError:
             return False
-        return isinstance(row, dict) and list(row)[-4:] == ["text", "label", "probabilities",
-                                                            "note"]
+        if not isinstance(row, dict):
+            return False
+        keys = list(row)[:-1] if list(row)[-1:] == ["abstained"] else list(row)
+        return keys[-4:] == ["text", "label", "probabilities", "note"]
     header = next(csv.reader([first.rstrip("\r\n")]), [])
+    if header[-1:] == ["abstained"]:
+        header = header[:-1]
     probabilities = list(itertools.takewhile(lambda c: c.startswith("p_"),
                                              reversed(header[:-1])))
     rest = header[:len(header) - 1 - len(probabilities)]
@@ -309,9 +426,11 @@ def written_by_predict(path: str | Path) -> bool:
 
 def stream_predictions(model: Any, encoder: Encoder, labels: list[str],
                        rows: Iterable[tuple[str, dict[str, Any]]], batch_size: int,
-                       chunk: int = CHUNK_TEXTS, progress: bool = True) -> Iterator[Prediction]:
+                       chunk: int = CHUNK_TEXTS, progress: bool = True,
+                       temperature: float | None = None,
+                       min_confidence: float | None = None) -> Iterator[Prediction]:
     """Predictions for a stream of ``(text, kept columns)``, ``chunk`` texts at a time, in
-    input order.
+    input order; ``temperature`` and ``min_confidence`` as in :func:`predict`.
 
     ``progress``: show the ``texts`` bar (on standard error, when it is a terminal);
     turn it off when the predictions go to the same terminal, as the table does.
@@ -320,7 +439,8 @@ def stream_predictions(model: Any, encoder: Encoder, labels: list[str],
     with tqdm(desc="texts", unit="text", disable=None if progress else True) as bar:
         while batch := list(itertools.islice(rows, chunk)):
             for p, (_, columns) in zip(
-                    predict(model, encoder, labels, [text for text, _ in batch], batch_size),
+                    predict(model, encoder, labels, [text for text, _ in batch], batch_size,
+                            temperature=temperature, min_confidence=min_confidence),
                     batch, strict=True):
                 yield replace(p, columns=columns)
             bar.update(len(batch))
@@ -428,9 +548,35 @@ def _card(m: EvalMetrics, name: str) -> str:
     return with_interval(*m.interval(name), digits=3, missing="–", bold=True)
 
 
+def calibration_section(scaling: TemperatureScaling | None) -> str:
+    """The model card's ``## Calibration``: the adapter's temperature (``scaling``, its
+    ``calibration.json``; None: the adapter folder had none) with the validation NLL
+    and ECE before and after it, or why there is none."""
+    head = "## Calibration\n\n"
+    if scaling is None or scaling.temperature is None:
+        why = ("the adapter folder had no calibration.json (trained before lorasent fitted "
+               "a temperature)" if scaling is None else scaling.note)
+        return (f"{head}No temperature: {why}. The snippet's `temperature = 1.0` gives the "
+                "raw softmax of the scores, as `lorasent predict` does for this adapter.")
+    return (
+        f"{head}The probabilities are temperature-scaled (Guo et al. 2017): the scores are "
+        f"divided by T = {scaling.temperature!r} before the softmax, T fitted on "
+        f"{scaling.validation_rows} validation rows; the snippet's `temperature` is T, as "
+        "`lorasent predict` uses it. T changes no label, only how confident the "
+        f"probabilities are: on the validation rows the NLL went from "
+        f"{scaling.nll_before:.4f} to {scaling.nll_after:.4f} and the ECE "
+        f"({scaling.ece_bins} bins) from {scaling.ece_before:.4f} to "
+        f"{scaling.ece_after:.4f}. `calibration.json` holds the method, these metrics, the "
+        "Brier score and the validation risk-coverage (the rows kept and their accuracy "
+        "for each minimum confidence).")
+
+
 def export_readme(record: AdapterRecord, adapter_dir: str | Path,
-                  evaluation: Evaluation | None = None) -> str:
-    """The exported folder's README (model card): loading, scoring, the evaluation.
+                  evaluation: Evaluation | None = None,
+                  scaling: TemperatureScaling | None = None) -> str:
+    """The exported folder's README (model card): loading, scoring, the evaluation, the
+    temperature (``scaling``: the adapter's ``calibration.json``, None when it has none:
+    :func:`calibration_section`; the snippet divides the scores by it).
 
     The template is the mode's ``model_card`` (:data:`lorasent.modes.MODES`), given
     every key below (a mode's card uses those it needs: the seq_cls card has no prompt).
@@ -438,10 +584,12 @@ def export_readme(record: AdapterRecord, adapter_dir: str | Path,
     written from inside the folder wherever it was moved.
     """
     evaluation = evaluation or Evaluation(None, Path(EVAL_METRICS), "none given")
+    temperature = 1.0 if scaling is None or scaling.temperature is None else scaling.temperature
     return MODES[record.mode].model_card.format(
         labels_str=" / ".join(record.labels), adapter=adapter_dir,
         base=record.base_model.source, base_sha=record.base_model.sha256,
         max_length=record.max_length, evaluation=evaluation_section(evaluation),
+        calibration=calibration_section(scaling), temperature=repr(temperature),
         template=repr(record.template), labels=record.labels,
         words=", ".join(repr(w) for w in record.label_words or []),
         label_words=record.label_words)
@@ -449,15 +597,18 @@ def export_readme(record: AdapterRecord, adapter_dir: str | Path,
 
 def export_merged(model: Any, encoder: Encoder, record: AdapterRecord,
                   adapter_dir: Path, out_dir: Path,
-                  evaluation: Evaluation | None = None) -> Path:
+                  evaluation: Evaluation | None = None,
+                  scaling: TemperatureScaling | None = None) -> Path:
     """Fold the LoRA weights (and in a mode with a ``head``, seq_cls, the trained head)
     into the base model and save it, loadable without peft.
 
     Writes ``model.safetensors`` (+ config), the tokenizer, ``lorasent.json`` (the adapter's
-    record: labels, prompt, label words and token ids) and a README on loading and scoring
-    with the adapter's ``evaluation`` (:func:`export_readme`), with the marker that lets
-    the next export replace the folder (:func:`lorasent.artifacts.output_dir`; check
-    ``out_dir`` first with :func:`lorasent.artifacts.check_output_folder`).
+    record: labels, prompt, label words and token ids), ``calibration.json`` (the
+    adapter's ``scaling``, when it has one: the temperature) and a README on loading
+    and scoring with the adapter's ``evaluation`` and temperature
+    (:func:`export_readme`), with the marker that lets the next export replace the
+    folder (:func:`lorasent.artifacts.output_dir`; check ``out_dir`` first with
+    :func:`lorasent.artifacts.check_output_folder`).
     """
     merged = model.merge_and_unload()
     merged.config.id2label = dict(enumerate(record.labels))
@@ -467,6 +618,8 @@ def export_merged(model: Any, encoder: Encoder, record: AdapterRecord,
         encoder.tokenizer.save_pretrained(tmp)
         write_json(tmp / ADAPTER_RECORD,
                    dump(record.model_copy(update={"exported_from": str(adapter_dir)})))
-        (tmp / "README.md").write_text(export_readme(record, adapter_dir, evaluation),
+        if scaling is not None:
+            write_json(tmp / CALIBRATION_RECORD, dump(scaling))
+        (tmp / "README.md").write_text(export_readme(record, adapter_dir, evaluation, scaling),
                                        encoding="utf-8")
     return out_dir

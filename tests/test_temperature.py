@@ -1,0 +1,363 @@
+"""Temperature scaling (issue 30, item 2): fitted on the validation split by the train
+stage, written to ``calibration.json`` beside the adapter, used by ``lorasent predict``
+(with ``--min-confidence``) and carried by ``lorasent export`` (fast tier: the tiny random
+Gemma, about a second per training).
+"""
+
+import csv
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from conftest import train_in
+from lorasent.artifacts import atomic_write_text, jsonl_text, read_json, sha256_file
+from lorasent.calibration import apply_temperature, brier, ece, fit_temperature, nll
+from lorasent.cli import main
+from lorasent.contracts import TemperatureScaling, dump, read_temperature_scaling
+from lorasent.errors import LorasentError
+from lorasent.metrics import probabilities
+from lorasent.modeling import load_trained_model
+from lorasent.params import parse_params
+from lorasent.scoring import score_texts
+from lorasent.stages.train import CONFIDENCE_GRID, NO_VALIDATION_NOTE, temperature_scaling
+from lorasent.tools.predict import written_by_predict
+from test_contracts import round_trip
+from test_train_recipe import LABELS, PARAMS, ROWS
+
+RAW = {**PARAMS, "train": {**PARAMS["train"], "max_steps": 2, "eval_strategy": "no",
+                           "save_steps": 0}}
+BATCH = RAW["train"]["per_device_train_batch_size"]  # the train stage scores validation so
+TEXTS = ["I love this phone", "worst day ever", "the store opens at 9", "so happy with it",
+         "great service, thank you", "this is broken and useless"]
+
+
+def _split(folder: Path, validation: bool) -> Path:
+    rows = [{"text": text, "label": LABELS[i], "label_id": i} for text, i in ROWS]
+    for name, part in (("train", rows), ("validation", rows if validation else []),
+                       ("test", rows)):
+        atomic_write_text(folder / f"{name}.jsonl", jsonl_text(part))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def base(tiny_gemma_dir, tmp_path_factory) -> Path:
+    from lorasent.stages.fetch import fetch_model
+
+    out = tmp_path_factory.mktemp("temperature") / "base"
+    fetch_model(str(tiny_gemma_dir), out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def run(base, tmp_path_factory) -> Path:
+    """A training whose validation split holds the 8 rows: its folder (``adapter/``,
+    ``provenance/``, ``split/``)."""
+    folder = tmp_path_factory.mktemp("calibrated")
+    split = _split(folder / "split", validation=True)
+    train_in(folder, parse_params(RAW), base, split)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def validation_scores(run, base) -> tuple[np.ndarray, np.ndarray]:
+    """The validation rows scored again, by the saved adapter loaded as evaluate loads it,
+    in batches of the train stage's size: ``(scores (N, K) float32, y (N,))``."""
+    model, encoder, _, _ = load_trained_model(run / "adapter", base)
+    rows = [json.loads(line) for line in (run / "split" / "validation.jsonl").read_text(
+        encoding="utf-8").splitlines()]
+    scores = score_texts(model, encoder, [r["text"] for r in rows], BATCH)
+    return scores, np.array([r["label_id"] for r in rows])
+
+
+@pytest.fixture(scope="module")
+def raw_scores(run, base) -> np.ndarray:
+    """:data:`TEXTS` scored by the adapter in predict's batches (``--batch-size 16``)."""
+    model, encoder, _, _ = load_trained_model(run / "adapter", base)
+    return score_texts(model, encoder, TEXTS, 16)
+
+
+def _calibration(folder: Path) -> dict[str, Any]:
+    return read_json(folder / "adapter" / "calibration.json")
+
+
+# ------------------------------------------------------------------------------ train
+
+
+def test_calibration_json_holds_the_temperature_fitted_on_the_validation_scores(
+        run, validation_scores):
+    scores, y = validation_scores
+    found = _calibration(run)
+    temperature = fit_temperature(scores, y)
+    assert found["temperature"] == temperature and temperature > 0
+    before, after = probabilities(scores), apply_temperature(scores, temperature)
+    assert list(found) == ["method", "fitted_on", "validation_rows", "temperature", "note",
+                           "ece_bins", "nll_before", "nll_after", "ece_before", "ece_after",
+                           "brier_before", "brier_after", "risk_coverage"]
+    assert "Guo et al. 2017" in found["method"] and "scikit-learn" in found["method"]
+    assert {k: found[k] for k in ("fitted_on", "validation_rows", "note", "ece_bins")} == {
+        "fitted_on": "validation", "validation_rows": 8, "note": None, "ece_bins": 15}
+    assert (found["nll_before"], found["nll_after"]) == (nll(y, before), nll(y, after))
+    assert (found["ece_before"], found["ece_after"]) == (ece(y, before, bins=15),
+                                                          ece(y, after, bins=15))
+    assert (found["brier_before"], found["brier_after"]) == (brier(y, before), brier(y, after))
+    # the risk-coverage by hand: a row is kept when its top scaled probability >= threshold
+    top, right = after.max(1), after.argmax(1) == y
+    expected = []
+    for k in range(20):
+        kept = top >= k / 20
+        expected.append({"min_confidence": round(k * 0.05, 2), "coverage": kept.mean(),
+                         "accuracy": right[kept].mean() if kept.any() else None,
+                         "rows": int(kept.sum())})
+    assert [p["min_confidence"] for p in found["risk_coverage"]] == list(CONFIDENCE_GRID) == [
+        0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7,
+        0.75, 0.8, 0.85, 0.9, 0.95]
+    for point, want in zip(found["risk_coverage"], expected, strict=True):
+        assert (point["rows"], point["accuracy"] is None) == (want["rows"],
+                                                              want["accuracy"] is None)
+        assert point == {**want, "coverage": pytest.approx(want["coverage"], abs=1e-15),
+                         "accuracy": want["accuracy"] if want["accuracy"] is None
+                         else pytest.approx(want["accuracy"], abs=1e-15)}
+    # the contract's own bytes, read back by the reader evaluate and predict use
+    text = (run / "adapter" / "calibration.json").read_text(encoding="utf-8")
+    assert round_trip(text, TemperatureScaling) == text
+    assert read_temperature_scaling(run / "adapter") == TemperatureScaling.model_validate(found)
+    provenance = read_json(run / "provenance" / "train.json")
+    assert provenance["temperature"] == temperature
+    assert provenance["inputs"]["validation.jsonl"] == sha256_file(
+        run / "split" / "validation.jsonl")
+
+
+def test_no_validation_rows_write_the_same_shape_and_the_same_adapter(run, base, tmp_path):
+    """Without validation rows: no temperature, the note, the same keys; and the adapter's
+    bytes are those of the run that scored 8 validation rows after training."""
+    split = _split(tmp_path / "split", validation=False)
+    train_in(tmp_path, parse_params(RAW), base, split)
+    found = _calibration(tmp_path)
+    assert found == {**{k: v for k, v in _calibration(run).items()
+                        if k in ("method", "fitted_on", "ece_bins")},
+                     "validation_rows": 0, "temperature": None, "note": NO_VALIDATION_NOTE,
+                     "nll_before": None, "nll_after": None, "ece_before": None,
+                     "ece_after": None, "brier_before": None, "brier_after": None,
+                     "risk_coverage": []}
+    assert list(found) == list(_calibration(run))
+    assert NO_VALIDATION_NOTE == ("no validation split (split.validation_size: 0): "
+                                  "temperature scaling not fitted; predict uses the raw "
+                                  "probabilities")
+    assert sorted(p.name for p in (tmp_path / "adapter").iterdir()) == sorted(
+        p.name for p in (run / "adapter").iterdir())
+    for name in ("adapter_model.safetensors", "adapter_config.json", "lorasent.json"):
+        assert sha256_file(tmp_path / "adapter" / name) == sha256_file(
+            run / "adapter" / name), name
+    assert read_json(tmp_path / "provenance" / "train.json")["temperature"] is None
+
+
+def test_validation_rows_of_one_class_give_no_temperature_but_the_raw_metrics():
+    """fit_temperature refuses rows of one class; training goes on, the record says why
+    and gives the raw softmax's metrics, by hand: rows (0.7, 0.2, 0.1) and (0.6, 0.3,
+    0.1), both of class 0 (right, confidences 0.7 and 0.6)."""
+    probs = np.array([[0.7, 0.2, 0.1], [0.6, 0.3, 0.1]])
+    found = temperature_scaling(np.log(probs), [0, 0])
+    assert found.temperature is None and found.validation_rows == 2
+    assert found.note is not None and found.note.startswith(
+        "temperature scaling not fitted (temperature scaling needs at least 2 rows of at "
+        "least 2 classes")
+    assert found.note.endswith("); predict uses the raw probabilities")
+    assert found.nll_before == pytest.approx(-(np.log(0.7) + np.log(0.6)) / 2, abs=1e-12)
+    assert found.brier_before == pytest.approx(((0.09 + 0.04 + 0.01) + (0.16 + 0.09 + 0.01))
+                                               / 2, abs=1e-12)
+    assert found.ece_before == pytest.approx((0.3 + 0.4) / 2, abs=1e-12)
+    assert (found.nll_after, found.ece_after, found.brier_after, found.risk_coverage) == (
+        None, None, None, [])
+    assert list(dump(found)) == list(TemperatureScaling.model_fields)  # every key written
+
+
+def test_an_adapter_without_calibration_json_reads_as_none(tmp_path):
+    assert read_temperature_scaling(tmp_path) is None
+    (tmp_path / "calibration.json").write_text('{"temperature": 1.5}', encoding="utf-8")
+    with pytest.raises(LorasentError, match=r"calibration.json: not the TemperatureScaling "
+                                           r"lorasent writes: method: field required"):
+        read_temperature_scaling(tmp_path)
+
+
+# ---------------------------------------------------------------------------- predict
+
+
+def _predict(run: Path, base: Path, out: Path, *args: str, adapter: Path | None = None):
+    source = out.parent / "texts.txt"
+    source.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    return CliRunner().invoke(main, ["predict", "--adapter", str(adapter or run / "adapter"),
+                                     "--base", str(base), "--input", str(source),
+                                     "--output", str(out), *args])
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_predict_divides_the_scores_by_the_stored_temperature(run, base, raw_scores, tmp_path):
+    out = tmp_path / "out.jsonl"
+    result = _predict(run, base, out)
+    assert result.exit_code == 0, result.output
+    temperature = _calibration(run)["temperature"]
+    expected = apply_temperature(raw_scores, temperature)
+    rows = _jsonl(out)
+    got = np.array([[r["probabilities"][label] for label in LABELS] for r in rows])
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+    assert [r["label"] for r in rows] == [LABELS[i] for i in raw_scores.argmax(1)]
+    assert all("abstained" not in r for r in rows)  # only with --min-confidence
+    assert result.stderr.count("probabilities:") == 1
+    assert (f"probabilities: temperature-scaled, softmax(scores / {temperature:.4g}), the "
+            f"temperature fitted on 8 validation rows ({run / 'adapter' / 'calibration.json'})"
+            in result.stderr)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_min_confidence_abstains_on_exactly_the_rows_below_it(run, base, raw_scores, tmp_path,
+                                                              fmt):
+    scaling = read_temperature_scaling(run / "adapter")
+    assert scaling is not None and scaling.temperature is not None
+    top = apply_temperature(raw_scores, scaling.temperature).max(1)
+    threshold = float(np.sort(top)[len(top) // 2])  # half the rows below it, half kept
+    below = top < threshold
+    assert below.any() and not below.all()
+    out = tmp_path / f"out.{fmt}"
+    result = _predict(run, base, out, "--min-confidence", repr(threshold))
+    assert result.exit_code == 0, result.output
+    labels = [LABELS[i] for i in raw_scores.argmax(1)]
+    if fmt == "jsonl":
+        rows = _jsonl(out)
+        assert list(rows[0]) == ["text", "label", "probabilities", "note", "abstained"]
+        assert [r["abstained"] for r in rows] == below.tolist()
+        assert [r["label"] for r in rows] == [None if b else label
+                                              for b, label in zip(below, labels, strict=True)]
+    else:
+        with open(out, encoding="utf-8", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        assert list(rows[0]) == ["text", "label", *(f"p_{x}" for x in LABELS), "note",
+                                 "abstained"]
+        assert [r["abstained"] for r in rows] == ["true" if b else "false" for b in below]
+        assert [r["label"] for r in rows] == ["" if b else label
+                                              for b, label in zip(below, labels, strict=True)]
+        frame = pd.read_csv(out)
+        assert frame["abstained"].dtype == bool and frame["abstained"].tolist() == below.tolist()
+        assert frame["label"].isna().tolist() == below.tolist()
+        assert frame["text"].tolist() == TEXTS
+    assert written_by_predict(out)
+    # the summary: the abstentions, then the validation risk-coverage's grid point at or
+    # below the threshold
+    point = max((p for p in scaling.risk_coverage if p.min_confidence <= threshold),
+                key=lambda p: p.min_confidence)
+    n = int(below.sum())
+    accuracy = ("no accuracy: no row kept" if point.accuracy is None
+                else f"accuracy {point.accuracy:.3f} on them")
+    line = (f"--min-confidence {threshold:g}: abstained on {n} of 6 scored texts ({n / 6:.1%}); "
+            f"on the validation split at {point.min_confidence:.2f}, the grid's threshold at or "
+            f"below {threshold:g}, {point.rows} of 8 rows ({point.coverage:.1%}) were kept, "
+            f"{accuracy}")
+    assert result.stderr.splitlines()[-1] == line
+    # predict's own output is replaced by the next run without --force; 1 is off the
+    # grid, so its validation estimate is the grid's last point, 0.95
+    again = _predict(run, base, out, "--min-confidence", "1")
+    assert again.exit_code == 0, again.output
+    assert again.stderr.splitlines()[-1].startswith(
+        "--min-confidence 1: abstained on 6 of 6 scored texts (100.0%); on the validation "
+        f"split at 0.95, the grid's threshold at or below 1, {scaling.risk_coverage[-1].rows} "
+        "of 8 rows")
+
+
+def test_an_adapter_without_calibration_json_predicts_raw_probabilities(run, base, raw_scores,
+                                                                       tmp_path):
+    old = tmp_path / "old-adapter"
+    shutil.copytree(run / "adapter", old)
+    (old / "calibration.json").unlink()
+    out = tmp_path / "out.jsonl"
+    result = _predict(run, base, out, "--min-confidence", "0.5", adapter=old)
+    assert result.exit_code == 0, result.output
+    rows = _jsonl(out)
+    expected = probabilities(raw_scores)
+    got = np.array([[r["probabilities"][label] for label in LABELS] for r in rows])
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+    below = expected.max(1) < 0.5
+    assert [r["abstained"] for r in rows] == below.tolist()
+    notes = [line for line in result.stderr.splitlines() if line.startswith("probabilities:")]
+    assert notes == [f"probabilities: the raw softmax of the scores, not temperature-scaled: "
+                     f"{old / 'calibration.json'} not found (an adapter trained before the "
+                     "train stage fitted a temperature; retrain to get one)"]
+    assert result.stderr.splitlines()[-1] == (
+        f"--min-confidence 0.5: abstained on {int(below.sum())} of 6 scored texts "
+        f"({below.mean():.1%}); no validation estimate ({old / 'calibration.json'} not found)")
+
+
+@pytest.mark.parametrize("value", ["0", "1.5", "-0.2", "nan"])
+def test_a_min_confidence_outside_0_1_is_one_line(run, base, tmp_path, value):
+    result = _predict(run, base, tmp_path / "out.csv", "--min-confidence", value)
+    assert result.exit_code == 1
+    assert result.stderr == (f"lorasent predict: error: --min-confidence {float(value)}: must be "
+                             "a probability in (0, 1], e.g. 0.8 (a text whose top probability "
+                             "is below it gets no label)\n")
+    assert not (tmp_path / "out.csv").exists()
+
+
+def test_the_table_marks_an_abstained_text(run, base):
+    result = CliRunner().invoke(main, ["predict", "--adapter", str(run / "adapter"), "--base",
+                                       str(base), "--min-confidence", "1", "so happy with it"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["label", *LABELS, "text"]
+    assert re.fullmatch(r"-\s+(0\.\d{6}\s+){3}'so happy with it' {2}\(abstained\)", lines[1])
+
+
+# ----------------------------------------------------------------------------- export
+
+
+def test_export_carries_calibration_json_and_the_card_gives_the_temperature(
+        run, base, raw_scores, tmp_path):
+    out = tmp_path / "exported"
+    result = CliRunner().invoke(main, ["export", "--adapter", str(run / "adapter"), "--base",
+                                       str(base), "--out", str(out), "--metrics",
+                                       str(tmp_path / "none.json")])
+    assert result.exit_code == 0, result.output
+    temperature = _calibration(run)["temperature"]
+    assert f"temperature {temperature:.4g} (calibration.json)" in result.stdout
+    assert (out / "calibration.json").read_bytes() == (
+        run / "adapter" / "calibration.json").read_bytes()
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "## Calibration" in card
+    assert f"divided by T = {temperature!r} before the softmax, T fitted on 8 validation rows" \
+        in card
+    snippet = re.search(r"```python\n(.*?)```", card, re.S)
+    assert snippet is not None
+    assert f"temperature = {temperature!r}  # calibration.json's" in snippet.group(1)
+    # the snippet, run from the folder, gives predict's temperature-scaled probabilities
+    namespace: dict[str, Any] = {}
+    cwd = os.getcwd()
+    os.chdir(out)
+    try:
+        exec(snippet.group(1).replace('print(classify("I love this phone"))', ""), namespace)
+    finally:
+        os.chdir(cwd)
+    expected = apply_temperature(raw_scores, temperature)
+    for text, row in zip(TEXTS, expected, strict=True):
+        label, probs = namespace["classify"](text)
+        assert label == LABELS[int(np.argmax(row))]
+        assert list(probs.values()) == pytest.approx(list(row), abs=1e-4)
+
+
+def test_the_card_of_an_adapter_without_a_temperature_says_so(run):
+    from lorasent.tools.predict import calibration_section
+
+    assert calibration_section(None) == (
+        "## Calibration\n\nNo temperature: the adapter folder had no calibration.json "
+        "(trained before lorasent fitted a temperature). The snippet's `temperature = 1.0` "
+        "gives the raw softmax of the scores, as `lorasent predict` does for this adapter.")
+    unfitted = read_temperature_scaling(run / "adapter").model_copy(  # type: ignore[union-attr]
+        update={"temperature": None, "note": NO_VALIDATION_NOTE})
+    assert f"No temperature: {NO_VALIDATION_NOTE}." in calibration_section(unfitted)
