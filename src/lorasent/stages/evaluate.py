@@ -67,7 +67,13 @@ from lorasent.calibration import (
     label_issues,
     reliability_bins,
 )
-from lorasent.contracts import EvalMetrics, TemperatureScaling, TestSetMetrics, dump
+from lorasent.contracts import (
+    EvalMetrics,
+    TemperatureScaling,
+    TestSetMetrics,
+    dump,
+    read_temperature_scaling,
+)
 from lorasent.errors import LorasentError
 from lorasent.launch import is_main
 from lorasent.metrics import (
@@ -79,7 +85,7 @@ from lorasent.metrics import (
     relative_error_reduction,
     run_warnings,
 )
-from lorasent.modeling import load_trained_model, read_temperature_scaling
+from lorasent.modeling import load_trained_model
 from lorasent.modes import DEFAULT_MODE
 from lorasent.params import BaseParams, EvaluateParams, PromptParams
 from lorasent.paths import (
