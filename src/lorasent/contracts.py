@@ -88,6 +88,9 @@ class BaselineSummary(_Contract):
     majority_accuracy: float   # always predicting it, on the test rows
     zero_shot_accuracy: float | None   # None in seq_cls mode: a fresh head has no answer
     zero_shot_macro_f1: float | None   # the same
+    # the zero-shot baseline with its label scores calibrated (issue 30; absent before)
+    zero_shot_calibrated_accuracy: float | None = None
+    zero_shot_calibrated_macro_f1: float | None = None
 
 
 class IntervalMethod(_Contract):
@@ -128,12 +131,23 @@ class EvalMetrics(_Contract):
     test_rows: int
     baseline: BaselineSummary
     mode: ModeName | None = None  # the adapter's ``train.mode``
-    reference: Literal["zero_shot", "majority"]    # the baseline of the error reduction
+    reference: Literal["zero_shot", "zero_shot_calibrated", "majority"]  # of the reduction
     reference_note: str | None = None  # why the reference is not ``evaluate.reference``
     reference_accuracy: float
     relative_error_reduction_note: str | None      # why the reduction is None
     intervals: IntervalMethod | None = None
     warnings: list[str] = []  # ``lorasent.metrics.run_warnings``: what a reviewer must see
+    # Issue 30 (absent from files written before it; read as plain JSON objects): the
+    # relative error reduction against each reference (``{majority | zero_shot |
+    # zero_shot_calibrated: {accuracy, relative_error_reduction + ci} | None}``); the
+    # calibration of the probabilities (``ece_bins``, ``nll``, ``brier``, ``ece`` each
+    # with its ci, ``temperature``, ``temperature_note``, ``scaled``); cleanlab's audit
+    # of the test labels (``rows``, ``share``, ``method``, ``file``); the extra test
+    # sets by name, each with these metrics of its own.
+    references: dict[str, dict[str, Any] | None] | None = None
+    calibration: dict[str, Any] | None = None
+    label_issues: dict[str, Any] | None = None
+    test_sets: dict[str, dict[str, Any]] = {}
 
     def interval(self, name: str) -> tuple[float | None, float | None, float | None]:
         """``(value, low, high)`` of ``accuracy``, ``macro_f1`` or

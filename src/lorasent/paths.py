@@ -21,6 +21,8 @@ TRAIN_LIVE_DIR = METRICS_DIR / "train"                           # train (dvcliv
 EVAL_METRICS = METRICS_DIR / "eval.json"                         # evaluate
 EVAL_PREDICTIONS = METRICS_DIR / "predictions.csv"               # evaluate
 EVAL_CONFUSION = METRICS_DIR / "confusion.json"                  # evaluate (DVC plot)
+LABEL_ISSUES = METRICS_DIR / "label_issues.csv"                  # evaluate (test-label audit)
+TEST_SETS_DIR = METRICS_DIR / "test_sets"  # evaluate: <name>/predictions.csv, label_issues.csv
 PROVENANCE_DIR = METRICS_DIR / "provenance"                      # one record per stage
 
 # The checkout this package runs from (src/lorasent/paths.py's grandparents: an editable
