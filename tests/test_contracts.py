@@ -79,10 +79,12 @@ def test_the_pull_request_fold_leaves_out_what_no_reviewer_reads():
 
 def test_the_reports_rows_name_fields_of_eval_json():
     from lorasent.review.render import HEADLINE, PER_CLASS
+    from test_render_sets import SIDES  # an eval.json of issue 30, by hand
 
     evals = EvalMetrics.model_validate_json((REPO / "metrics/eval.json").read_bytes())
     columns = set(flatten(dump(evals)))
-    assert {key for key, _ in HEADLINE} <= columns
+    assert SIDES[0].evals is not None
+    assert {key for key, _ in HEADLINE} <= columns | set(flatten(dump(SIDES[0].evals)))
     assert {f"per_class.negative.{key}" for key, *_ in PER_CLASS} <= columns
 
 
