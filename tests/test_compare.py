@@ -135,12 +135,14 @@ def git_dvc(root: Path, *argv: str) -> str:
 
 
 def commit_files(root: Path, tag: str, files: dict[str, str], base: str = "v1") -> None:
-    """A commit on top of ``base`` that changes ``files`` (no `dvc repro`), tagged ``tag``;
+    """A commit on top of ``base`` that writes ``files`` (no `dvc repro`), tagged ``tag``;
     the workspace goes back to main."""
     git_dvc(root, "git", "checkout", "-q", "--detach", base)
     for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text, encoding="utf-8")
-    git_dvc(root, "git", "commit", "-q", "-am", tag)
+    git_dvc(root, "git", "add", *files)
+    git_dvc(root, "git", "commit", "-q", "-m", tag)
     git_dvc(root, "git", "tag", tag)
     git_dvc(root, "git", "checkout", "-q", "main")
 

@@ -8,8 +8,8 @@ import io
 import numpy as np
 import pytest
 
-from lorasent.calibration import apply_temperature, calibration_metrics, label_issues
 from lorasent import contracts
+from lorasent.calibration import apply_temperature, calibration_metrics, label_issues
 from lorasent.contracts import TemperatureScaling
 from lorasent.metrics import probabilities
 from lorasent.stages.evaluate import (

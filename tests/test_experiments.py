@@ -29,6 +29,8 @@ EXPERIMENTS = {"r4": (4, 2e-4), "r16": (16, 2e-4), "r16-lr": (16, 1e-3)}
 # the report's own K x K matrices (DVC's confusion template drops never-predicted rows)
 CONFUSION_PNGS = ["confusion-matrix-adapter-test-split.png",
                   "confusion-matrix-zero-shot-baseline-test-split.png"]
+CALIBRATION_PNGS = ["reliability-diagram-adapter-test-split.png",
+                    "risk-coverage-curve-adapter-test-split.png"]
 
 
 def _wait_for_queue(root: Path, timeout_s: float = 1200) -> str:
@@ -202,8 +204,8 @@ def test_report_names_every_metric_class_and_changed_param(sweep, report):
     from lorasent.review.render import cell
 
     assert sorted(p.name for p in report.iterdir()) == sorted(
-        [*CONFUSION_PNGS, "training-loss.png", "report.html", "report.md", "verdict.md",
-         OUTPUT_MARKER])
+        [*CONFUSION_PNGS, *CALIBRATION_PNGS, "training-loss.png", "report.html", "report.md",
+         "verdict.md", OUTPUT_MARKER])
     text = (report / "report.md").read_text(encoding="utf-8")
     verdict = (report / "verdict.md").read_text(encoding="utf-8")
     assert text.startswith(f"# lorasent: r4 vs r16\n\n{verdict}")

@@ -152,7 +152,13 @@ def test_a_push_after_the_first_gets_its_own_verdict_against_the_previous_head(p
         "interval] | 1.0000 | 0.9000 |\n\nParams that differ (main → head): `wrong` 0 → 4."
         "\n\n| B − A | value | paired "
         "bootstrap 95% interval |\n|---|---|---|\n| Δ accuracy | −0.100 | [−0.200, −0.025] |\n"
-        "| Δ macro-F1 | −0.100 | [−0.202, −0.025] |\n\nMcNemar's exact test on the 40 rows: 0 "
+        "| Δ macro-F1 | −0.100 | [−0.202, −0.025] |\n"
+        # 0.8-sure rows: ECE 0.2 -> 0.1; 4 of 40 rows wrong: NLL 0.1 * ln(0.8 / 0.2),
+        # Brier 0.1 * (1.28 - 0.08)
+        "| Δ ECE | −0.100 | [−0.200, −0.025] |\n| Δ NLL | +0.139 | [+0.035, +0.277] |\n"
+        "| Δ Brier score | +0.120 | [+0.030, +0.240] |\n\nECE, NLL and Brier score of the "
+        "probabilities each predictions file holds (raw, before temperature scaling): lower "
+        "is better.\n\nMcNemar's exact test on the 40 rows: 0 "
         "right only in B, 4 right only in A, p = 0.12.\n\n| actual class | rows B fixed (A "
         "wrong, B right) | rows B broke (A right, B wrong) |\n|---|---|---|\n| neg | 0 | 2 |\n"
         "| pos | 0 | 2 |\n\n<details>\n")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -209,14 +209,7 @@ def read_predictions(text: str, source: str) -> Predictions:
             that is not a number in [0, 1]; an id on two lines (both named).
     """
     reader = csv.reader(io.StringIO(text))
-    header = next(reader, None)
-    if not header:
-        raise PredictionsFileError(f"{source}: the file is empty (no header, no rows); "
-                                   "rerun its stage (dvc repro)")
-    twice = sorted({name for name in header if header.count(name) > 1})
-    if twice:
-        raise PredictionsFileError(f"{source} line 1: column {', '.join(map(repr, twice))} is "
-                                   f"named twice in the header {','.join(header)}")
+    header = csv_header(reader, source, PredictionsFileError)
     if "id" not in header:
         raise NoRowIdsError(f"{source}: no `id` column (written before test rows had ids); "
                             "rerun its stage (dvc repro) to pair its rows")
@@ -230,54 +223,19 @@ def read_predictions(text: str, source: str) -> Predictions:
     col = {name: i for i, name in enumerate(header)}
     index = {label: k for k, label in enumerate(labels)}
     ids: list[str] = []
-    seen: dict[str, tuple[int, list[str]]] = {}
     actual: list[int] = []
     predicted: list[int] = []
     probs: list[list[float]] = []
-    end = 1  # the line the previous row ended on
-    for row in reader:
-        line = end + 1  # a row may span lines (a quoted newline); errors name its first
-        end = reader.line_num
-        if not row:
-            raise PredictionsFileError(f"{source} line {line}: blank line (after id "
-                                       f"{ids[-1] if ids else '<none: header>'}); a "
-                                       "predictions file has one row per test row and no "
-                                       "blank lines: rerun its stage (dvc repro)")
-        row_id = row[col["id"]] if col["id"] < len(row) else ""
-        where = f"{source} line {line} (id {row_id or '<empty>'})"
-        if len(row) != len(header):
-            raise PredictionsFileError(f"{where}: {len(row)} fields, the header has "
-                                       f"{len(header)}: a cut-off or damaged row; rerun its "
-                                       "stage (dvc repro)")
-        empty = [name for name, cell in zip(header, row, strict=True) if not cell.strip()]
-        if empty:
-            raise PredictionsFileError(f"{where}: empty {', '.join(map(repr, empty))}; "
-                                       "rerun its stage (dvc repro)")
-        if row_id in seen:
-            first, copy = seen[row_id]
-            differ = " (the two rows differ)" if copy != row else ""
-            raise PredictionsFileError(f"{source}: id {row_id} is on line {first} and line "
-                                       f"{line}{differ}; each test row must be there once: "
-                                       "rerun its stage (dvc repro)")
-        seen[row_id] = (line, row)
+    for where, row_id, row in csv_rows(reader, header, source, PredictionsFileError,
+                                       "a predictions file has one row per test row"):
         for name, out in (("actual", actual), ("predicted", predicted)):
             if row[col[name]] not in index:
                 raise PredictionsFileError(f"{where}: {name} {row[col[name]]!r} is not one of "
                                            f"the classes of its p_ columns ({', '.join(labels)})")
             out.append(index[row[col[name]]])
-        values = []
-        for label in labels:
-            cell = row[col[f"p_{label}"]]
-            try:
-                value = float(cell)
-            except ValueError:
-                value = float("nan")
-            if not 0.0 <= value <= 1.0:  # NaN too
-                raise PredictionsFileError(f"{where}: p_{label} is {cell!r}, not a probability "
-                                           "in [0, 1]")
-            values.append(value)
+        probs.append([probability(row[col[f"p_{label}"]], f"p_{label}", where,
+                                  PredictionsFileError) for label in labels])
         ids.append(row_id)
-        probs.append(values)
     if not ids:
         raise PredictionsFileError(f"{source}: no data rows, only the header "
                                    f"{','.join(header)}; rerun its stage (dvc repro)")
@@ -285,6 +243,83 @@ def read_predictions(text: str, source: str) -> Predictions:
                        np.asarray(predicted, dtype=np.int64),
                        np.asarray(probs, dtype=np.float64), labels)
 
+
+def csv_header(reader: Iterator[list[str]], source: str,
+               error: type[LorasentError]) -> list[str]:
+    """The header of a metrics CSV file (``reader``: a ``csv.reader`` at its start).
+
+    Raises:
+        error: an empty file, or a column named twice (naming ``source`` and line 1).
+    """
+    header = next(reader, None)
+    if not header:
+        raise error(f"{source}: the file is empty (no header, no rows); rerun its stage "
+                    "(dvc repro)")
+    twice = sorted({name for name in header if header.count(name) > 1})
+    if twice:
+        raise error(f"{source} line 1: column {', '.join(map(repr, twice))} is named twice in "
+                    f"the header {','.join(header)}")
+    return header
+
+
+def csv_rows(reader: Any, header: list[str], source: str, error: type[LorasentError],
+             rule: str) -> Iterator[tuple[str, str, list[str]]]:
+    """The rows after :func:`csv_header` of a metrics CSV file whose rows carry an ``id``
+    column: ``(where, id, cells)``, ``where`` naming ``source``, the row's first line
+    (a quoted newline spans lines) and its id, for the caller's own checks.
+
+    Args:
+        reader: the ``csv.reader`` :func:`csv_header` read the header of.
+        rule: the file's rule a blank line breaks, e.g. ``a predictions file has one row
+            per test row``.
+
+    Raises:
+        error: a blank line; a row with another field count than the header (cut off);
+            an empty cell; an id on two lines (both named).
+    """
+    col = header.index("id")
+    seen: dict[str, tuple[int, list[str]]] = {}
+    last = None  # the previous row's id
+    end = 1  # the line the previous row ended on
+    for row in reader:
+        line = end + 1  # a row may span lines (a quoted newline); errors name its first
+        end = reader.line_num
+        if not row:
+            raise error(f"{source} line {line}: blank line (after id "
+                        f"{last or '<none: header>'}); {rule} and no blank lines: rerun its "
+                        "stage (dvc repro)")
+        row_id = row[col] if col < len(row) else ""
+        where = f"{source} line {line} (id {row_id or '<empty>'})"
+        if len(row) != len(header):
+            raise error(f"{where}: {len(row)} fields, the header has {len(header)}: a cut-off "
+                        "or damaged row; rerun its stage (dvc repro)")
+        empty = [name for name, cell in zip(header, row, strict=True) if not cell.strip()]
+        if empty:
+            raise error(f"{where}: empty {', '.join(map(repr, empty))}; rerun its stage "
+                        "(dvc repro)")
+        if row_id in seen:
+            first, copy = seen[row_id]
+            differ = " (the two rows differ)" if copy != row else ""
+            raise error(f"{source}: id {row_id} is on line {first} and line {line}{differ}; "
+                        "each test row must be there once: rerun its stage (dvc repro)")
+        seen[row_id] = (line, row)
+        last = row_id
+        yield where, row_id, row
+
+
+def probability(cell: str, column: str, where: str, error: type[LorasentError]) -> float:
+    """``cell`` as a probability.
+
+    Raises:
+        error: not a number in [0, 1] (NaN neither), naming ``where`` and ``column``.
+    """
+    try:
+        value = float(cell)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:  # NaN too
+        raise error(f"{where}: {column} is {cell!r}, not a probability in [0, 1]")
+    return value
 
 
 COLLAPSE_SHARE = 0.9  # one class predicted for at least this share of the rows ...

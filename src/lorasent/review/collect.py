@@ -3,7 +3,9 @@
 - ``dvc params diff``, ``dvc metrics diff --all`` and ``dvc plots diff`` of A and B;
 - each side's committed ``metrics/eval.json`` (:class:`lorasent.contracts.EvalMetrics`),
   ``metrics/baseline.json``, predictions file (read strictly:
-  :func:`read_predictions_strict`) and training record (:func:`read_side`);
+  :func:`read_predictions_strict`), test-label audit (``metrics/label_issues.csv``,
+  :func:`read_label_issues`), the same two files of each extra test set of its eval.json
+  (``metrics/test_sets/<name>/``) and training record (:func:`read_side`);
 - whether a side is stale (:func:`workspace_staleness` from ``dvc status``,
   :func:`commit_staleness` from a commit's dvc.lock against its dvc.yaml and params);
 - revisions checked before DVC reads them (:func:`check_revisions`: close matches for a
@@ -14,8 +16,10 @@
 
 from __future__ import annotations
 
+import csv
 import difflib
 import fnmatch
+import io
 import json
 import subprocess
 from collections.abc import Sequence
@@ -25,10 +29,25 @@ from typing import Any
 
 from lorasent.contracts import EvalMetrics, parse
 from lorasent.errors import LorasentError
-from lorasent.metrics import NoRowIdsError, Predictions, PredictionsFileError, read_predictions
-from lorasent.paths import BASELINE_METRICS, EVAL_METRICS, EVAL_PREDICTIONS, PROVENANCE_DIR
+from lorasent.metrics import (
+    NoRowIdsError,
+    Predictions,
+    PredictionsFileError,
+    csv_header,
+    csv_rows,
+    probability,
+    read_predictions,
+)
+from lorasent.paths import (
+    BASELINE_METRICS,
+    EVAL_LABEL_ISSUES,
+    EVAL_METRICS,
+    EVAL_PREDICTIONS,
+    EVAL_TEST_SETS,
+    PROVENANCE_DIR,
+)
 from lorasent.programs import environment, program
-from lorasent.review.verdict import Review, Side, Stale, class_order, judge
+from lorasent.review.verdict import LabelIssue, Review, Side, Stale, class_order, judge
 
 WORKSPACE = "workspace"  # DVC's name for the files as they are, uncommitted changes too
 
@@ -93,12 +112,16 @@ def read_side(repo: Path, rev: str, commits: dict[str, str]) -> Side:
     """What revision ``rev`` committed (``workspace``: the files here): its eval.json
     through :class:`lorasent.contracts.EvalMetrics`, baseline.json, predictions file
     (:func:`read_predictions_strict`; one without row ids is said as why there is no
-    paired test) and training record. ``commits``: :func:`resolve_commits`'s.
+    paired test), test-label audit (:func:`read_label_issues`; None when not committed),
+    training record, and for each of eval.json's ``test_sets`` a :class:`Side` of its
+    predictions and audit (``metrics/test_sets/<name>/``). ``commits``:
+    :func:`resolve_commits`'s.
 
     Raises:
         LorasentError: a file that is not JSON, or an eval.json that is not one
             (naming ``<rev>:<path>`` and the first wrong key).
         PredictionsFileError: a damaged predictions file.
+        LabelIssuesFileError: a damaged test-label audit.
     """
     at = rev if rev == WORKSPACE else commits.get(rev, rev)
 
@@ -112,20 +135,90 @@ def read_side(repo: Path, rev: str, commits: dict[str, str]) -> Side:
             raise LorasentError(f"compare: {rev}:{path}: not valid JSON ({err}); rerun its "
                                 "stage at that revision (dvc repro) and commit it") from None
 
-    text, predictions, error = read_at(repo, at, EVAL_PREDICTIONS.as_posix()), None, None
-    if text is None:
-        error = f"{rev} has no {EVAL_PREDICTIONS}"
-    else:
-        try:
-            predictions = read_predictions_strict(text, f"{rev}:{EVAL_PREDICTIONS}")
-        except NoRowIdsError as err:  # an older file: the report goes on, unpaired
-            error = str(err)
     evals = read_json(EVAL_METRICS)
     if evals is not None:
         evals = parse(EvalMetrics, evals, f"compare: {rev}:{EVAL_METRICS}",
                       "rerun evaluate at that revision (dvc repro) and commit its metrics")
-    return Side(rev, evals, read_json(BASELINE_METRICS), predictions, error,
-                read_json(PROVENANCE_DIR / "train.json"))
+    sets = {name: _test_set(repo, at, rev, EVAL_TEST_SETS / name)
+            for name in (evals.test_sets if evals else {})}
+    return Side(rev, evals, read_json(BASELINE_METRICS),
+                *_predictions_at(repo, at, rev, EVAL_PREDICTIONS),
+                read_json(PROVENANCE_DIR / "train.json"),
+                _label_issues_at(repo, at, rev, EVAL_LABEL_ISSUES), sets)
+
+
+def _test_set(repo: Path, at: str, rev: str, folder: Path) -> Side:
+    """An extra test set of ``rev``: a :class:`Side` of the predictions file and label
+    audit in ``folder``, named as the test split's."""
+    return Side(rev, None, None, *_predictions_at(repo, at, rev, folder / EVAL_PREDICTIONS.name),
+                None, _label_issues_at(repo, at, rev, folder / EVAL_LABEL_ISSUES.name))
+
+
+def _predictions_at(repo: Path, at: str, rev: str,
+                    path: Path) -> tuple[Predictions | None, str | None]:
+    """``(predictions, None)`` of the file ``path`` at ``at`` (:func:`read_at`), read by
+    :func:`read_predictions_strict`; ``(None, why)`` when it is absent or has no row ids."""
+    text = read_at(repo, at, path.as_posix())
+    if text is None:
+        return None, f"{rev} has no {path}"
+    try:
+        return read_predictions_strict(text, f"{rev}:{path}"), None
+    except NoRowIdsError as err:  # an older file: the report goes on, unpaired
+        return None, str(err)
+
+
+def _label_issues_at(repo: Path, at: str, rev: str, path: Path) -> dict[str, LabelIssue] | None:
+    """:func:`read_label_issues` of the file ``path`` at ``at``; None when it is absent."""
+    text = read_at(repo, at, path.as_posix())
+    return None if text is None else read_label_issues(text, f"{rev}:{path}")
+
+
+class LabelIssuesFileError(LorasentError):
+    """A test-label audit (``metrics/label_issues.csv``) that is not as evaluate writes
+    it: the message names the file (revision and path) and the line."""
+
+
+LABEL_ISSUE_COLUMNS = ("rank", "id", "actual", "suggested", "self_confidence")
+
+
+def read_label_issues(text: str, source: str) -> dict[str, LabelIssue]:
+    """A test-label audit, ``rank,id,actual,suggested,self_confidence`` (columns found by
+    name), as ``{row id: issue}`` in rank order; a header alone is an audit that flagged
+    no row. Read as strictly as :func:`read_predictions_strict`, with the same checks of
+    each row (:func:`lorasent.metrics.csv_rows`).
+
+    Args:
+        source: the file as the user names it, ``<rev>:metrics/label_issues.csv``.
+
+    Raises:
+        LabelIssuesFileError: an empty file; a column named twice or missing; a blank
+            line; a row with another field count than the header; an empty cell; an id
+            on two lines; a rank that is not the row's place (1, 2, ...); a
+            self_confidence that is not a probability. One line naming ``source``, the
+            line and the id.
+    """
+    reader = csv.reader(io.StringIO(text))
+    header = csv_header(reader, source, LabelIssuesFileError)
+    missing = [name for name in LABEL_ISSUE_COLUMNS if name not in header]
+    if missing:
+        raise LabelIssuesFileError(
+            f"{source} line 1: no column {', '.join(missing)} in the header {','.join(header)};"
+            f" expected {','.join(LABEL_ISSUE_COLUMNS)} as evaluate writes it: rerun its stage "
+            "(dvc repro)")
+    col = {name: header.index(name) for name in LABEL_ISSUE_COLUMNS}
+    found: dict[str, LabelIssue] = {}
+    for where, row_id, row in csv_rows(reader, header, source, LabelIssuesFileError,
+                                       "a test-label audit has one row per flagged test row"):
+        rank = row[col["rank"]]
+        if rank != str(len(found) + 1):
+            raise LabelIssuesFileError(f"{where}: rank {rank!r} where {len(found) + 1} was "
+                                       "due (rows are ranked 1, 2, ... in order); rerun its "
+                                       "stage (dvc repro)")
+        found[row_id] = LabelIssue(
+            len(found) + 1, row_id, row[col["actual"]], row[col["suggested"]],
+            probability(row[col["self_confidence"]], "self_confidence", where,
+                        LabelIssuesFileError))
+    return found
 
 
 def read_predictions_strict(text: str, source: str) -> Predictions:
@@ -210,11 +303,12 @@ def read_at(repo: Path, rev: str, path: str) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def _lookup(params: Any, key: str) -> Any:
-    """``params[a][b]`` for the DVC key ``a.b``; :data:`_MISSING` when absent."""
+def lookup(params: Any, key: str, missing: Any = _MISSING) -> Any:
+    """``params[a][b]`` for the DVC key ``a.b``; ``missing`` (by default
+    :data:`_MISSING`) when absent."""
     for part in key.split("."):
         if not isinstance(params, dict) or part not in params:
-            return _MISSING
+            return missing
         params = params[part]
     return params
 
@@ -233,7 +327,7 @@ def ran_with(lock: dict[str, Any], file: str, key: str) -> list[Any]:
     values = []
     for stage in (lock.get("stages") or {}).values():
         for name, value in ((stage.get("params") or {}).get(file) or {}).items():
-            found = value if key == name else _lookup(value, key[len(name) + 1:]) \
+            found = value if key == name else lookup(value, key[len(name) + 1:]) \
                 if key.startswith(f"{name}.") else _MISSING
             if found is not _MISSING:
                 values.append(found)
@@ -281,7 +375,7 @@ def commit_staleness(repo: Path, rev: str) -> Stale | None:
                                     else item).items() for k in keys]
         for file, keys in (ran.get("params") or {}).items():
             found += [f"{file} {key}" for key, value in keys.items()
-                      if _lookup(params_of(file), key) != value]
+                      if lookup(params_of(file), key) != value]
         found += [f"{file} {key}" for file, key in declared if "${" not in key
                   and key not in ((ran.get("params") or {}).get(file) or {})]
         ran_deps = {d.get("path") for d in ran.get("deps") or []}

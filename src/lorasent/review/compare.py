@@ -17,6 +17,12 @@ On top of DVC's diffs, the report says whether B is really better than A
 - scored on the same test rows: Δ accuracy and Δ macro-F1 with paired-bootstrap 95%
   intervals, McNemar's exact test, each class's rows fixed and broken by B, and, when the
   test split is here (after a run or ``dvc pull``), up to 10 of those texts each way;
+- on the same rows too: Δ ECE, Δ NLL and Δ Brier score of the predictions files'
+  probabilities (``lorasent.calibration.calibration_deltas``), and how many of the rows
+  B fixed or broke a side's test-label audit (``metrics/label_issues.csv``) flags;
+- each extra test set both sides have (eval.json's ``test_sets``, predictions in
+  ``metrics/test_sets/<name>/``): its own paired verdict and report section, one line
+  per set after the verdict, and a sentence ending the verdict when the sets disagree;
 - scored on different rows: each side's interval, and no paired test;
 - a group of runs on a side (``a,b,c`` or a pattern such as ``'base-seed*'`` matching
   experiment names; see ``lorasent seeds``): mean ± sd over the seeds and Welch's t-test;
@@ -38,7 +44,8 @@ report is a folder, written whole or not at all:
 - ``report.md``: the verdict, then the tables and links to the PNGs, for a pull request;
 - ``report.html``: the same page with the PNGs inside it (``data:`` URIs); it opens
   offline, in any browser, alone;
-- one PNG per plot, named after the plot.
+- one PNG per plot, named after the plot (the reliability diagram and risk-coverage
+  curve of both sides' predictions among them).
 
 The three jobs are modules of their own: :mod:`lorasent.review.collect` reads,
 :mod:`lorasent.review.verdict` judges, :mod:`lorasent.review.render` writes.

@@ -9,11 +9,12 @@ one folder, whole or not at all:
 
 - ``<base>-vs-head/`` and ``previous-vs-head/``: :func:`lorasent.review.render.write_report`'s
   reports (the second only after a push that changed the head);
-- ``comment.md``: the comment's body, a reviewer's minute: each verdict, the warnings
-  about the change (one true of both sides once, as a note), the params that differ
-  (old → new), the paired table (Δ accuracy and Δ macro-F1 with their intervals,
-  McNemar's p), each class's rows fixed and broken, then ``dvc metrics diff`` in a fold
-  without the keys no reviewer reads (:data:`UNREAD`);
+- ``comment.md``: the comment's body, a reviewer's minute: each verdict, one line per
+  test set when there are extra ones (rows, Δ accuracy with its interval, the verdict in
+  a word), the warnings about the change (one true of both sides once, as a note), the
+  params that differ (old → new), the paired table (Δ accuracy, Δ macro-F1, Δ ECE, Δ NLL
+  and Δ Brier with their intervals, McNemar's p), each class's rows fixed and broken,
+  then ``dvc metrics diff`` in a fold without the keys no reviewer reads (:data:`UNREAD`);
 - ``comment-id``: the id of the earlier comment, which the workflow edits instead of
   adding another; absent when there is none.
 """
@@ -197,7 +198,7 @@ def _section(c: Comparison, name_a: str, tables: bool = True) -> list[str]:
         f"`{key}` {param_cell(old)} → {param_cell(new)}" for key, old, new in changed) + "."]
               if changed else [f"No param differs from {name_a}."])
     if tables and c.review.paired:
-        lines += [""] + paired_table(c.review.paired)
+        lines += [""] + paired_table(c.review.paired, c.review.calibration)
     return lines
 
 

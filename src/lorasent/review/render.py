@@ -8,7 +8,8 @@ The folder, written whole or not at all (:func:`write_report`):
 - ``report.html``: the same page with the PNGs inside it (``data:`` URIs); it opens
   offline, in any browser, alone;
 - one PNG per plot, named after the plot: DVC's plots as Vega-Lite specs drawn offline
-  by vl-convert, and the report's own K x K confusion matrices.
+  by vl-convert, and the report's own: K x K confusion matrices, a reliability diagram
+  and a risk-coverage curve (:func:`calibration_specs`).
 """
 
 from __future__ import annotations
@@ -20,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from lorasent.artifacts import output_dir
-from lorasent.contracts import EvalMetrics
+from lorasent.contracts import EvalMetrics, dump
 from lorasent.metrics import Predictions
 from lorasent.paths import EVAL_METRICS, SPLIT_DIR
-from lorasent.review.collect import Comparison, ran_with
+from lorasent.review.collect import Comparison, lookup, ran_with
 from lorasent.review.verdict import Review, Side, busy, class_order, delta_text, p_text
 from lorasent.statistics import GroupComparison, PairedComparison, with_interval
 
@@ -39,8 +40,20 @@ VERDICT_MD = "verdict.md"
 FLIPPED_TEXTS = 10  # texts listed each way
 
 
-# (key in metrics/eval.json, name in the report): the headline rows, in this order; the
-# first three carry their 95% interval.
+VEGA_LITE = "https://vega.github.io/schema/vega-lite/v5.json"  # the report's own plots
+
+
+# the calibration of the adapter's probabilities (eval.json's ``calibration``, issue 30)
+CALIBRATION = [
+    ("calibration.ece", "ECE (raw probabilities)"),
+    ("calibration.nll", "NLL (raw probabilities)"),
+    ("calibration.brier", "Brier score (raw probabilities)"),
+    ("calibration.temperature", "temperature (fitted on validation)"),
+]
+
+
+# (key in metrics/eval.json, name in the report): the headline rows, in this order; those
+# of INTERVALS carry their 95% interval. A key a side's file lacks is "—".
 HEADLINE = [
     ("accuracy", "accuracy"),
     ("macro_f1", "macro-F1"),
@@ -49,10 +62,16 @@ HEADLINE = [
     ("baseline.majority_accuracy", "majority-class baseline accuracy"),
     ("baseline.zero_shot_accuracy", "zero-shot baseline accuracy"),
     ("baseline.zero_shot_macro_f1", "zero-shot baseline macro-F1"),
+    ("baseline.zero_shot_calibrated_accuracy", "calibrated zero-shot baseline accuracy"),
+    *CALIBRATION,
 ]
+# the headline rows of an extra test set (eval.json's ``test_sets.<name>``)
+SET_HEADLINE = [("test_rows", "test rows"), *HEADLINE[:4], *CALIBRATION]
 
 
-INTERVALS = ("accuracy", "macro_f1", "relative_error_reduction")  # keys with a 95% interval
+METRICS_HEADER = ["metric", "A", "B", "Δ", "A 95% interval", "B 95% interval"]
+INTERVALS = ("accuracy", "macro_f1", "relative_error_reduction", "calibration.ece",
+             "calibration.nll", "calibration.brier")  # keys with a 95% interval
 # (key under per_class.<label>, name, with a Δ column)
 PER_CLASS = [("f1", "F1", True), ("precision", "precision", False),
              ("recall", "recall", False), ("support", "support", False)]
@@ -85,7 +104,8 @@ def write_report(c: Comparison, out: Path, repo: Path) -> Path:
     with output_dir(out, command="compare") as tmp:
         images = {title: _render_png(specs, tmp) for title, specs in c.plots.items()
                   if title not in confusion}
-        images = {**_confusion_pngs(c.sides, c.review.labels, tmp), **images}
+        images = {**_confusion_pngs(c.sides, c.review.labels, tmp),
+                  **_calibration_pngs(c.sides, tmp), **images}
         text = _markdown(c, images, _texts(repo, c.review))
         (tmp / VERDICT_MD).write_text(c.review.summary(), encoding="utf-8")
         (tmp / REPORT_MD).write_text(text, encoding="utf-8")
@@ -129,8 +149,6 @@ def _confusion_pngs(sides: tuple[Side, Side], labels: list[str],
                     folder: Path) -> dict[str, list[str]]:
     """A K x K heatmap per predictor (adapter, zero-shot baseline), A beside B, actual
     classes on the rows and every cell drawn with its count, zeros too."""
-    import vl_convert
-
     matrices = {
         "Confusion matrix, adapter (test split)":
             [(s, s.evals.confusion_matrix if s.evals else None) for s in sides],
@@ -150,7 +168,7 @@ def _confusion_pngs(sides: tuple[Side, Side], labels: list[str],
             for name, matrix in found for actual in order for predicted in order]
         top = max(v["count"] for v in values) or 1
         spec = {
-            "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+            "$schema": VEGA_LITE,
             "title": title, "data": {"values": values},
             "facet": {"column": {"field": "revision", "type": "nominal", "title": None,
                                  "sort": [name for name, _ in found]}},
@@ -168,11 +186,75 @@ def _confusion_pngs(sides: tuple[Side, Side], labels: list[str],
                         "text": {"field": "count", "type": "quantitative"},
                         "color": {"condition": {"test": f"datum.count > {top / 2}",
                                                 "value": "white"}, "value": "black"}}}]}}
-        name = f"{slug(title)}.png"
-        (folder / name).write_bytes(vl_convert.vegalite_to_png(
-            spec, vl_version=_vl_version(spec), scale=1))
-        images[title] = [name]
+        images[title] = [_draw(spec, folder)]
     return images
+
+
+def _draw(spec: dict[str, Any], folder: Path) -> str:
+    """Draw the Vega-Lite ``spec`` to ``<its title>.png`` in ``folder`` (vl-convert,
+    offline); returns the file name."""
+    import vl_convert
+
+    name = f"{slug(spec['title'])}.png"
+    (folder / name).write_bytes(vl_convert.vegalite_to_png(spec, vl_version=_vl_version(spec),
+                                                           scale=1))
+    return name
+
+
+CURVE_DOTS = 40  # a risk-coverage curve of at most this many points marks each
+RELIABILITY = "Reliability diagram, adapter (test split)"
+RISK_COVERAGE = "Risk-coverage curve, adapter (test split)"
+
+
+def _calibration_pngs(sides: tuple[Side, Side], folder: Path) -> dict[str, list[str]]:
+    """:func:`calibration_specs` drawn to PNG in ``folder``: ``{title: [file name]}``."""
+    return {spec["title"]: [_draw(spec, folder)] for spec in calibration_specs(sides)}
+
+
+def calibration_specs(sides: tuple[Side, Side]) -> list[dict[str, Any]]:
+    """Vega-Lite specs from each side's predictions (raw probabilities), A and B on one
+    plot each:
+
+    - a reliability diagram: accuracy against mean confidence in each of
+      :func:`lorasent.calibration.reliability_bins`'s bins that has rows, and the
+      diagonal of perfect calibration;
+    - a risk-coverage curve: the accuracy of the rows kept against the share kept, as
+      the confidence threshold rises (:func:`lorasent.calibration.risk_coverage`).
+
+    A side without predictions is left out; ``[]`` when neither has them."""
+    from lorasent.calibration import reliability_bins, risk_coverage
+
+    found = [(f"{side} ({s.rev})", s.predictions) for side, s in zip("AB", sides, strict=True)
+             if s.predictions is not None]
+    if not found:
+        return []
+    bins = [{"revision": name, **b} for name, p in found
+            for b in reliability_bins(p.actual, p.probabilities) if b["rows"]]
+    curve = [{"revision": name, **r} for name, p in found
+             for r in risk_coverage(p.actual, p.probabilities)]
+    color = {"field": "revision", "type": "nominal", "sort": [name for name, _ in found]}
+    unit = {"type": "quantitative", "scale": {"domain": [0, 1]}}
+    plots: list[dict[str, Any]] = [
+        {"title": RELIABILITY, "layer": [
+            {"data": {"values": [{"confidence": 0, "accuracy": 0},
+                                 {"confidence": 1, "accuracy": 1}]},
+             "mark": {"type": "line", "color": "gray", "strokeDash": [4, 4]},
+             "encoding": {"x": {"field": "confidence", **unit},
+                          "y": {"field": "accuracy", **unit}}},
+            {"data": {"values": bins}, "mark": {"type": "line", "point": True},
+             "encoding": {"x": {"field": "confidence", **unit,
+                                "title": "confidence (mean top probability of the bin)"},
+                          "y": {"field": "accuracy", **unit, "title": "accuracy of the bin"},
+                          "color": color}}]},
+        {"title": RISK_COVERAGE, "data": {"values": curve},  # dots only where they are few
+         "mark": {"type": "line", "point": len(curve) <= CURVE_DOTS},
+         "encoding": {"x": {"field": "coverage", **unit,
+                            "title": "coverage (share of rows at or above the threshold)"},
+                      "y": {"field": "accuracy", "type": "quantitative",
+                            "title": "accuracy of those rows"},
+                      "color": color}},
+    ]
+    return [{"$schema": VEGA_LITE, "width": 360, "height": 300, **plot} for plot in plots]
 
 
 def still_spec(spec: dict[str, Any]) -> dict[str, Any]:
@@ -241,13 +323,12 @@ def _markdown(c: Comparison, images: dict[str, list[str]], texts: dict[str, str]
         lines += params_table(c.changed_params())
 
     lines += ["", "## Metrics (test split)", ""]
-    lines += table(["metric", "A", "B", "Δ", "A 95% interval", "B 95% interval"],
-                    ([name, *_row(evals.get(key)), *(interval_cell(s.evals, key) for s in sides)]
-                     for key, name in HEADLINE if key in evals))
+    lines += table(METRICS_HEADER, metrics_rows(HEADLINE, _pair_of(
+        dump(s.evals) if s.evals else None for s in sides)))
     if review.paired:
         lines += ["", "## Is the difference real? (paired, same test rows"
                   + ("; not a result: a side is stale)" if runs else ")"), ""]
-        lines += paired_table(review.paired)
+        lines += paired_table(review.paired, review.calibration)
     lines += ["", "## Per class (test split)", ""]
     header = ["class"] + [f"{name} {side}" for _, name, delta in PER_CLASS
                           for side in ("A", "B", "Δ")[:3 if delta else 2]]
@@ -265,6 +346,8 @@ def _markdown(c: Comparison, images: dict[str, list[str]], texts: dict[str, str]
                              for actual, row in matrix.items())) + [""]
     if review.paired:
         lines += ["## Flipped texts", ""] + _flipped(review, texts) + [""]
+    for name, judged in review.sets.items():
+        lines += set_section(name, judged, sides)
     training = [(name, metrics.get(file, {}).get(key)) for file, key, name in TRAINING]
     if any(v for _, v in training):
         lines += ["## Training (dvclive)", ""]
@@ -292,13 +375,21 @@ def _not_run(runs: dict[str, dict[str, Any]] | None, file: str, key: str,
     return "; ".join(said)
 
 
-def paired_table(p: PairedComparison) -> list[str]:
-    """Markdown lines: Δ accuracy and Δ macro-F1 with their paired intervals, McNemar's
-    test, and each actual class's rows B fixed and broke; numbers as in the verdict."""
+def paired_table(p: PairedComparison, calibration: dict[str, float] | None = None) -> list[str]:
+    """Markdown lines: Δ accuracy and Δ macro-F1 with their paired intervals, then (given
+    ``calibration``, :func:`lorasent.calibration.calibration_deltas`'s) Δ ECE, Δ NLL and
+    Δ Brier with theirs, McNemar's test, and each actual class's rows B fixed and broke;
+    numbers as in the verdict."""
     rows = [[name, delta_text(delta), delta_text(None, low, high)]
             for name, delta, (low, high) in (("Δ accuracy", p.delta_accuracy, p.delta_accuracy_ci),
                                              ("Δ macro-F1", p.delta_macro_f1, p.delta_macro_f1_ci))]
+    rows += [[name, delta_text(calibration[key]), delta_text(None, calibration[f"{key}_ci95_low"],
+                                                            calibration[f"{key}_ci95_high"])]
+             for key, name in DELTAS if calibration]
     lines = table(["B − A", "value", "paired bootstrap 95% interval"], rows)
+    if calibration:
+        lines += ["", "ECE, NLL and Brier score of the probabilities each predictions file "
+                      "holds (raw, before temperature scaling): lower is better."]
     lines += ["", f"McNemar's exact test on the {p.rows} rows: {p.only_b_right} right only in B, "
                   f"{p.only_a_right} right only in A, p = {p_text(p.p_value)}.", ""]
     lines += table(["actual class", "rows B fixed (A wrong, B right)",
@@ -307,19 +398,64 @@ def paired_table(p: PairedComparison) -> list[str]:
     return lines
 
 
+DELTAS = [("delta_ece", "Δ ECE"), ("delta_nll", "Δ NLL"), ("delta_brier", "Δ Brier score")]
+
+
+def set_section(name: str, review: Review, sides: tuple[Side, Side]) -> list[str]:
+    """Markdown lines: one extra test set both sides have: its verdict, warnings and notes,
+    each side's metrics on it (eval.json's ``test_sets.<name>``) and the paired table."""
+    values = _pair_of(set_metrics(s, name) for s in sides)
+    sources = [lookup(v, "source", None) for v in values]
+    lines = [f"## Test set {name}", "", review.summary().rstrip(), ""]
+    if any(sources):
+        lines += [f"Source: {_pair({'old': sources[0], 'new': sources[1]})}.", ""]
+    lines += table(METRICS_HEADER, metrics_rows(SET_HEADLINE, values))
+    if review.paired:
+        lines += [""] + paired_table(review.paired, review.calibration)
+    return lines + [""]
+
+
+def _pair_of(values: Iterable[dict[str, Any] | None]) -> tuple[dict[str, Any] | None,
+                                                               dict[str, Any] | None]:
+    a, b = values
+    return a, b
+
+
 def params_table(changed: Sequence[tuple[str, Any, Any]]) -> list[str]:
     """Markdown lines: a table of ``(key, A's value, B's value)``, or "None."."""
     return table(["param", "A", "B"], ([f"`{k}`", param_cell(old), param_cell(new)]
                                         for k, old, new in changed)) if changed else ["None."]
 
 
-def interval_cell(evals: EvalMetrics | None, key: str) -> str:
-    """``[low, high]`` of eval.json's ``key`` (4 decimals); "—" for a key without an
-    interval, a side without metrics or an interval that is None."""
-    if evals is None or key not in INTERVALS:
+def interval_cell(values: dict[str, Any] | None, key: str) -> str:
+    """``[low, high]`` of ``key`` in eval.json's object ``values`` (or a test set's), from
+    ``<key>_ci95_low`` and ``_high`` (4 decimals); "—" for a key without an interval
+    (:data:`INTERVALS`), a side without metrics or an interval that is None."""
+    if values is None or key not in INTERVALS:
         return "—"
-    _, low, high = evals.interval(key)
-    return with_interval(None, low, high)
+    return with_interval(None, *(lookup(values, f"{key}_ci95_{end}", None)
+                                 for end in ("low", "high")))
+
+
+def set_metrics(side: Side, name: str) -> dict[str, Any] | None:
+    """eval.json's ``test_sets.<name>`` of ``side``; None when it has no such set."""
+    found = side.evals.test_sets.get(name) if side.evals else None
+    return dump(found) if found else None
+
+
+def metrics_rows(keys: Sequence[tuple[str, str]],
+                 values: tuple[dict[str, Any] | None, dict[str, Any] | None]) -> list[list[str]]:
+    """Rows ``[name, A, B, Δ, A 95% interval, B 95% interval]`` of the ``(key, name)``
+    either of A's and B's objects ``values`` holds (dotted keys reach inside)."""
+    rows = []
+    for key, name in keys:
+        a, b = (lookup(v, key, None) for v in values)
+        if a is None and b is None:
+            continue
+        numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (a, b))
+        diff = {"old": a, "new": b, "diff": b - a if numbers else None}  # as dvc metrics diff
+        rows.append([name, *_row(diff), *(interval_cell(v, key) for v in values)])
+    return rows
 
 
 def _texts(repo: Path, review: Review) -> dict[str, str] | str:
@@ -342,7 +478,8 @@ def _texts(repo: Path, review: Review) -> dict[str, str] | str:
 
 def _flipped(review: Review, texts: dict[str, str] | str) -> list[str]:
     """Up to :data:`FLIPPED_TEXTS` rows each way, those whose actual class's probability
-    moved most first."""
+    moved most first; with a last column marking those a test-label audit flags
+    (:func:`flag`) when it flags any flipped row."""
     if isinstance(texts, str):
         return [texts]
     assert review.rows is not None
@@ -364,11 +501,20 @@ def _flipped(review: Review, texts: dict[str, str] | str) -> list[str]:
             f", the {len(shown)} whose actual class's probability moved most" if shown else ""),
             ""]
         if shown:
-            lines += table(["text", "actual", "A (probability)", "B (probability)"],
-                            ([clip(texts[a.ids[i]]), labels[a.actual[i]], picked(a, i),
-                              picked(b, i)] for i in shown))
+            audit = ["test-label audit"] if review.flagged else []
+            lines += table(["text", "actual", "A (probability)", "B (probability)", *audit],
+                           ([clip(texts[a.ids[i]]), labels[a.actual[i]], picked(a, i),
+                             picked(b, i), *([flag(review, a.ids[i])] if audit else [])]
+                            for i in shown))
         lines += [""]
     return lines
+
+
+def flag(review: Review, row_id: str) -> str:
+    """The mark of a flipped row whose test label a side's audit flags: ``likely label
+    error (flagged by A, B)``; empty for another row."""
+    who = review.flagged.get(row_id)
+    return f"⚑ likely label error (flagged by {who})" if who else ""
 
 
 def clip(text: str, limit: int = 200) -> str:

@@ -6,7 +6,11 @@ From each side's committed metrics and predictions (:class:`Side`, read by
 
 - scored on the same test rows: Δ accuracy and Δ macro-F1 with paired-bootstrap 95%
   intervals and McNemar's exact test (``lorasent.statistics``); "Not settled" when the
-  two disagree;
+  two disagree; Δ ECE, Δ NLL and Δ Brier of the probabilities with their paired
+  intervals (``lorasent.calibration.calibration_deltas``); how many of the rows B fixed
+  or broke a side's test-label audit flags (:func:`flagged_note`);
+- each extra test set both sides have (``test_sets`` of eval.json): the same paired
+  verdict, and one sentence when the sets disagree (:func:`disagreement`);
 - scored on different rows, with other classes or other gold labels: no paired test, and
   why;
 - groups of runs (one per seed): Welch's t-test (:func:`group_review`);
@@ -24,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from lorasent.calibration import calibration_deltas
 from lorasent.contracts import EvalMetrics, dump
 from lorasent.metrics import Predictions, run_warnings, warnings_by_kind
 from lorasent.statistics import (
@@ -45,8 +50,21 @@ def _some(ids: Iterable[str]) -> str:
 
 
 @dataclass(frozen=True)
+class LabelIssue:
+    """One row of a test-label audit (``metrics/label_issues.csv``): a test row whose
+    given label cleanlab finds likely wrong."""
+
+    rank: int               # 1: the most likely mislabelled
+    id: str                 # the test row's id
+    actual: str             # the given label
+    suggested: str          # the model's argmax
+    self_confidence: float  # the model's probability of the given label, in [0, 1]
+
+
+@dataclass(frozen=True)
 class Side:
-    """What one revision committed: its metrics, predictions and training record."""
+    """What one revision committed: its metrics, predictions and training record; for an
+    extra test set (``test_sets``), its predictions and label audit only."""
 
     rev: str
     evals: EvalMetrics | None      # metrics/eval.json
@@ -54,6 +72,10 @@ class Side:
     predictions: Predictions | None
     predictions_error: str | None  # why there are no predictions to pair
     train: dict[str, Any] | None   # metrics/provenance/train.json
+    # metrics/label_issues.csv by row id, in rank order; None: no audit committed
+    label_issues: dict[str, LabelIssue] | None = None
+    # eval.json's test_sets, by name, each with its own predictions and label audit
+    test_sets: dict[str, Side] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -84,29 +106,147 @@ class Review:
     paired: PairedComparison | None = None
     rows: tuple[Predictions, Predictions] | None = None  # A's and B's, rows in A's order
     notes: list[str] = field(default_factory=list)  # true of A and B alike: not the change
+    # ``lorasent.calibration.calibration_deltas`` of the paired rows' probabilities
+    calibration: dict[str, float] | None = None
+    # {row id: "A", "B" or "A, B"}: the rows B fixed or broke that a side's audit flags
+    flagged: dict[str, str] = field(default_factory=dict)
+    sets: dict[str, Review] = field(default_factory=dict)  # each extra test set's review
 
     def summary(self, notes: bool = True) -> str:
-        """The verdict, the warnings about the change, then (with ``notes``) the notes true
-        of both sides, as Markdown: the top of the report and of the pull request comment."""
-        lines = [f"**{self.verdict}**", ""]
+        """The verdict, one line per test set (:func:`set_lines`, with extra sets), the
+        warnings about the change, then (with ``notes``) the notes true of both sides, as
+        Markdown: the top of the report and of the pull request comment."""
+        lines = [f"**{self.verdict}**", ""] + (set_lines(self) + [""] if self.sets else [])
         said = [f"- ⚠ {w}" for w in self.warnings] + [f"- Note: {n}" for n in self.notes
                                                       if notes]
         return "\n".join(lines + said + ([""] if said else []))
 
 
+MAIN_SPLIT = "the test split"  # the main test set, as sentences name it
+
+
+def set_lines(review: Review) -> list[str]:
+    """Markdown lines, one per test set (the test split first, then each extra set both
+    sides have): ``- reviews-zh (400 rows): worse, Δ accuracy −0.050 [−0.090, −0.012]``,
+    the verdict in a word (:func:`outcome`); ``- reviews-zh: no paired test`` without one."""
+
+    def line(name: str, p: PairedComparison | None) -> str:
+        return (f"- {name} ({p.rows} rows): {outcome(p)}, Δ accuracy "
+                f"{delta_text(p.delta_accuracy, *p.delta_accuracy_ci)}" if p else
+                f"- {name}: {outcome(p)}")
+
+    return [line(MAIN_SPLIT.removeprefix("the "), review.paired),
+            *(line(name, r.paired) for name, r in review.sets.items())]
+
+
 def judge(a: Side, b: Side, labels: list[str], stale: dict[str, Stale | None] | None = None,
             notes: Sequence[str] = ()) -> Review:
-    """The verdict and warnings. A side in ``stale`` is said first, and then no verdict
-    is called a result: its metrics are not of its params."""
-    review = _paired_review(a, b, labels)
+    """The verdict and warnings, on the test split and on each extra test set both sides
+    have (a set only one side has is named in a warning); when the sets' verdicts differ,
+    a sentence saying so ends the verdict (:func:`disagreement`). A side in ``stale`` is
+    said first, and then no verdict is called a result: its metrics are not of its
+    params."""
+    review = _judged(a, b, labels)
+    sets = {name: _judged(a.test_sets[name], b.test_sets[name], labels)
+            for name in a.test_sets if name in b.test_sets}
+    only = [f"test set {name} is only in {side} ({s.rev}), so it has no paired verdict"
+            for side, s, other in (("A", a, b), ("B", b, a))
+            for name in s.test_sets if name not in other.test_sets]
     said = [found.sentence(f"{side} ({s.rev})") for side, s in (("A", a), ("B", b))
             if (found := (stale or {}).get(side))]
-    warnings = [*notes, *review.warnings]
+    verdict = review.verdict
     if said:
         verdict = (f"Not a result until then: the predictions on file give "
                    f"{measured_text(review.paired)}." if review.paired else review.verdict)
-        review = replace(review, verdict=f"{'. '.join(said)}. {verdict}")
-    return replace(review, warnings=warnings)
+        verdict = f"{'. '.join(said)}. {verdict}"
+    split = disagreement({MAIN_SPLIT: outcome(review.paired),
+                          **{name: outcome(r.paired) for name, r in sets.items()}})
+    return replace(review, verdict=f"{verdict} {split}".strip(),
+                   warnings=[*notes, *only, *review.warnings], sets=sets)
+
+
+def _judged(a: Side, b: Side, labels: list[str]) -> Review:
+    """:func:`_paired_review` of one test set, with the calibration deltas of its paired
+    rows and the note on the flipped rows a side's label audit flags."""
+    review = _paired_review(a, b, labels)
+    if review.rows is None:
+        return review
+    pa, pb = review.rows
+    flagged = flagged_flips(review.rows, a.label_issues, b.label_issues)
+    note = flagged_note(review.rows, flagged, a.label_issues, b.label_issues)
+    return replace(review, calibration=calibration_deltas(pa.actual, pa.probabilities,
+                                                          pb.probabilities),
+                   flagged=flagged, notes=review.notes + ([note] if note else []))
+
+
+def outcome(p: PairedComparison | None) -> str:
+    """The verdict of :func:`paired_verdict` in a word: ``better``, ``worse``, ``not
+    settled``, ``no detectable difference``; ``no paired test`` without ``p``."""
+    if p is None:
+        return "no paired test"
+    if p.significant:
+        return "better" if p.delta_accuracy > 0 else "worse"
+    low, high = p.delta_accuracy_ci
+    return ("not settled" if low > 0 or high < 0 or p.p_value < ALPHA
+            else "no detectable difference")
+
+
+_ON = {"better": "better", "worse": "worse", "not settled": "not settled",
+       "no detectable difference": "not detectably different"}  # "B is <...> on <sets>"
+
+
+def disagreement(outcomes: dict[str, str]) -> str:
+    """One sentence when test sets' verdicts (``{set: outcome}``, :func:`outcome`)
+    differ, sets without a paired test aside: ``The test sets disagree: B is better on
+    the test split but worse on reviews-zh.``; empty when they agree."""
+    groups: dict[str, list[str]] = {}
+    for name, word in outcomes.items():
+        if word in _ON:
+            groups.setdefault(word, []).append(name)
+    if len(groups) < 2:
+        return ""
+    parts = [f"{_ON[word]} on {_and(names)}" for word, names in groups.items()]
+    return (f"The test sets disagree: B is "
+            f"{_and(parts, last=' but ' if len(parts) == 2 else ' and ')}.")
+
+
+def _and(items: list[str], last: str = " and ") -> str:
+    """``a``, ``a and b``, ``a, b and c`` (``last`` before the last)."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])}{last}{items[-1]}"
+
+
+def flipped_ids(rows: tuple[Predictions, Predictions]) -> list[str]:
+    """The ids of the paired rows B fixed or broke (exactly one side right), in A's order."""
+    a, b = rows
+    flipped = (a.predicted == a.actual) != (b.predicted == a.actual)
+    return [a.ids[i] for i in np.flatnonzero(flipped)]
+
+
+def flagged_flips(rows: tuple[Predictions, Predictions], audit_a: dict[str, LabelIssue] | None,
+                  audit_b: dict[str, LabelIssue] | None) -> dict[str, str]:
+    """``{row id: "A", "B" or "A, B"}``: the rows B fixed or broke (:func:`flipped_ids`)
+    whose test label A's or B's audit (``metrics/label_issues.csv``) flags, and whose."""
+    found = {row_id: ", ".join(side for side, audit in (("A", audit_a), ("B", audit_b))
+                               if row_id in (audit or {}))
+             for row_id in flipped_ids(rows)}
+    return {row_id: who for row_id, who in found.items() if who}
+
+
+def flagged_note(rows: tuple[Predictions, Predictions], flagged: dict[str, str],
+                 audit_a: dict[str, LabelIssue] | None,
+                 audit_b: dict[str, LabelIssue] | None) -> str:
+    """``7 of the 41 rows B fixed or broke are likely label errors (cleanlab, flagged on
+    A's or B's test-label audit): <ids>.``; empty when neither side has an audit or B
+    fixed and broke nothing."""
+    flipped = len(flipped_ids(rows))
+    audits = [side for side, audit in (("A", audit_a), ("B", audit_b)) if audit is not None]
+    if not audits or not flipped:
+        return ""
+    whose = " or ".join(f"{side}'s" for side in audits) + " test-label audit" + (
+        f"; {'B' if audits == ['A'] else 'A'} has none" if len(audits) == 1 else "")
+    return (f"{len(flagged)} of the {flipped} rows B fixed or broke "
+            f"{'is a likely label error' if len(flagged) == 1 else 'are likely label errors'}"
+            f" (cleanlab, flagged on {whose}){f': {_some(flagged)}' if flagged else ''}.")
 
 
 def side_warnings(a: Side, b: Side) -> tuple[list[str], list[str]]:
@@ -193,10 +333,11 @@ def paired_verdict(p: PairedComparison) -> str:
     does not is said too."""
     f1_low, f1_high = p.delta_macro_f1_ci
     measured = measured_text(p)
-    if p.significant:
-        return f"B is {'better' if p.delta_accuracy > 0 else 'worse'} than A: {measured}."
+    word = outcome(p)
+    if word in ("better", "worse"):
+        return f"B is {word} than A: {measured}."
     low, high = p.delta_accuracy_ci
-    if low > 0 or high < 0 or p.p_value < ALPHA:  # one test says so, the other not
+    if word == "not settled":  # one test says so, the other not
         return (f"Not settled: {measured}. The paired interval of Δ accuracy "
                 f"{'excludes' if low > 0 or high < 0 else 'holds'} 0, but McNemar's p "
                 f"{'is' if p.p_value < ALPHA else 'is not'} below {ALPHA}: only both together "
