@@ -4,6 +4,7 @@ scores with known answers)."""
 
 import csv
 import io
+from typing import Any
 
 import numpy as np
 import pytest
@@ -84,7 +85,7 @@ def test_relative_error_reduction_against_each_reference():
 
 def test_calibration_raw_and_scaled():
     s = scored()
-    scaling = TemperatureScaling(**TEMPERATURE)
+    scaling = TemperatureScaling.model_validate(TEMPERATURE)
     metrics, _ = _set_metrics(s, labels=LABELS, wanted="auto", scaling=scaling,
                               majority_class="negative", issues_file="f.csv")
     raw = calibration_metrics(s.y, probabilities(s.scores))
@@ -123,7 +124,7 @@ def test_label_issues_file_ranks_the_flagged_rows():
     assert empty == "rank,id,actual,suggested,self_confidence\n"
 
 
-TEMPERATURE = {"method": "m", "fitted_on": "validation", "validation_rows": 4,
+TEMPERATURE: dict[str, Any] = {"method": "m", "fitted_on": "validation", "validation_rows": 4,
                "temperature": 2.0, "note": None, "ece_bins": 15, "nll_before": 1.0,
                "nll_after": 0.9, "ece_before": 0.2, "ece_after": 0.1, "brier_before": 0.5,
                "brier_after": 0.4, "risk_coverage": []}

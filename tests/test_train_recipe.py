@@ -79,7 +79,7 @@ SEQ_CLS = {"mode": "seq_cls", "max_steps": 2, "per_device_train_batch_size": 4,
 # tests run on has its hash; a moved random draw changes the weights wholesale and
 # matches none. lorasent.json holds the params, so a new params key changes its hash
 # (``evaluate.test_sets``, issue 30).
-GOLDEN = {
+GOLDEN: dict[str, dict[str, Any]] = {
     "generative": {
         "adapter_model.safetensors": {  # AMD EPYC (CI), Intel Xeon
             "e79bb03cc968c8116e3c6ca2b2aa4410d4e583f6fadfffc226169b8137e420e7",
