@@ -42,29 +42,30 @@ def _metrics(accuracy: float, rows: int, calibration: dict[str, Any] | None,
                                   "support": rows // 2} for label in LABELS},
             "confusion_matrix": {"neg": {"neg": rows // 2 - wrong, "pos": wrong},
                                  "pos": {"neg": wrong, "pos": rows // 2 - wrong}},
-            "labels": LABELS, "test_rows": rows, "reference": "majority",
-            "reference_accuracy": 0.5, **({"calibration": calibration} if calibration else {}),
-            **more}
+            "labels": LABELS, "test_rows": rows, "baseline": BASELINE, "reference": "majority",
+            "reference_accuracy": 0.5, "relative_error_reduction_note": None,
+            **({"calibration": calibration} if calibration else {}), **more}
+
+
+BASELINE = {"majority_class": "neg", "majority_accuracy": 0.5, "zero_shot_accuracy": 0.45,
+            "zero_shot_macro_f1": 0.4, "zero_shot_calibrated_accuracy": 0.55,
+            "zero_shot_calibrated_macro_f1": 0.5}
 
 
 def _eval_json(accuracy: float, calibration: dict[str, Any] | None,
                sets: dict[str, dict[str, Any]]) -> EvalMetrics:
-    return EvalMetrics.model_validate(_metrics(
-        accuracy, 40, calibration, baseline={
-            "majority_class": "neg", "majority_accuracy": 0.5, "zero_shot_accuracy": 0.45,
-            "zero_shot_macro_f1": 0.4, "zero_shot_calibrated_accuracy": 0.55,
-            "zero_shot_calibrated_macro_f1": 0.5},
-        relative_error_reduction_note=None, test_sets=sets))
+    return EvalMetrics.model_validate(_metrics(accuracy, 40, calibration, test_sets=sets))
 
 
-ZH = {"source": "packaged:reviews-zh"}
+ZH = {"source": "packaged:reviews-zh", "data": {}}
+NEWS = {"source": "news.csv", "data": {}}
 SIDES = (
     Side(A.rev, _eval_json(0.7, _calibration(0.2, 1.5), {
         "reviews-zh": _metrics(1.0, 30, _calibration(0.1, 1.5), **ZH),
-        "news": _metrics(0.9, 20, None), "only-a": _metrics(1.0, 10, None)}),
+        "news": _metrics(0.9, 20, None, **NEWS), "only-a": _metrics(1.0, 10, None, **NEWS)}),
          None, A.predictions, None, None, A.label_issues, A.test_sets),
     Side(B.rev, _eval_json(1.0, None, {"reviews-zh": _metrics(2 / 3, 30, None, **ZH),
-                                       "news": _metrics(0.9, 20, None)}),
+                                       "news": _metrics(0.9, 20, None, **NEWS)}),
          None, B.predictions, None, None, B.label_issues, B.test_sets))
 REVIEW = judge(*SIDES, LABELS)
 COMPARISON = Comparison("main", "HEAD", {"main": "aaaaaaa", "HEAD": "bbbbbbb"}, {}, {}, {}, "",

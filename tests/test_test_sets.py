@@ -434,6 +434,4 @@ def test_a_preset_without_test_sets_changes_only_their_lines(tmp_path):
     apply_preset(tmp_path / "preset.yaml", path)
     assert load_params(path).evaluate.test_sets == {}
     head, _, _ = before.partition("  test_sets:")
-    assert path.read_text(encoding="utf-8") == head + (
-        "  test_sets: {}                 # extra labelled test sets, scored beside the split's "
-        "test split: name -> source; {} for none\n")
+    assert path.read_text(encoding="utf-8") == head + "  test_sets: {}\n"
