@@ -31,7 +31,7 @@ pytestmark = pytest.mark.integration
 
 TINY = {"split": {"train_size": 12, "validation_size": 0, "test_size": 12},
         "train": {"max_steps": 1, "per_device_train_batch_size": 4, "logging_steps": 1},
-        "evaluate": {"batch_size": 12}}
+        "evaluate": {"batch_size": 12, "test_sets": {}}}
 
 
 @pytest.fixture(scope="module")
