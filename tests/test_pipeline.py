@@ -47,14 +47,20 @@ def test_metrics_have_every_key_in_range(repo):
     assert sum(sum(row.values()) for row in m["confusion_matrix"].values()) == 24
     assert 0.0 <= m["baseline"]["majority_accuracy"] <= 1.0
     assert 0.0 <= m["baseline"]["zero_shot_accuracy"] <= 1.0
-    assert m["reference"] == "zero_shot"
-    assert m["reference_accuracy"] == m["baseline"]["zero_shot_accuracy"]
+    # evaluate.reference auto: the calibrated zero-shot baseline when it beats the other
+    base = m["baseline"]
+    expected = ("zero_shot_calibrated" if base["zero_shot_calibrated_accuracy"]
+                > base["zero_shot_accuracy"] else "zero_shot")
+    assert m["reference"] == expected
+    assert m["reference_accuracy"] == base[f"{expected}_accuracy"] == m["references"][
+        expected]["accuracy"]
+    assert m["references"]["majority"]["accuracy"] == base["majority_accuracy"]
     if m["relative_error_reduction"] is None:
         assert m["relative_error_reduction_note"]
     else:
         ref = m["reference_accuracy"]
         assert m["relative_error_reduction"] == pytest.approx((m["accuracy"] - ref) / (1 - ref))
-    assert read(repo, "metrics/data.json")["split_rows"] == {"train": 24, "validation": 0,
+    assert read(repo, "metrics/data.json")["split_rows"] == {"train": 24, "validation": 8,
                                                              "test": 24}
 
 

@@ -28,6 +28,7 @@ code before the change under test.
 """
 
 import hashlib
+import shutil
 import json
 from pathlib import Path
 from typing import Any
@@ -177,3 +178,28 @@ def test_run_train_writes_the_recorded_adapter_bytes(mode, tmp_path, tiny_base, 
         "provenance": {**golden["provenance"], "final_loss": None}}
     assert result.steps == found["provenance"]["steps"]
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_a_run_killed_after_its_last_checkpoint_resumes_to_the_same_history(
+        tmp_path, tiny_base, tiny_split, one_thread, monkeypatch):
+    """Killed between the last step's checkpoint and the adapter's save (the validation
+    scoring for the temperature runs there): the rerun resumes from the checkpoint
+    before (transformers would train a 4th step from the last one, mid-epoch) and
+    writes the history and adapter an uninterrupted run writes."""
+    from lorasent.stages.train import Checkpoints
+
+    raw = {**PARAMS, "train": {**PARAMS["train"], "save_steps": 1, "max_steps": 3,
+                               "eval_strategy": "no"}}
+    params = parse_params(raw)
+    monkeypatch.setattr(Checkpoints, "remove", lambda self: None)  # as if killed
+    train_in(tmp_path / "a", params, tiny_base, tiny_split)
+    checkpoints = tmp_path / "a" / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["checkpoint-2", "checkpoint-3"]
+    shutil.copytree(checkpoints, tmp_path / "b" / "checkpoints")
+    resumed = train_in(tmp_path / "b", params, tiny_base, tiny_split)
+    assert resumed.steps == 3
+    record = json.loads((tmp_path / "b" / "provenance" / "train.json").read_text())
+    assert record["resumed_from_step"] == 2
+    for name in ("adapter/adapter_model.safetensors", "live/plots/metrics/loss.tsv",
+                 "live/plots/metrics/train/loss.tsv"):
+        assert (tmp_path / "b" / name).read_bytes() == (tmp_path / "a" / name).read_bytes()

@@ -482,6 +482,10 @@ class Checkpoints(TrainerCallback):
             return "incomplete: the run was stopped while saving it"
         if not isinstance(record, dict) or record.get("key") != self.key:
             return "from another training: its params, data, base model or code differ"
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # else damage() says
+            state = read_json(path / "trainer_state.json")
+            if 0 < state.get("max_steps", 0) <= state.get("global_step", 0):
+                return LAST_STEP
         rng = (["rng_state.pth"] if self.processes == 1
                else [f"rng_state_{i}.pth" for i in range(self.processes)])
         problem = damage(path, rng)
@@ -546,6 +550,11 @@ class Checkpoints(TrainerCallback):
 
 
 DAMAGED = "damaged: "
+# Why the checkpoint of a training's last step is not resumed: Trainer (transformers 5)
+# would train one step more from it when that step ends no epoch (it resumes the epoch
+# and checks max_steps only after a step), so the checkpoint before it is resumed.
+LAST_STEP = ("the training's last step: resumed from it, transformers would train one "
+             "step more; the checkpoint before it is resumed instead")
 # What a checkpoint must hold besides its RNG states: Trainer resumes without a missing
 # optimiser or scheduler state, silently starting them afresh.
 _ADAPTER_WEIGHTS = "adapter_model.safetensors"
