@@ -82,7 +82,7 @@ def test_outputs_and_provenance(repo):
     assert train["device"]["device"] == "cpu" and train["wall_time_s"] > 0
     assert train["device"]["hip"] is None and "arch" in train["device"]
     assert set(read(repo, "metrics/provenance/evaluate.json")["inputs"]) == {
-        "model", "adapter", "test.jsonl"}
+        "model", "adapter", "test.jsonl", "test_sets.reviews-zh"}
 
 
 def test_intervals_row_ids_and_the_stage_line(repo):
@@ -132,7 +132,10 @@ def test_intervals_row_ids_and_the_stage_line(repo):
     shown = run(repo, "lorasent", "metrics").splitlines()
     assert shown[1] == (f"  {'accuracy':<26}{m['accuracy']:.4f} [{m['accuracy_ci95_low']:.4f}"
                         f", {m['accuracy_ci95_high']:.4f}]")
-    assert [s.split()[:2] for s in shown[4:7]] == [["F1", label] for label in LABELS]
+    others = [name for name in ("majority", "zero_shot", "zero_shot_calibrated")
+              if name != m["reference"]]
+    assert [s.split()[:2] for s in shown[4:9]] == [["against", name] for name in others] + [
+        ["F1", label] for label in LABELS]
     assert shown[len(shown) - len(warnings):] == warnings
     assert max(len(text) for text in shown[:len(shown) - len(warnings)]) < 160  # not 2,616
 
@@ -215,7 +218,8 @@ def test_hub_token_is_never_written(repo):
 def test_plots_render(repo):
     plots = json.loads(run(repo, "dvc", "plots", "show", "--json"))["data"]
     assert sorted(plots) == ["Confusion matrix, adapter (test split)",
-                             "Confusion matrix, baseline (test split)", "Training loss"]
+                             "Confusion matrix, baseline (test split)",
+                             "Reliability diagram, adapter (test split)", "Training loss"]
     # every cell of the K x K matrix the metrics hold, in base.labels order (issue 28, item 5)
     for who, matrix in [("adapter", read(repo, "metrics/eval.json")["confusion_matrix"]),
                         ("baseline", read(repo, "metrics/baseline.json")["zero_shot"]
