@@ -62,6 +62,7 @@ from lorasent.artifacts import (
     write_json,
 )
 from lorasent.calibration import (
+    LabelIssues,
     apply_temperature,
     calibration_metrics,
     label_issues,
@@ -69,6 +70,7 @@ from lorasent.calibration import (
 )
 from lorasent.contracts import (
     EvalMetrics,
+    SetMetrics,
     TemperatureScaling,
     TestSetMetrics,
     dump,
@@ -103,7 +105,7 @@ from lorasent.paths import (
     PROVENANCE_DIR,
     SPLIT_DIR,
 )
-from lorasent.scoring import contextual_calibration, score_texts
+from lorasent.scoring import Encoder, contextual_calibration, score_texts
 from lorasent.stages.test_sets import TestSet, load_test_sets
 from lorasent.statistics import METHOD, intervals, with_interval
 
@@ -215,7 +217,7 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
          "zero_shot_calibrated": _reference_predictions(baseline_calibrated_path, ids, labels)
          if baseline.get("zero_shot_calibrated") else None},
         baseline.get("zero_shot_note"))]
-    sets += [_score_extra(s, model, encoder, baseline, majority, evaluate.batch_size)
+    sets += [_score_extra(s, model, encoder, baseline, labels, majority, evaluate.batch_size)
              for s in extra]
 
     summaries = [_set_metrics(s, labels=labels, wanted=evaluate.reference, scaling=scaling,
@@ -255,8 +257,8 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
     return EvaluateResult(result)
 
 
-def _score_extra(test_set: TestSet, model: Any, encoder: Any, baseline: Mapping[str, Any],
-                 majority: int, batch_size: int) -> ScoredSet:
+def _score_extra(test_set: TestSet, model: Any, encoder: Encoder, baseline: Mapping[str, Any],
+                 labels: list[str], majority: int, batch_size: int) -> ScoredSet:
     """An extra set scored by base + adapter, and by the base model alone (the adapter
     switched off: peft's ``disable_adapter``) for its zero-shot baselines, uncalibrated
     and with the content-free prior of ``metrics/baseline.json``."""
@@ -273,18 +275,13 @@ def _score_extra(test_set: TestSet, model: Any, encoder: Any, baseline: Mapping[
         references["zero_shot"] = zero_shot.argmax(1)
         calibrated = baseline.get("zero_shot_calibrated")
         if calibrated:
-            prior = np.asarray([calibrated["content_free_prior"][label]
-                                for label in baseline_labels(baseline)], dtype=np.float64)
+            prior = np.asarray([calibrated["content_free_prior"][label] for label in labels],
+                               dtype=np.float64)
             references["zero_shot_calibrated"] = contextual_calibration(
                 zero_shot, prior).argmax(1)
     return ScoredSet(test_set.name, [r["id"] for r in test_set.rows],
                      np.asarray([r["label_id"] for r in test_set.rows], dtype=np.int64),
                      scores, references, baseline.get("zero_shot_note"), test_set.report)
-
-
-def baseline_labels(baseline: Mapping[str, Any]) -> list[str]:
-    """The classes of ``metrics/baseline.json``, in class-id order (its per-class keys)."""
-    return list((baseline.get("zero_shot") or {}).get("per_class") or {})
 
 
 def choose_reference(wanted: str, accuracies: Mapping[str, float | None],
@@ -322,7 +319,7 @@ def choose_reference(wanted: str, accuracies: Mapping[str, float | None],
 
 def _set_metrics(s: ScoredSet, *, labels: list[str], wanted: str,
                  scaling: TemperatureScaling | None, majority_class: str,
-                 issues_file: str) -> tuple[dict[str, Any], Any]:
+                 issues_file: str) -> tuple[dict[str, Any], LabelIssues]:
     """The :class:`~lorasent.contracts.SetMetrics` fields of one scored set (as a dict, in
     the contract's order) and its label issues."""
     k = len(labels)
@@ -402,7 +399,7 @@ def _overlap_warnings(s: ScoredSet) -> list[str]:
             "adapter trained on"]
 
 
-def _set_files(s: ScoredSet, issues: Any, metrics: Any, labels: list[str],
+def _set_files(s: ScoredSet, issues: LabelIssues, metrics: SetMetrics, labels: list[str],
                source: str) -> dict[str, str]:
     """The texts of one set's predictions, confusion records and label issues files."""
     return {
@@ -413,7 +410,7 @@ def _set_files(s: ScoredSet, issues: Any, metrics: Any, labels: list[str],
     }
 
 
-def label_issues_csv(ids: Sequence[str], y: np.ndarray, issues: Any,
+def label_issues_csv(ids: Sequence[str], y: np.ndarray, issues: LabelIssues,
                      labels: Sequence[str]) -> str:
     """The flagged rows ranked, most likely mislabelled first: ``rank, id, actual,
     suggested, self_confidence`` (the adapter's probability of the given label, 6
