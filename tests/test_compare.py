@@ -69,13 +69,14 @@ def test_groups_split_at_commas_and_keep_their_order(tmp_path):
     assert expand_group(tmp_path, "HEAD") == ["HEAD"]
 
 
-def test_the_reports_own_matrices_replace_dvcs_confusion_plots(tmp_path):
+def test_the_reports_own_plots_replace_dvcs_confusion_and_reliability_plots(tmp_path):
     from conftest import REPO
-    from lorasent.review.render import confusion_plot_titles
+    from lorasent.review.render import own_plot_titles
 
-    assert confusion_plot_titles(REPO) == {"Confusion matrix, adapter (test split)",
-                                      "Confusion matrix, baseline (test split)"}
-    assert confusion_plot_titles(tmp_path) == set()
+    assert own_plot_titles(REPO) == {"Confusion matrix, adapter (test split)",
+                                     "Confusion matrix, baseline (test split)",
+                                     "Reliability diagram, adapter (test split)"}
+    assert own_plot_titles(tmp_path) == set()
 
 
 # ------------------------------------------------- issue 27 item 3: a stale side is said first

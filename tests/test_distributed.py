@@ -70,13 +70,15 @@ def test_two_gloo_processes_train_and_score_as_one(tiny_copy):
     loss = (root / "metrics/train/plots/metrics/loss.tsv").read_text().splitlines()
     assert [line.split("\t")[0] for line in loss] == ["step", "1", "2", "3"]
     assert sorted(p.name for p in (root / "models/adapter").iterdir()) == [
-        "README.md", "adapter_config.json", "adapter_model.safetensors", "lorasent.json"]
+        "README.md", "adapter_config.json", "adapter_model.safetensors", "calibration.json",
+        "lorasent.json"]
     adapter = (root / "models/adapter/adapter_model.safetensors").read_bytes()
 
     # the same adapter, scored again in one process
     two = {name: _read(root, name) for name in ("metrics/eval.json", "metrics/baseline.json")}
     two_predictions = {name: _predictions(root, name) for name in
-                       ("metrics/predictions.csv", "metrics/baseline_predictions.csv")}
+                       ("metrics/predictions.csv", "metrics/baseline_predictions.csv",
+                        "metrics/baseline_calibrated_predictions.csv")}
     set_params(root, {"base": {"num_processes": 1}})
     for stage in ("baseline", "evaluate"):
         run(root, "lorasent", stage)

@@ -104,9 +104,11 @@ def test_the_closures_hold_what_writes_and_maps_the_outputs():
     assert closure("fetch") - set(EXEMPT) == {
         "stages.fetch", "artifacts", "cli", "environment", "errors", "launch", "modes",
         "params", "paths", "tables"}
-    assert closure("train") - closure("fetch") == {"stages.train", "contracts", "metrics",
-                                                   "modeling", "scoring"}
-    assert closure("evaluate") - closure("train") == {"stages.evaluate", "statistics"}
+    assert closure("train") - closure("fetch") == {"stages.train", "calibration", "contracts",
+                                                   "metrics", "modeling", "scoring",
+                                                   "statistics"}
+    assert closure("evaluate") - closure("train") == {"stages.evaluate", "stages.test_sets",
+                                                      "stages.fetch", "stages.split"}
 
 
 def test_exempt_modules_are_in_some_closure():

@@ -86,7 +86,7 @@ def _cells(spec: dict[str, Any], rev: str) -> dict[str, dict[str, int]]:
 
 
 def test_the_confusion_plots_use_the_projects_template_which_compare_skips():
-    from lorasent.review.render import confusion_plot_titles
+    from lorasent.review.render import own_plot_titles
 
     dvc_yaml = read_yaml((REPO / "dvc.yaml").read_text(encoding="utf-8"), "dvc.yaml")
     defs = {title: spec for plot in dvc_yaml["plots"] for title, spec in plot.items()}
@@ -94,7 +94,8 @@ def test_the_confusion_plots_use_the_projects_template_which_compare_skips():
         assert defs[title] == {"template": "confusion_counts", "x": "predicted",
                                "y": {file: "actual"}}
     assert (REPO / ".dvc" / "plots" / "confusion_counts.json").is_file()
-    assert confusion_plot_titles(REPO) == set(FILES)  # compare draws these itself
+    # compare draws these itself, and the reliability diagram
+    assert own_plot_titles(REPO) == {*FILES, "Reliability diagram, adapter (test split)"}
 
 
 @pytest.mark.slow

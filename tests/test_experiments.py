@@ -183,6 +183,8 @@ def test_make_exp_show_lists_the_headline_metrics_and_the_swept_params(sweep, tm
                 for end in ("", "_ci95_low", "_ci95_high")]
     assert list(table.columns) == ["Experiment", "rev", "typ", *headline,
                                    *(f"per_class.{label}.f1" for label in LABELS),
+                                   "calibration.ece", "calibration.scaled.ece",
+                                   "test_sets.reviews-zh.accuracy",
                                    "train.loss", "train.lora.r", "train.learning_rate"]
     rows = table.set_index("Experiment")
     for name, (r, lr) in EXPERIMENTS.items():
@@ -236,7 +238,8 @@ def test_report_names_every_metric_class_and_changed_param(sweep, report):
 
 def test_report_html_is_self_contained(report):
     page = (report / "report.html").read_text(encoding="utf-8")
-    assert page.count('src="data:image/png;base64,') == 3
+    # the confusion matrices, the reliability diagram, the risk-coverage curve, the loss
+    assert page.count('src="data:image/png;base64,') == 5
     # nothing to fetch: no image, style, script or link points outside the page (the
     # flipped tweets' own URLs are text)
     assert re.findall(r'(?:src|href)="(?!data:)[^"]*"', page) == []
@@ -488,8 +491,11 @@ def test_revisions_scored_on_other_rows_get_no_paired_test(sweep, tmp_path):
     assert ("A and B were scored on different test rows (24 rows only in A, 24 only in B; "
             f"only in A: {', '.join(a_ids[:5])}, … (19 more); only in B: "
             f"{', '.join(f'other{i:012d}' for i in range(5))}, … (19 more))" in text)
-    assert "McNemar" not in text and "## Is the difference real?" not in text
-    assert "A 95% interval" in text  # each side's own interval instead
+    # the test split's part: no paired test (the second test set's rows still pair)
+    split_part, _, reviews = text.partition("## Test set reviews-zh")
+    assert "McNemar" not in split_part and "## Is the difference real?" not in split_part
+    assert "A 95% interval" in split_part  # each side's own interval instead
+    assert "McNemar" in reviews
 
 
 def test_warnings_a_reviewer_cannot_miss_are_in_the_report_and_the_comment(sweep, tmp_path):

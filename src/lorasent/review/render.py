@@ -23,7 +23,7 @@ from typing import Any
 from lorasent.artifacts import output_dir
 from lorasent.contracts import EvalMetrics, dump
 from lorasent.metrics import Predictions
-from lorasent.paths import EVAL_METRICS, SPLIT_DIR
+from lorasent.paths import EVAL_METRICS, EVAL_RELIABILITY, SPLIT_DIR
 from lorasent.review.collect import Comparison, lookup, ran_with
 from lorasent.review.verdict import Review, Side, busy, class_order, delta_text, p_text
 from lorasent.statistics import GroupComparison, PairedComparison, with_interval
@@ -100,10 +100,10 @@ def report_folder(rev_a: str, rev_b: str, out_dir: str | Path | None = None,
 def write_report(c: Comparison, out: Path, repo: Path) -> Path:
     """Write :func:`collect`'s comparison as the report folder ``out`` (verdict.md,
     report.md, report.html, the PNGs), whole or not at all; returns ``out``."""
-    confusion = confusion_plot_titles(repo)  # drawn by the report itself, K x K
+    own = own_plot_titles(repo)  # drawn by the report itself, both sides in one
     with output_dir(out, command="compare") as tmp:
         images = {title: _render_png(specs, tmp) for title, specs in c.plots.items()
-                  if title not in confusion}
+                  if title not in own}
         images = {**_confusion_pngs(c.sides, c.review.labels, tmp),
                   **_calibration_pngs(c.sides, tmp), **images}
         text = _markdown(c, images, _texts(repo, c.review))
@@ -131,18 +131,22 @@ def _render_png(specs: list[dict[str, Any]], folder: Path) -> list[str]:
     return names
 
 
-def confusion_plot_titles(repo: Path) -> set[str]:
-    """The titles of ``dvc.yaml``'s confusion plots. The report draws its own matrices,
-    the same picture from each side's ``metrics/eval.json``: revisions made before the
-    plots drew ``metrics/confusion.json`` have only DVC's built-in ``confusion`` template
-    on the predictions file, which drops the row of a class never predicted."""
+def own_plot_titles(repo: Path) -> set[str]:
+    """The titles of ``dvc.yaml``'s plots that the report draws itself, both sides in
+    one picture: the confusion matrices, from each side's ``metrics/eval.json``
+    (revisions made before the plots drew ``metrics/confusion.json`` have only DVC's
+    built-in ``confusion`` template on the predictions file, which drops the row of a
+    class never predicted), and the reliability diagram (``metrics/reliability.json``),
+    from each side's predictions."""
     from lorasent.params import read_yaml
 
     path = repo / "dvc.yaml"
     plots = (read_yaml(path.read_text(encoding="utf-8"), path) or {}).get("plots", []) \
         if path.is_file() else []
     return {title for plot in plots if isinstance(plot, dict) for title, spec in plot.items()
-            if isinstance(spec, dict) and str(spec.get("template", "")).startswith("confusion")}
+            if isinstance(spec, dict) and (
+                str(spec.get("template", "")).startswith("confusion")
+                or EVAL_RELIABILITY.as_posix() in (spec.get("y") or {}))}
 
 
 def _confusion_pngs(sides: tuple[Side, Side], labels: list[str],
