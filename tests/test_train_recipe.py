@@ -28,8 +28,8 @@ code before the change under test.
 """
 
 import hashlib
-import shutil
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
