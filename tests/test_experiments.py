@@ -280,7 +280,7 @@ def test_report_opens_in_headless_chromium_and_shows_the_confusion_matrices(repo
     done = subprocess.run(
         [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
          "--disable-background-networking", "--hide-scrollbars", "--force-device-scale-factor=1",
-         "--window-size=1400,4000", f"--screenshot={shot}", (report / "report.html").as_uri()],
+         "--window-size=1400,8000", f"--screenshot={shot}", (report / "report.html").as_uri()],
         capture_output=True, text=True, timeout=120)
     assert shot.is_file(), done.stderr
     screen = np.asarray(Image.open(shot).convert("RGB"))

@@ -34,7 +34,8 @@ def project(tmp_path):
     (folder / "tiny-model" / "model.safetensors").write_bytes(b"not read by fetch")
     update_params({"data": {"source": "tweets.csv"},
                    "base": {"model": "tiny-model", "device": "cpu"},
-                   "split": {"train_size": 6, "validation_size": 0, "test_size": 3}}, folder / "params.yaml")
+                   "split": {"train_size": 6, "validation_size": 0, "test_size": 3}},
+                  folder / "params.yaml")
     return folder
 
 
