@@ -120,6 +120,17 @@ def tiny_gemma_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_base(tiny_gemma_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Gemma fetched as the pipeline's base model folder (with its manifest), as
+    the fetch stage writes ``models/base``; read only."""
+    from lorasent.stages.fetch import fetch_model
+
+    out = tmp_path_factory.mktemp("tiny-base") / "base"
+    fetch_model(str(tiny_gemma_dir), out)
+    return out
+
+
+@pytest.fixture(scope="session")
 def tiny_gemma(tiny_gemma_dir: Path) -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     """``(model, tokenizer)``: :func:`tiny_gemma_dir` loaded as the stages load a base
     model (fp32, sdpa, on the CPU)."""

@@ -37,16 +37,6 @@ ZERO_SHOT_KEYS = ["accuracy", "macro_f1", "per_class", "confusion_matrix",
 
 
 @pytest.fixture(scope="module")
-def base_dir(tiny_gemma_dir, tmp_path_factory) -> Path:
-    """The tiny Gemma fetched as a base model folder (with its manifest)."""
-    from lorasent.stages.fetch import fetch_model
-
-    out = tmp_path_factory.mktemp("baseline") / "base"
-    fetch_model(str(tiny_gemma_dir), out)
-    return out
-
-
-@pytest.fixture(scope="module")
 def split_dir(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("baseline-split")
     for name, part in (("train", TRAIN), ("test", TEST)):
@@ -60,11 +50,11 @@ def _params(mode: str) -> Params:
     return parse_params({**PARAMS, "train": {**PARAMS["train"], "mode": mode}})
 
 
-def _run(folder: Path, mode: str, base_dir: Path, split_dir: Path):
+def _run(folder: Path, mode: str, tiny_base: Path, split_dir: Path):
     params = _params(mode)
     result = run_baseline(base=params.base, prompt=params.prompt, batch_size=3,
                           params_record=params.model_dump(mode="json"), mode=mode,
-                          model_dir=base_dir, split_dir=split_dir,
+                          model_dir=tiny_base, split_dir=split_dir,
                           metrics_path=folder / "baseline.json",
                           predictions_path=folder / "baseline_predictions.csv",
                           calibrated_predictions_path=folder / "calibrated.csv",
@@ -74,8 +64,8 @@ def _run(folder: Path, mode: str, base_dir: Path, split_dir: Path):
     return result, report
 
 
-def test_generative_baseline_writes_the_calibrated_zero_shot(tmp_path, base_dir, split_dir):
-    result, report = _run(tmp_path, "generative", base_dir, split_dir)
+def test_generative_baseline_writes_the_calibrated_zero_shot(tmp_path, tiny_base, split_dir):
+    result, report = _run(tmp_path, "generative", tiny_base, split_dir)
     assert list(report) == ["majority_class", "majority_accuracy", "zero_shot",
                             "zero_shot_calibrated", "intervals"]
     assert report["majority_class"] == "negative" and report["majority_accuracy"] == 3 / 8
@@ -83,7 +73,7 @@ def test_generative_baseline_writes_the_calibrated_zero_shot(tmp_path, base_dir,
 
     # recomputed here: the scores, the prior, the metrics and their intervals
     params = _params("generative")
-    model, encoder, _ = load_model_and_prompt(base_dir, base=params.base,
+    model, encoder, _ = load_model_and_prompt(tiny_base, base=params.base,
                                               prompt=params.prompt)
     texts, y = [t for t, _ in TEST], [i for _, i in TEST]
     ids = [row_id(t) for t in texts]
@@ -124,8 +114,8 @@ def test_generative_baseline_writes_the_calibrated_zero_shot(tmp_path, base_dir,
         calibrated).sum(1, keepdims=True), rtol=0, atol=5e-7)   # 6 decimals in the file
 
 
-def test_seq_cls_baseline_has_no_calibrated_zero_shot(tmp_path, base_dir, split_dir):
-    result, report = _run(tmp_path, "seq_cls", base_dir, split_dir)
+def test_seq_cls_baseline_has_no_calibrated_zero_shot(tmp_path, tiny_base, split_dir):
+    result, report = _run(tmp_path, "seq_cls", tiny_base, split_dir)
     note = MODES["seq_cls"].no_zero_shot_note
     assert note
     assert report == {"majority_class": "negative", "majority_accuracy": 3 / 8,

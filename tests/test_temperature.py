@@ -48,29 +48,20 @@ def _split(folder: Path, validation: bool) -> Path:
 
 
 @pytest.fixture(scope="module")
-def base(tiny_gemma_dir, tmp_path_factory) -> Path:
-    from lorasent.stages.fetch import fetch_model
-
-    out = tmp_path_factory.mktemp("temperature") / "base"
-    fetch_model(str(tiny_gemma_dir), out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def run(base, tmp_path_factory) -> Path:
+def run(tiny_base, tmp_path_factory) -> Path:
     """A training whose validation split holds the 8 rows: its folder (``adapter/``,
     ``provenance/``, ``split/``)."""
     folder = tmp_path_factory.mktemp("calibrated")
     split = _split(folder / "split", validation=True)
-    train_in(folder, parse_params(RAW), base, split)
+    train_in(folder, parse_params(RAW), tiny_base, split)
     return folder
 
 
 @pytest.fixture(scope="module")
-def validation_scores(run, base) -> tuple[np.ndarray, np.ndarray]:
+def validation_scores(run, tiny_base) -> tuple[np.ndarray, np.ndarray]:
     """The validation rows scored again, by the saved adapter loaded as evaluate loads it,
     in batches of the train stage's size: ``(scores (N, K) float32, y (N,))``."""
-    model, encoder, _, _ = load_trained_model(run / "adapter", base)
+    model, encoder, _, _ = load_trained_model(run / "adapter", tiny_base)
     rows = [json.loads(line) for line in (run / "split" / "validation.jsonl").read_text(
         encoding="utf-8").splitlines()]
     scores = score_texts(model, encoder, [r["text"] for r in rows], BATCH)
@@ -78,9 +69,9 @@ def validation_scores(run, base) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def raw_scores(run, base) -> np.ndarray:
+def raw_scores(run, tiny_base) -> np.ndarray:
     """:data:`TEXTS` scored by the adapter in predict's batches (``--batch-size 16``)."""
-    model, encoder, _, _ = load_trained_model(run / "adapter", base)
+    model, encoder, _, _ = load_trained_model(run / "adapter", tiny_base)
     return score_texts(model, encoder, TEXTS, 16)
 
 
@@ -135,11 +126,11 @@ def test_calibration_json_holds_the_temperature_fitted_on_the_validation_scores(
         run / "split" / "validation.jsonl")
 
 
-def test_no_validation_rows_write_the_same_shape_and_the_same_adapter(run, base, tmp_path):
+def test_no_validation_rows_write_the_same_shape_and_the_same_adapter(run, tiny_base, tmp_path):
     """Without validation rows: no temperature, the note, the same keys; and the adapter's
     bytes are those of the run that scored 8 validation rows after training."""
     split = _split(tmp_path / "split", validation=False)
-    train_in(tmp_path, parse_params(RAW), base, split)
+    train_in(tmp_path, parse_params(RAW), tiny_base, split)
     found = _calibration(tmp_path)
     assert found == {**{k: v for k, v in _calibration(run).items()
                         if k in ("method", "fitted_on", "ece_bins")},
@@ -190,11 +181,11 @@ def test_an_adapter_without_calibration_json_reads_as_none(tmp_path):
 # ---------------------------------------------------------------------------- predict
 
 
-def _predict(run: Path, base: Path, out: Path, *args: str, adapter: Path | None = None):
+def _predict(run: Path, tiny_base: Path, out: Path, *args: str, adapter: Path | None = None):
     source = out.parent / "texts.txt"
     source.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     return CliRunner().invoke(main, ["predict", "--adapter", str(adapter or run / "adapter"),
-                                     "--base", str(base), "--input", str(source),
+                                     "--base", str(tiny_base), "--input", str(source),
                                      "--output", str(out), *args])
 
 
@@ -202,9 +193,9 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def test_predict_divides_the_scores_by_the_stored_temperature(run, base, raw_scores, tmp_path):
+def test_predict_divides_the_scores_by_the_stored_temperature(run, tiny_base, raw_scores, tmp_path):
     out = tmp_path / "out.jsonl"
-    result = _predict(run, base, out)
+    result = _predict(run, tiny_base, out)
     assert result.exit_code == 0, result.output
     temperature = _calibration(run)["temperature"]
     expected = apply_temperature(raw_scores, temperature)
@@ -220,7 +211,7 @@ def test_predict_divides_the_scores_by_the_stored_temperature(run, base, raw_sco
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
-def test_min_confidence_abstains_on_exactly_the_rows_below_it(run, base, raw_scores, tmp_path,
+def test_min_confidence_abstains_on_exactly_the_rows_below_it(run, tiny_base, raw_scores, tmp_path,
                                                               fmt):
     scaling = read_temperature_scaling(run / "adapter")
     assert scaling is not None and scaling.temperature is not None
@@ -229,7 +220,7 @@ def test_min_confidence_abstains_on_exactly_the_rows_below_it(run, base, raw_sco
     below = top < threshold
     assert below.any() and not below.all()
     out = tmp_path / f"out.{fmt}"
-    result = _predict(run, base, out, "--min-confidence", repr(threshold))
+    result = _predict(run, tiny_base, out, "--min-confidence", repr(threshold))
     assert result.exit_code == 0, result.output
     labels = [LABELS[i] for i in raw_scores.argmax(1)]
     if fmt == "jsonl":
@@ -265,7 +256,7 @@ def test_min_confidence_abstains_on_exactly_the_rows_below_it(run, base, raw_sco
     assert result.stderr.splitlines()[-1] == line
     # predict's own output is replaced by the next run without --force; 1 is off the
     # grid, so its validation estimate is the grid's last point, 0.95
-    again = _predict(run, base, out, "--min-confidence", "1")
+    again = _predict(run, tiny_base, out, "--min-confidence", "1")
     assert again.exit_code == 0, again.output
     assert again.stderr.splitlines()[-1].startswith(
         "--min-confidence 1: abstained on 6 of 6 scored texts (100.0%); on the validation "
@@ -273,13 +264,13 @@ def test_min_confidence_abstains_on_exactly_the_rows_below_it(run, base, raw_sco
         "of 8 rows")
 
 
-def test_an_adapter_without_calibration_json_predicts_raw_probabilities(run, base, raw_scores,
+def test_an_adapter_without_calibration_json_predicts_raw_probabilities(run, tiny_base, raw_scores,
                                                                        tmp_path):
     old = tmp_path / "old-adapter"
     shutil.copytree(run / "adapter", old)
     (old / "calibration.json").unlink()
     out = tmp_path / "out.jsonl"
-    result = _predict(run, base, out, "--min-confidence", "0.5", adapter=old)
+    result = _predict(run, tiny_base, out, "--min-confidence", "0.5", adapter=old)
     assert result.exit_code == 0, result.output
     rows = _jsonl(out)
     expected = probabilities(raw_scores)
@@ -297,8 +288,8 @@ def test_an_adapter_without_calibration_json_predicts_raw_probabilities(run, bas
 
 
 @pytest.mark.parametrize("value", ["0", "1.5", "-0.2", "nan"])
-def test_a_min_confidence_outside_0_1_is_one_line(run, base, tmp_path, value):
-    result = _predict(run, base, tmp_path / "out.csv", "--min-confidence", value)
+def test_a_min_confidence_outside_0_1_is_one_line(run, tiny_base, tmp_path, value):
+    result = _predict(run, tiny_base, tmp_path / "out.csv", "--min-confidence", value)
     assert result.exit_code == 1
     assert result.stderr == (f"lorasent predict: error: --min-confidence {float(value)}: must be "
                              "a probability in (0, 1], e.g. 0.8 (a text whose top probability "
@@ -306,9 +297,9 @@ def test_a_min_confidence_outside_0_1_is_one_line(run, base, tmp_path, value):
     assert not (tmp_path / "out.csv").exists()
 
 
-def test_the_table_marks_an_abstained_text(run, base):
+def test_the_table_marks_an_abstained_text(run, tiny_base):
     result = CliRunner().invoke(main, ["predict", "--adapter", str(run / "adapter"), "--base",
-                                       str(base), "--min-confidence", "1", "so happy with it"])
+                                       str(tiny_base), "--min-confidence", "1", "so happy with it"])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["label", *LABELS, "text"]
@@ -319,10 +310,10 @@ def test_the_table_marks_an_abstained_text(run, base):
 
 
 def test_export_carries_calibration_json_and_the_card_gives_the_temperature(
-        run, base, raw_scores, tmp_path):
+        run, tiny_base, raw_scores, tmp_path):
     out = tmp_path / "exported"
     result = CliRunner().invoke(main, ["export", "--adapter", str(run / "adapter"), "--base",
-                                       str(base), "--out", str(out), "--metrics",
+                                       str(tiny_base), "--out", str(out), "--metrics",
                                        str(tmp_path / "none.json")])
     assert result.exit_code == 0, result.output
     temperature = _calibration(run)["temperature"]

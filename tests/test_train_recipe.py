@@ -116,16 +116,6 @@ PROVENANCE_FIELDS = ("trainable_parameters", "total_parameters", "steps", "resum
 
 
 @pytest.fixture(scope="module")
-def tiny_base(tiny_gemma_dir, tmp_path_factory) -> Path:
-    """The tiny Gemma fetched as a base model folder (with its manifest)."""
-    from lorasent.stages.fetch import fetch_model
-
-    out = tmp_path_factory.mktemp("recipe") / "base"
-    fetch_model(str(tiny_gemma_dir), out)
-    return out
-
-
-@pytest.fixture(scope="module")
 def tiny_split(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("recipe-split")
     rows = [{"text": text, "label": LABELS[i], "label_id": i} for text, i in ROWS]
