@@ -4,6 +4,7 @@ scores with known answers)."""
 
 import csv
 import io
+import json
 from typing import Any
 
 import numpy as np
@@ -128,3 +129,94 @@ TEMPERATURE: dict[str, Any] = {"method": "m", "fitted_on": "validation", "valida
                "temperature": 2.0, "note": None, "ece_bins": 15, "nll_before": 1.0,
                "nll_after": 0.9, "ece_before": 0.2, "ece_after": 0.1, "brier_before": 0.5,
                "brier_after": 0.4, "risk_coverage": []}
+
+
+# ------------------------------------------------- the stage in-process, on the tiny Gemma
+
+EXTRA_CSV = ("text,label\n"
+             "I love this phone,POS\n"          # an alias, and a training row: overlap
+             "what a lovely morning,positive\n"
+             "the battery died at noon,neg\n"
+             "THE BATTERY DIED AT NOON,neg\n"   # a duplicate, dropped
+             "  ,negative\n"                    # an empty text, dropped
+             "bus comes at seven,neutral\n")
+
+
+@pytest.fixture(scope="module")
+def evaluated(tiny_base, tmp_path_factory):
+    """baseline, train and evaluate of the tiny Gemma, with one extra test set (a CSV)."""
+    from conftest import train_in
+    from lorasent.artifacts import atomic_write_text, jsonl_text
+    from lorasent.params import parse_params
+    from lorasent.stages.baseline import run_baseline
+    from lorasent.stages.evaluate import run_evaluate
+    from lorasent.stages.split import row_id
+    from test_train_recipe import PARAMS, ROWS
+
+    root = tmp_path_factory.mktemp("evaluate")
+    split = root / "split"
+    rows = [{"id": row_id(t), "text": t, "label": LABELS[i], "label_id": i} for t, i in ROWS]
+    for name, part in (("train", rows[:6]), ("validation", rows[:4]), ("test", rows)):
+        atomic_write_text(split / f"{name}.jsonl", jsonl_text(part))
+    (root / "extra.csv").write_text(EXTRA_CSV, encoding="utf-8")
+    params = parse_params({
+        **PARAMS, "base": {**PARAMS["base"], "label_aliases": {"pos": "positive",
+                                                                "neg": "negative"}},
+        "train": {**PARAMS["train"], "max_steps": 2, "eval_strategy": "no", "save_steps": 0},
+        "evaluate": {"batch_size": 4, "reference": "auto", "test_sets": {
+            "extra": {"source": str(root / "extra.csv"), "size": 0}}}})
+    record = params.model_dump(mode="json")
+    metrics = root / "metrics"
+    run_baseline(base=params.base, prompt=params.prompt, batch_size=4, params_record=record,
+                 model_dir=tiny_base, split_dir=split, metrics_path=metrics / "baseline.json",
+                 predictions_path=metrics / "baseline_predictions.csv",
+                 calibrated_predictions_path=metrics / "baseline_calibrated_predictions.csv",
+                 confusion_path=metrics / "baseline_confusion.json",
+                 provenance_dir=root / "provenance")
+    train_in(root, params, tiny_base, split)
+    result = run_evaluate(base=params.base, prompt=params.prompt, evaluate=params.evaluate,
+                          params_record=record, model_dir=tiny_base,
+                          adapter_dir=root / "adapter", split_dir=split,
+                          baseline_path=metrics / "baseline.json",
+                          baseline_predictions_path=metrics / "baseline_predictions.csv",
+                          metrics_path=metrics / "eval.json",
+                          predictions_path=metrics / "predictions.csv",
+                          confusion_path=metrics / "confusion.json",
+                          provenance_dir=root / "provenance")
+    return root, result
+
+
+def test_the_stage_writes_each_sets_metrics_and_files(evaluated):
+    from lorasent.contracts import EvalMetrics, read, read_temperature_scaling
+    from lorasent.metrics import classification_metrics, read_predictions
+
+    root, result = evaluated
+    m = read(EvalMetrics, root / "metrics" / "eval.json", "rerun")
+    assert m == result.metrics
+    extra = m.test_sets["extra"]
+    assert extra.test_rows == 4 and extra.source == str(root / "extra.csv")
+    assert (extra.data["dropped"]["duplicate"], extra.data["dropped"]["empty_text"]) == (1, 1)
+    assert (extra.data["overlap_with_train"], extra.data["overlap_with_test"]) == (1, 1)
+    assert extra.warnings[-1].startswith("1 of the 4 rows of test set extra are also in the "
+                                         "training split")
+    folder = root / "metrics" / "test_sets"
+    assert json.loads((folder / "sets.json").read_text()) == {"sets": ["extra"]}
+    predictions = read_predictions((folder / "extra" / "predictions.csv").read_text(), "p")
+    recomputed = classification_metrics(predictions.actual, predictions.predicted, LABELS)
+    assert (extra.accuracy, extra.confusion_matrix) == (recomputed["accuracy"],
+                                                        recomputed["confusion_matrix"])
+    issues = (folder / "extra" / "label_issues.csv").read_text().splitlines()
+    assert extra.label_issues is not None and len(issues) == 1 + extra.label_issues.rows
+    # the split's test set: the temperature the train stage fitted, scaled scores beside
+    scaling = read_temperature_scaling(root / "adapter")
+    assert scaling is not None and m.calibration is not None
+    assert m.calibration.temperature == scaling.temperature is not None
+    assert m.calibration.scaled is not None
+    records = json.loads((root / "metrics" / "reliability.json").read_text())
+    assert {r["probabilities"] for r in records} == {"raw", "temperature"}
+    assert sum(r["rows"] for r in records if r["probabilities"] == "raw") == m.test_rows
+    refs = m.references
+    assert refs is not None and set(refs) == {"majority", "zero_shot", "zero_shot_calibrated"}
+    assert m.reference_accuracy == refs[m.reference].accuracy  # type: ignore[union-attr]
+    summary = result.summary(root / "metrics" / "eval.json").splitlines()
+    assert [line.split(":")[0] for line in summary[:3]] == ["test split", "extra", "Details"]
