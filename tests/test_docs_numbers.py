@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from conftest import REPO
+from lorasent.contracts import REFERENCE_NAMES
 from lorasent.metrics import read_predictions
 from lorasent.params import read_yaml
 from lorasent.review.verdict import measured_text, paired_verdict
@@ -90,10 +91,6 @@ def run_machine() -> str:
             f"{device['torch'].split('+')[0]} CPU build")
 
 
-NAMES = {"zero_shot_calibrated": "calibrated zero-shot", "zero_shot": "zero-shot",
-         "majority": "majority-class"}
-
-
 def reduction(ref: dict[str, Any]) -> str:
     """``0.551 [0.489, 0.610]``: a relative error reduction of ``references`` with its
     interval."""
@@ -105,13 +102,13 @@ def headline() -> list[str]:
     """The sentences of the relative error reduction against each reference and the
     per-class F1."""
     reference = EVAL["reference_accuracy"]
-    name = NAMES[EVAL["reference"]]
+    name = REFERENCE_NAMES[EVAL["reference"]]
     low, high = (EVAL[f"relative_error_reduction_ci95_{end}"] for end in ("low", "high"))
     # in test rows answered right, so that the arithmetic checks by hand (the rounded
     # accuracies give another third decimal)
     rows = EVAL["test_rows"]
     right, ref_right = (round(accuracy * rows) for accuracy in (EVAL["accuracy"], reference))
-    others = "; ".join(f"against the {NAMES[other]} baseline, {reduction(ref)}"
+    others = "; ".join(f"against the {REFERENCE_NAMES[other]} baseline, {reduction(ref)}"
                        for other, ref in EVAL["references"].items()
                        if ref is not None and other != EVAL["reference"])
     return [
@@ -148,7 +145,7 @@ def calibration_numbers() -> list[str]:
         f"{n3(extra['baseline']['zero_shot_accuracy'])}, the calibrated zero-shot "
         f"{n3(extra['baseline']['zero_shot_calibrated_accuracy'])}; relative error "
         f"reduction {ci(extra, 'relative_error_reduction')} against the "
-        f"{NAMES[extra['reference']]} baseline.",
+        f"{REFERENCE_NAMES[extra['reference']]} baseline.",
         f"flags {issues['rows']} of the {EVAL['test_rows']} test tweets ({issues['share']:.1%})",
     ]
 

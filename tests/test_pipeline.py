@@ -86,6 +86,7 @@ def test_outputs_and_provenance(repo):
 
 
 def test_intervals_row_ids_and_the_stage_line(repo):
+    from lorasent.contracts import REFERENCE_NAMES
     from lorasent.stages.split import row_id
     from lorasent.statistics import METHOD
 
@@ -132,10 +133,10 @@ def test_intervals_row_ids_and_the_stage_line(repo):
     shown = run(repo, "lorasent", "metrics").splitlines()
     assert shown[1] == (f"  {'accuracy':<26}{m['accuracy']:.4f} [{m['accuracy_ci95_low']:.4f}"
                         f", {m['accuracy_ci95_high']:.4f}]")
-    others = [name for name in ("majority", "zero_shot", "zero_shot_calibrated")
-              if name != m["reference"]]
-    assert [s.split()[:2] for s in shown[4:9]] == [["against", name] for name in others] + [
-        ["F1", label] for label in LABELS]
+    assert [s[:28] for s in shown[4:6]] == [f"    vs {REFERENCE_NAMES[name]}".ljust(28)
+                                            for name in REFERENCE_NAMES
+                                            if name != m["reference"]]
+    assert [s.split()[:2] for s in shown[6:9]] == [["F1", label] for label in LABELS]
     assert shown[len(shown) - len(warnings):] == warnings
     assert max(len(text) for text in shown[:len(shown) - len(warnings)]) < 160  # not 2,616
 
@@ -242,8 +243,9 @@ def _headline(s):
         return (f"{s[name]:.4f} [{s[f'{name}_ci95_low']:.4f}, "
                 f"{s[f'{name}_ci95_high']:.4f}]")
 
-    reference = {"majority": "majority-class", "zero_shot": "zero-shot",
-                 "zero_shot_calibrated": "calibrated zero-shot"}[s["reference"]]
+    from lorasent.contracts import REFERENCE_NAMES
+
+    reference = REFERENCE_NAMES[s["reference"]]
     calibration = s["calibration"]
     return (f"{s['test_rows']} rows, accuracy {ci('accuracy')}, macro-F1 {ci('macro_f1')} "
             f"(95% intervals); relative error reduction {ci('relative_error_reduction')} "

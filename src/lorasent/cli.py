@@ -568,13 +568,14 @@ def metrics() -> None:
 def _reduction_rows(m: Any) -> list[tuple[str, str]]:
     """``lorasent metrics``' relative error reductions: against the reference, then
     against each other reference of ``references`` (absent before issue 30)."""
+    from lorasent.contracts import REFERENCE_NAMES
     from lorasent.statistics import with_interval
 
     rows = [("relative error reduction", with_interval(*m.interval("relative_error_reduction"))
              + f"  against {m.reference} ({m.reference_accuracy:.4f})")]
     for name, ref in (m.references or {}).items():
         if ref is not None and name != m.reference:
-            rows.append((f"  against {name}", with_interval(
+            rows.append((f"  vs {REFERENCE_NAMES[name]}", with_interval(
                 ref.relative_error_reduction, ref.relative_error_reduction_ci95_low,
                 ref.relative_error_reduction_ci95_high) + f"  ({ref.accuracy:.4f})"))
     return rows

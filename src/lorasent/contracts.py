@@ -175,6 +175,9 @@ class IntervalMethod(_Contract):
 
 
 ReferenceName = Literal["majority", "zero_shot", "zero_shot_calibrated"]
+# Each reference baseline as sentences and tables name it.
+REFERENCE_NAMES: dict[str, str] = {"majority": "majority-class", "zero_shot": "zero-shot",
+                                   "zero_shot_calibrated": "calibrated zero-shot"}
 
 
 class Reference(_Contract):

@@ -69,6 +69,7 @@ from lorasent.calibration import (
     reliability_bins,
 )
 from lorasent.contracts import (
+    REFERENCE_NAMES,
     EvalMetrics,
     SetMetrics,
     TemperatureScaling,
@@ -112,8 +113,6 @@ from lorasent.statistics import METHOD, intervals, with_interval
 REFERENCES = ("majority", "zero_shot", "zero_shot_calibrated")
 NO_SCALING = ("the adapter has no calibration.json (trained before temperature scaling "
               "existed): retrain it to fit a temperature")
-REFERENCE_NAMES = {"majority": "majority-class", "zero_shot": "zero-shot",
-                   "zero_shot_calibrated": "calibrated zero-shot"}
 
 
 @dataclass(frozen=True)
