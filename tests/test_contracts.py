@@ -52,13 +52,15 @@ def test_exp_show_keeps_the_headline_its_intervals_and_each_class_f1():
     headline = [f"{name}{end}" for name in ("accuracy", "macro_f1", "relative_error_reduction")
                 for end in ("", "_ci95_low", "_ci95_high")]
     assert _shown(list(flatten(dump(evals)))) == [
-        *headline, *(f"per_class.{label}.f1" for label in LABELS)]
+        *headline, *(f"per_class.{label}.f1" for label in LABELS), "calibration.ece",
+        "calibration.scaled.ece", "test_sets.reviews-zh.accuracy"]
     train = json.loads((REPO / "metrics/train/metrics.json").read_text(encoding="utf-8"))
     assert _shown(list(flatten(train))) == ["train.loss"]
 
 
 def test_the_pull_request_fold_leaves_out_what_no_reviewer_reads():
     from lorasent.review.pr_comment import UNREAD
+    from lorasent.stages.evaluate import REFERENCES
 
     evals = EvalMetrics.model_validate_json((REPO / "metrics/eval.json").read_bytes())
     columns = list(flatten(dump(evals)))
@@ -67,13 +69,28 @@ def test_the_pull_request_fold_leaves_out_what_no_reviewer_reads():
         *(f"per_class.{label}.{key}" for label in LABELS
           for key in ("precision", "recall", "f1", "support")),
         "labels", "test_rows", "mode", "reference", "reference_note", "reference_accuracy",
-        "relative_error_reduction_note", "warnings"]
-    assert {c for c in columns if UNREAD.search(c)} == {
+        "relative_error_reduction_note",
+        *(f"references.{name}.relative_error_reduction" for name in REFERENCES),
+        *(f"calibration.{key}" for key in ("nll", "brier", "ece", "temperature", "scaled.nll",
+                                           "scaled.brier", "scaled.ece")),
+        "label_issues.rows", "label_issues.share", "warnings",
+        *(f"test_sets.reviews-zh.{key}" for key in (
+            "accuracy", "macro_f1", "relative_error_reduction", "test_rows", "reference",
+            "calibration.ece", "calibration.scaled.ece", "label_issues.rows", "warnings"))]
+    left_out = {c for c in columns if UNREAD.search(c)}
+    assert {c for c in left_out if not c.startswith("test_sets.")} == {
         *(f"{name}_ci95_{end}" for name in ("accuracy", "macro_f1", "relative_error_reduction")
           for end in ("low", "high")),
         *(f"confusion_matrix.{a}.{p}" for a in LABELS for p in LABELS),
         *(f"baseline.{key}" for key in evals.baseline.model_fields_set),
-        "intervals.method", "intervals.confidence", "intervals.resamples", "intervals.seed"}
+        "intervals.method", "intervals.confidence", "intervals.resamples", "intervals.seed",
+        *(f"references.{name}.{key}" for name in REFERENCES for key in (
+            "accuracy", "relative_error_reduction_note", "relative_error_reduction_ci95_low",
+            "relative_error_reduction_ci95_high")),
+        *(f"calibration.{scaled}{key}_ci95_{end}" for scaled in ("", "scaled.")
+          for key in ("nll", "brier", "ece") for end in ("low", "high")),
+        "calibration.ece_bins", "calibration.temperature_note", "label_issues.method",
+        "label_issues.file"}
     train = json.loads((REPO / "metrics/train/metrics.json").read_text(encoding="utf-8"))
     assert [c for c in flatten(train) if not UNREAD.search(c)] == ["loss", "step", "train.loss"]
 

@@ -102,9 +102,9 @@ def test_two_groups_of_seeds_get_welchs_test_and_each_runs_warnings():
         "0.8100 ± 0.0141 (2 seeds) in B, Δ +0.100, Welch's t-test p = 0.019.")
     assert [(t.a, t.b, round(t.p_value or 0, 6)) for t in tests.values()] == [
         ((0.7, 0.72), (0.8, 0.82), 0.019419), ((0.6, 0.62), (0.7, 0.74), 0.069286)]
-    weak = ("the relative error reduction is measured against the zero_shot baseline (0.368), "
-            "which is itself below the majority-class baseline (0.428); against the majority "
-            "class it is ")
+    weak = ("the relative error reduction is measured against the zero_shot_calibrated baseline "
+            "(0.405), which is itself below the majority-class baseline (0.428); against the "
+            "majority class it is ")
     assert review.warnings == [
         f"A a-seed1: {weak}0.475", f"A a-seed2: {weak}0.510", f"B b-seed1: {weak}0.650",
         f"B b-seed2: {weak}0.685",

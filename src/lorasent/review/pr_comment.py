@@ -61,7 +61,14 @@ PREVIOUS = "previous-vs-head"
 # learning rate, which reads as the param on a learning-rate pull request.
 UNREAD = re.compile(r"_ci95_(low|high)$|(^|\.)confusion_matrix\.|^baseline\.|^intervals\."
                     r"|^(grad_norm|learning_rate|epoch|total_flos)$"
-                    r"|^train\.(runtime|\w+_per_second)$")
+                    r"|^train\.(runtime|\w+_per_second)$"
+                    # issue 30: the references' accuracies (copies of the baselines), the
+                    # calibration's and the audit's fixed texts; of an extra test set, all
+                    # but its headline, its ECE, its flagged rows and its warnings
+                    r"|^references\.\w+\.(accuracy|relative_error_reduction_note)$"
+                    r"|^calibration\.(ece_bins|temperature_note)$|^label_issues\.(method|file)$"
+                    r"|^test_sets\.[^.]+\.(?!(test_rows|accuracy|macro_f1|relative_error_reduction"
+                    r"|reference|warnings|calibration\.(scaled\.)?ece|label_issues\.rows)$)")
 
 
 def marker(head: str) -> str:
