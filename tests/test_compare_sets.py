@@ -71,7 +71,8 @@ def test_two_revisions_of_issue_30_get_a_verdict_per_set(sets_repo, tmp_path):
     assert verdict[6:] == [
         "- ⚠ test set only-a is only in A (sets-a), so it has no paired verdict",
         "- Note: 3 of the 12 rows B fixed or broke are likely label errors (cleanlab, flagged "
-        "on A's or B's test-label audit): r00, r01, r05."]
+        "on A's or B's test-label audit): 3 of the 12 B fixed, 0 of the 0 B broke; without "
+        "them, B fixed 9 and broke 0. Flagged: r00, r01, r05."]
     report = (out / "report.md").read_text(encoding="utf-8").splitlines()
     assert "| Δ ECE | −0.100 | [−0.250, +0.025] |" in report
     assert "| ECE (raw probabilities) | 0.2000 | — | — | [0.1500, 0.2500] | — |" in report

@@ -173,7 +173,8 @@ def test_flipped_rows_an_audit_flags_are_marked(tmp_path):
         "| text 1 | pos | neg (0.90) | pos (0.90) | ⚑ likely label error (flagged by A, B) |",
         "| text 5 | pos | neg (0.90) | pos (0.90) | ⚑ likely label error (flagged by B) |"]
     assert ("- Note: 3 of the 12 rows B fixed or broke are likely label errors (cleanlab, "
-            "flagged on A's or B's test-label audit): r00, r01, r05.") in lines
+            "flagged on A's or B's test-label audit): 3 of the 12 B fixed, 0 of the 0 B "
+            "broke; without them, B fixed 9 and broke 0. Flagged: r00, r01, r05.") in lines
 
 
 def test_the_reliability_diagram_and_risk_coverage_curve_are_drawn(tmp_path):

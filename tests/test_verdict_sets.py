@@ -138,16 +138,21 @@ def test_the_flipped_rows_an_audit_flags_are_counted_in_the_notes():
     assert review.flagged == {"r00": "A", "r01": "A, B", "r05": "B"}
     assert review.notes == [
         "3 of the 12 rows B fixed or broke are likely label errors (cleanlab, flagged on A's "
-        "or B's test-label audit): r00, r01, r05."]
+        "or B's test-label audit): 3 of the 12 B fixed, 0 of the 0 B broke; without them, B "
+        "fixed 9 and broke 0. Flagged: r00, r01, r05."]
     only_b = judge(side("main", MAIN_A, {}), side("HEAD", MAIN_B, {}, audit("r07")),
                    LABELS)
     assert only_b.notes == [
         "1 of the 12 rows B fixed or broke is a likely label error (cleanlab, flagged on B's "
-        "test-label audit; A has none): r07."]
+        "test-label audit): 1 of the 12 B fixed, 0 of the 0 B broke; without them, B fixed 11 "
+        "and broke 0. A has no audit (written before it existed). An audit flags the rows its "
+        "own adapter gets wrong, so B's flags fall on rows B broke. Flagged: r07."]
     clean = judge(side("main", MAIN_A, {}, audit()), side("HEAD", MAIN_B, {}),
                   LABELS)
-    assert clean.notes == ["0 of the 12 rows B fixed or broke are likely label errors "
-                           "(cleanlab, flagged on A's test-label audit; B has none)."]
+    assert clean.notes == [
+        "0 of the 12 rows B fixed or broke are likely label errors (cleanlab, flagged on A's "
+        "test-label audit). B has no audit (written before it existed). An audit flags the "
+        "rows its own adapter gets wrong, so A's flags fall on rows B fixed."]
     # no audit on either side (a revision of before issue 30): nothing said
     assert judge(side("main", MAIN_A, {}), side("HEAD", MAIN_B, {}),
                  LABELS).notes == []
@@ -201,3 +206,23 @@ def test_a_damaged_audit_is_one_error_naming_the_file_and_line():
         "order); rerun its stage (dvc repro)")
     assert _error(AUDIT.replace("0.250000", "1.5")) == (
         f"{SOURCE} line 3 (id r01): self_confidence is '1.5', not a probability in [0, 1]")
+
+
+def test_other_references_are_said_before_the_relative_error_reductions_delta():
+    from conftest import REPO
+    from lorasent.contracts import EvalMetrics
+    from lorasent.review.verdict import side_warnings
+
+    b = EvalMetrics.model_validate_json((REPO / "metrics/eval.json").read_bytes())
+    a = b.model_copy(update={"reference": "zero_shot", "relative_error_reduction": 0.5514})
+    assert b.reference == "zero_shot_calibrated" and b.references is not None
+    same = b.references["zero_shot"]
+    assert same is not None and same.relative_error_reduction is not None
+    warnings, _ = side_warnings(Side("A", a, None, None, None, None),
+                                Side("B", b, None, None, None, None))
+    assert warnings[0] == (
+        "A and B measure the relative error reduction against other references (A: zero_shot, "
+        "B: zero_shot_calibrated), so its Δ compares two baselines; against A's reference B's "
+        f"is {same.relative_error_reduction:.3f} (A: 0.551)")
+    assert side_warnings(Side("A", b, None, None, None, None),
+                         Side("B", b, None, None, None, None))[0] == []

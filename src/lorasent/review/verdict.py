@@ -235,18 +235,38 @@ def flagged_flips(rows: tuple[Predictions, Predictions], audit_a: dict[str, Labe
 def flagged_note(rows: tuple[Predictions, Predictions], flagged: dict[str, str],
                  audit_a: dict[str, LabelIssue] | None,
                  audit_b: dict[str, LabelIssue] | None) -> str:
-    """``7 of the 41 rows B fixed or broke are likely label errors (cleanlab, flagged on
-    A's or B's test-label audit): <ids>.``; empty when neither side has an audit or B
-    fixed and broke nothing."""
-    flipped = len(flipped_ids(rows))
+    """How many of the rows B fixed or broke a test-label audit flags, fixed and broken
+    apart, and the counts without them: ``3 of the 12 rows B fixed or broke are likely
+    label errors (cleanlab, flagged on A's or B's test-label audit): 1 of the 5 B fixed,
+    2 of the 7 B broke; without them, B fixed 4 and broke 5. ...: <ids>.``; empty when
+    neither side has an audit or B fixed and broke nothing.
+
+    An audit flags rows whose label its own adapter confidently contradicts, so the flags
+    of B's audit fall on rows B gets wrong (rows it broke), those of A's on rows A gets
+    wrong (rows B fixed): a note from one side's audit alone says so.
+    """
+    a, b = rows
+    flipped = flipped_ids(rows)
     audits = [side for side, audit in (("A", audit_a), ("B", audit_b)) if audit is not None]
     if not audits or not flipped:
         return ""
-    whose = " or ".join(f"{side}'s" for side in audits) + " test-label audit" + (
-        f"; {'B' if audits == ['A'] else 'A'} has none" if len(audits) == 1 else "")
-    return (f"{len(flagged)} of the {flipped} rows B fixed or broke "
+    fixed = {row_id for row_id, i in zip(a.ids, range(len(a.ids)), strict=True)
+             if b.predicted[i] == a.actual[i]} & set(flipped)
+    broken = set(flipped) - fixed
+    whose = " or ".join(f"{side}'s" for side in audits) + " test-label audit"
+    one_side = ""
+    if len(audits) == 1:
+        mine, other = audits[0], "B" if audits == ["A"] else "A"
+        one_side = (f" {other} has no audit (written before it existed). An audit flags the "
+                    f"rows its own adapter gets wrong, so {mine}'s flags fall on rows "
+                    f"{'B broke' if mine == 'B' else 'B fixed'}.")
+    counts = (f": {len(fixed & set(flagged))} of the {len(fixed)} B fixed, "
+              f"{len(broken & set(flagged))} of the {len(broken)} B broke; without them, B "
+              f"fixed {len(fixed - set(flagged))} and broke {len(broken - set(flagged))}.")
+    return (f"{len(flagged)} of the {len(flipped)} rows B fixed or broke "
             f"{'is a likely label error' if len(flagged) == 1 else 'are likely label errors'}"
-            f" (cleanlab, flagged on {whose}){f': {_some(flagged)}' if flagged else ''}.")
+            f" (cleanlab, flagged on {whose}){counts if flagged else '.'}{one_side}"
+            f"{f' Flagged: {_some(flagged)}.' if flagged else ''}")
 
 
 def side_warnings(a: Side, b: Side) -> tuple[list[str], list[str]]:
@@ -258,7 +278,23 @@ def side_warnings(a: Side, b: Side) -> tuple[list[str], list[str]]:
                 for kind, text in mine.items() if kind not in other]
     notes = [f"A and B alike, so not this change: {alike(in_a[kind], text)}"
              for kind, text in in_b.items() if kind in in_a]
-    return warnings, notes
+    return [*_other_references(a, b), *warnings], notes
+
+
+def _other_references(a: Side, b: Side) -> list[str]:
+    """A warning when A and B measure the relative error reduction against other
+    references (``evaluate.reference: auto`` picks per run): its Δ compares two baselines.
+    B's reduction against A's reference is given when B's eval.json has it."""
+    if not (a.evals and b.evals) or a.evals.reference == b.evals.reference:
+        return []
+    same = (b.evals.references or {}).get(a.evals.reference)
+    against = (f"; against A's reference B's is {same.relative_error_reduction:.3f} (A: "
+               f"{a.evals.relative_error_reduction:.3f})"
+               if same and same.relative_error_reduction is not None
+               and a.evals.relative_error_reduction is not None else "")
+    return [f"A and B measure the relative error reduction against other references (A: "
+            f"{a.evals.reference}, B: {b.evals.reference}), so its Δ compares two "
+            f"baselines{against}"]
 
 
 def alike(text_a: str, text_b: str) -> str:
