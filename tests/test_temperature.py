@@ -252,7 +252,7 @@ def test_min_confidence_abstains_on_exactly_the_rows_below_it(run, tiny_base, ra
     line = (f"--min-confidence {threshold:g}: abstained on {n} of 6 scored texts ({n / 6:.1%}); "
             f"on the validation split at {point.min_confidence:.2f}, the grid's threshold at or "
             f"below {threshold:g}, {point.rows} of 8 rows ({point.coverage:.1%}) were kept, "
-            f"{accuracy}")
+            f"{accuracy} (at most as many at {threshold:g})")
     assert result.stderr.splitlines()[-1] == line
     # predict's own output is replaced by the next run without --force; 1 is off the
     # grid, so its validation estimate is the grid's last point, 0.95

@@ -237,8 +237,10 @@ def abstention_summary(tally: Tally, min_confidence: float, adapter_dir: str | P
           f"below {min_confidence:g}")
     accuracy = ("no accuracy: no row kept" if point.accuracy is None
                 else f"accuracy {point.accuracy:.3f} on them")
+    kept = "at most " if point.min_confidence < min_confidence else ""
     return (f"{done}; on the validation split {at}, {point.rows} of "
-            f"{scaling.validation_rows} rows ({point.coverage:.1%}) were kept, {accuracy}")
+            f"{scaling.validation_rows} rows ({point.coverage:.1%}) were kept, {accuracy}"
+            + (f" ({kept}as many at {min_confidence:g})" if kept else ""))
 
 
 # ------------------------------------------------------------------------------ inputs
