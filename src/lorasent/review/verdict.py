@@ -250,8 +250,8 @@ def flagged_note(rows: tuple[Predictions, Predictions], flagged: dict[str, str],
     audits = [side for side, audit in (("A", audit_a), ("B", audit_b)) if audit is not None]
     if not audits or not flipped:
         return ""
-    fixed = {row_id for row_id, i in zip(a.ids, range(len(a.ids)), strict=True)
-             if b.predicted[i] == a.actual[i]} & set(flipped)
+    fixed = {row_id for i, row_id in enumerate(a.ids) if b.predicted[i] == a.actual[i]} & set(
+        flipped)
     broken = set(flipped) - fixed
     whose = " or ".join(f"{side}'s" for side in audits) + " test-label audit"
     one_side = ""
