@@ -26,7 +26,7 @@ PYTEST_ARGS ?=
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run smoke test test-fast test-integration test-e2e bench device-check exp-show metrics seeds compare browser lint lock lock-check \
+.PHONY: help setup run smoke test test-fast test-integration test-e2e bench device-check exp-show metrics seeds sweep compare browser lint lock lock-check \
 	doctor clean \
 	docker-build docker-run docker-build-cpu docker-run-cpu
 
@@ -126,11 +126,22 @@ metrics: $(STAMP)  ## The headline of metrics/eval.json with 95% intervals, per-
 # The current params (and SET's changes) over N seeds, queued as DVC experiments named
 # <NAME>-seed<S>; waits, then prints accuracy and macro-F1 as mean ± sd.
 N ?= 3
-NAME ?= seeds
+NAME ?=
 SET ?=
 JOBS ?= 1
 seeds: $(STAMP)  ## Run over N seeds (N=3 NAME=seeds SET="train.lora.r=16" JOBS=1): mean ± sd
-	$(BIN)/lorasent seeds -n $(N) --name $(NAME) -j $(JOBS) $(foreach s,$(SET),-S $(s))
+	$(BIN)/lorasent seeds -n $(N) --name $(or $(NAME),seeds) -j $(JOBS) $(foreach s,$(SET),-S $(s))
+
+# A grid (SET's settings, several values each: "train.lora.r=4,8 train.learning_rate=1e-4,2e-4")
+# times SEEDS seeds as Ray tasks, one GPU or CPUS_PER_RUN CPUs per run, each a DVC
+# experiment <NAME>-<key><value>...-seed<S>; ADDRESS=auto joins the Ray cluster that
+# `ray start --head` started (docs/scale-out.md).
+SEEDS ?= 3
+ADDRESS ?=
+CPUS_PER_RUN ?=
+sweep: $(STAMP)  ## Grid x seeds on Ray, a GPU per run (SET="train.lora.r=4,8" SEEDS=3 NAME=sweep): mean ± sd, verdicts
+	$(BIN)/lorasent sweep --seeds $(SEEDS) --name $(or $(NAME),sweep) $(foreach s,$(SET),-S $(s)) \
+		$(if $(ADDRESS),--address $(ADDRESS)) $(if $(CPUS_PER_RUN),--cpus-per-run $(CPUS_PER_RUN))
 
 # A and B: commits, branches, tags or experiment names; B may be `workspace`.
 A ?= HEAD

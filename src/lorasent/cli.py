@@ -525,12 +525,14 @@ def metrics() -> None:
         click.echo("WARNING: " + stale.sentence("the workspace", metrics=str(EVAL_METRICS),
                                                 params="params.yaml and the code"))
     base = m.baseline
-    zero_shot = (json.loads(BASELINE_METRICS.read_text(encoding="utf-8"))
-                 if BASELINE_METRICS.is_file() else {}).get("zero_shot") or {}
+    baselines = (json.loads(BASELINE_METRICS.read_text(encoding="utf-8"))
+                 if BASELINE_METRICS.is_file() else {})
+    zero_shot = baselines.get("zero_shot") or {}
 
-    def baseline(key: str) -> str:  # baseline.json: not one of the contracts
-        return with_interval(*(zero_shot.get(k) for k in (key, f"{key}_ci95_low",
-                                                           f"{key}_ci95_high")))
+    def baseline(key: str, which: str = "zero_shot") -> str:  # baseline.json: no contract
+        found = baselines.get(which) or {}
+        return with_interval(*(found.get(k) for k in (key, f"{key}_ci95_low",
+                                                       f"{key}_ci95_high")))
 
     method = m.intervals
     rows = [("accuracy", with_interval(*m.interval("accuracy"))),
@@ -543,8 +545,9 @@ def metrics() -> None:
             ("zero-shot baseline",
              f"{baseline('accuracy')}  macro-F1 {baseline('macro_f1')}" if zero_shot
              else f"none ({m.mode})" if m.mode and not MODES[m.mode].zero_shot else "none"),
-            *([("calibrated zero-shot", f"{base.zero_shot_calibrated_accuracy:.4f}  macro-F1 "
-                f"{base.zero_shot_calibrated_macro_f1:.4f}")]
+            *([("calibrated zero-shot",
+                f"{baseline('accuracy', 'zero_shot_calibrated')}  macro-F1 "
+                f"{baseline('macro_f1', 'zero_shot_calibrated')}")]
               if base.zero_shot_calibrated_accuracy is not None else []),
             *_calibration_rows(m)]
     click.echo(f"{EVAL_METRICS}: {m.test_rows} test rows, {m.mode} mode"
@@ -630,6 +633,47 @@ def seeds(n: int, name: str, sets: tuple[str, ...], jobs: int, params_path: Path
     click.echo(result.summary())
     if any(run.evals is None for run in result.runs):
         sys.exit(1)
+
+
+@click.command()
+@click.option("-S", "--set-param", "sets", multiple=True, metavar="KEY=VALUES",
+              help="A params change, as `dvc exp run --queue -S` takes it; several values "
+                   "(KEY=a,b or range(...)) make a grid axis.")
+@click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=1),
+              help="Runs per grid point: base.seed, base.seed + 1, ... (HEAD's params.yaml).")
+@click.option("--name", default="sweep", show_default=True,
+              help="Experiments are named <NAME>-<key><value>...-seed<S>.")
+@click.option("--address", help="A Ray cluster to run on (`auto`: the one `ray start --head` "
+              "started here)  [default: a local cluster for this sweep]")
+@click.option("--cpus-per-run", type=click.IntRange(min=1),
+              help="CPUs (and torch threads) per run  [default: 1 beside a GPU; all of a "
+                   "machine's without GPUs]")
+@click.option("--num-gpus", type=click.IntRange(min=0),
+              help="GPUs of the local cluster, when Ray does not detect them.")
+@click.option("--git-remote", help="Clone from and push to this git remote (a cluster of "
+              "several machines); the experiments are pulled back from it.")
+@click.option("--cache-dir", help="DVC cache of the runs on other machines (a shared "
+              "filesystem)  [default: one per machine]")
+@_user_errors
+def sweep(sets: tuple[str, ...], seeds: int, name: str, address: str | None,
+          cpus_per_run: int | None, num_gpus: int | None, git_remote: str | None,
+          cache_dir: str | None) -> None:
+    """Run a grid of params x seeds on Ray, one GPU (or --cpus-per-run CPUs) per run.
+
+    Each run clones HEAD, runs `dvc exp run --temp` and lands as the DVC experiment
+    <NAME>-<key><value>-seed<S>. Prints each run's state as it changes, then each run's
+    metrics, each group's mean ± sd and its verdict against the first group
+    (docs/scale-out.md).
+    """
+    from lorasent.review.sweep import sweep as run_sweep
+
+    result = run_sweep(name=name, sets=sets, seeds=seeds, address=address,
+                       num_gpus=num_gpus, cpus_per_run=cpus_per_run, git_remote=git_remote,
+                       cache_dir=cache_dir, progress=lambda line: click.echo(line, err=True))
+    click.echo(result.summary())
+    if result.failed:
+        raise LorasentError(f"sweep: {len(result.failed)} of {len(result.runs)} runs failed: "
+                            + ", ".join(run.spec.name for run in result.failed))
 
 
 @click.command()
@@ -731,7 +775,7 @@ def main() -> None:
 
 
 for _command in (fetch, split, baseline, train, evaluate, doctor, predict, export, preset,
-                 compare, pr_comment, metrics, seeds):
+                 compare, pr_comment, metrics, seeds, sweep):
     main.add_command(_command)
 
 

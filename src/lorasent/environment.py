@@ -247,16 +247,21 @@ def environment_report(device: torch.device | str | None = None) -> dict[str, An
 
     Returns:
         torch version, ``hip`` / ``cuda`` versions, device type, name and architecture
-        (gfx id on AMD, sm_XY on NVIDIA), bf16 support, attention backends and free
-        memory in bytes (device memory on a GPU, RAM on the CPU).
+        (gfx id on AMD, sm_XY on NVIDIA), the GPU variables set
+        (:func:`lorasent.programs.visible_devices`: which GPU a sweep gave the run), torch's
+        CPU threads, bf16 support, attention backends and free memory in bytes (device
+        memory on a GPU, RAM on the CPU).
     """
     import psutil
+
+    from lorasent.programs import visible_devices
 
     device = torch.device(device) if device is not None else resolve_device("auto")
     report: dict[str, Any] = {
         "torch": torch.__version__, "hip": torch.version.hip, "cuda": torch.version.cuda,
         "device": str(device), "cpu": cpu_model(), "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(), "bf16": bf16_supported(device),
+        "visible_devices": visible_devices(), "torch_threads": torch.get_num_threads(),
+        "bf16": bf16_supported(device),
         "attention": attention_backends(),
     }
     if device.type == "cuda":

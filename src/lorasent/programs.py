@@ -60,6 +60,20 @@ def environment() -> dict[str, str]:
     return {**os.environ, "PATH": here + (os.pathsep + path if path else "")}
 
 
+# The variables that say which GPUs a process may use: CUDA's, and HIP's and ROCr's on
+# ROCm. A scheduler sets one per run: Ray 2.60 sets CUDA_VISIBLE_DEVICES, or
+# HIP_VISIBLE_DEVICES where it finds AMD GPUs (lorasent.review.sweep, docs/scale-out.md).
+VISIBLE_DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+                            "ROCR_VISIBLE_DEVICES")
+
+
+def visible_devices() -> dict[str, str]:
+    """``{variable: value}`` of the :data:`VISIBLE_DEVICE_VARIABLES` set in this process
+    (e.g. ``{"CUDA_VISIBLE_DEVICES": "1"}``: the GPU a sweep gave this run); ``{}``:
+    every device of the machine is visible."""
+    return {name: os.environ[name] for name in VISIBLE_DEVICE_VARIABLES if name in os.environ}
+
+
 def not_found(name: str) -> str:
     """The message for a program that is missing: which one, where it was looked for, and
     how to get it. A missing program, never a missing file: nothing about pipeline stages."""

@@ -1,0 +1,626 @@
+"""``lorasent sweep``: a grid of params × seeds as Ray tasks, one GPU (or N CPUs) per run,
+each run a named DVC experiment.
+
+Usage: ``lorasent sweep -S train.lora.r=4,8 --seeds 3 --name lora-r`` (or ``make sweep``)
+
+For a small model the useful way to use a machine of N GPUs is N runs at once, one per GPU,
+with the recipe unchanged (``base.num_processes`` stays 1: one run spread over all GPUs
+changes the effective batch). DVC's queue runs on one machine and does not split GPUs
+between its workers, so the runs are Ray tasks (https://docs.ray.io): a local Ray cluster
+by default, or the cluster at ``--address`` (``ray start --head`` on one machine, ``ray
+start --address=<head>:6379`` on the others). Each task asks for one GPU (``num_gpus=1``:
+Ray gives it a GPU no other task holds and sets ``CUDA_VISIBLE_DEVICES``, or
+``HIP_VISIBLE_DEVICES`` on AMD GPUs as of Ray 2.60) or, on a cluster without GPUs, for
+``--cpus-per-run`` CPUs (Ray sets ``OMP_NUM_THREADS`` to that number: torch's threads).
+
+A run, on whichever machine Ray puts it (:func:`run_one`):
+
+1. clones the commit (this repo's HEAD, clean) into a folder of its own under that
+   machine's temp folder, and points the clone's DVC cache at a shared one: this repo's
+   cache on this machine, one cache per machine elsewhere (``--cache-dir`` names another).
+   Each clone has its own ``.dvc/tmp``, so runs never wait on each other's ``rw.lock``;
+2. runs ``dvc exp run --temp -n <name> -S <key>=<value> ... -S base.seed=<S>`` there
+   (``--pull`` when the commit configures a DVC remote), all output in its log;
+3. pushes the experiment with ``dvc exp push origin <name>`` (``--no-cache`` without a
+   DVC remote). The clone's ``origin`` is this repo on a one-machine cluster, so the
+   experiment lands here; with ``--git-remote``, the runs clone from that remote and push
+   to it (and to the DVC remote), and this command collects each experiment back with
+   ``dvc exp pull``;
+4. removes its clone; the log stays.
+
+The grid: each ``-S key=v1,v2`` expands as ``dvc exp run --queue -S`` expands it (Hydra's
+override grammar, which DVC uses: ``a,b``, ``range(1,4)``, ``choice(a,b)``; quote a value
+that holds a comma) and is crossed with ``--seeds`` seeds ``base.seed``, ``base.seed + 1``,
+... (HEAD's ``base.seed``). Each grid point is a group, ``<name>-<key><value>...`` (the
+last part of each swept key), and its runs are ``<group>-seed<S>``: ``lorasent compare
+'<group A>-seed*' '<group B>-seed*'`` compares two groups over seeds, and ``make
+exp-show`` lists them. The summary gives each group's mean ± sd and its verdict over seeds
+against the first group (Welch's t-test, :func:`lorasent.review.verdict.group_review`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lorasent.contracts import EvalMetrics
+from lorasent.errors import LorasentError
+from lorasent.params import ParamsError, merge, parse_params, read_yaml
+from lorasent.programs import environment, program, visible_devices
+from lorasent.review.collect import read_side, resolve_commits
+from lorasent.review.render import with_interval_of
+from lorasent.review.verdict import Side, group_review
+from lorasent.statistics import GroupComparison
+
+Progress = Callable[[str], None]
+
+POLL_S = 0.5        # seconds between two looks at a run's process (and at Ctrl-C)
+STOP_GRACE_S = 20   # seconds a stopped run's processes get after SIGTERM, before SIGKILL
+CANCEL_WAIT_S = 60  # seconds Ctrl-C waits for the running runs to stop
+# Ray's object store holds only the runs' small descriptions and results here; the
+# smallest store Ray accepts keeps a local cluster from reserving 30% of the RAM.
+OBJECT_STORE_BYTES = 80 * 2**20
+SWEEP_FOLDER = "lorasent-sweep"  # under each machine's temp folder: <sweep id>/{clones,logs}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of the grid: the experiment's name, its group, seed and params changes
+    (``key=value`` as ``dvc exp run -S`` takes them, ``base.seed`` last)."""
+
+    name: str
+    group: str
+    seed: int
+    sets: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where every run clones from and pushes to, and where it works.
+
+    ``url``: a git URL or this repo's path; ``local_node``: the Ray node id of the machine
+    this command runs on, where ``cache_dir`` (this repo's DVC cache unless
+    ``--cache-dir``) is used; other machines use ``remote_cache_dir`` (None: a cache per
+    machine in its sweep folder). ``sweep_id`` names the sweep's folder on every machine.
+    """
+
+    url: str
+    commit: str
+    local_node: str
+    cache_dir: str
+    remote_cache_dir: str | None
+    sweep_id: str
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a run reports back: ``status`` is ``succeeded`` or ``failed`` (then ``error``
+    says which step, and ``log`` holds its output); ``node`` is the machine's address,
+    ``devices`` the GPU variables Ray set for it (:func:`lorasent.programs.visible_devices`),
+    ``started``/``ended`` Unix times in seconds; ``here``: it ran on this command's
+    machine."""
+
+    name: str
+    status: str
+    node: str
+    devices: dict[str, str]
+    log: str
+    started: float
+    ended: float
+    error: str = ""
+    here: bool = True
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    spec: RunSpec
+    result: RunResult
+    side: Side | None  # what its experiment committed, once landed
+
+    @property
+    def evals(self) -> EvalMetrics | None:
+        return self.side.evals if self.side is not None else None
+
+
+# ------------------------------------------------------------------ the grid
+
+def _overrides(sets: Sequence[str]) -> list[Any]:
+    """``sets`` parsed by Hydra's override parser, as DVC parses ``-S``.
+
+    Raises:
+        LorasentError: a setting Hydra cannot parse, of a file other than params.yaml, of
+            ``base.seed`` (what the runs vary), or that adds or deletes a key.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
+    from hydra.errors import HydraException
+
+    plain = []
+    for s in sets:
+        file, sep, rest = s.partition(":")
+        if sep and "=" not in file:
+            if file != "params.yaml":
+                raise LorasentError(f"sweep: -S {s}: only params.yaml keys can be swept")
+            s = rest
+        plain.append(s)
+    try:
+        parsed = OverridesParser.create().parse_overrides(plain)
+    except HydraException as err:
+        raise LorasentError(f"sweep: -S: {' '.join(str(err).split())}") from None
+    for s, o in zip(sets, parsed, strict=True):
+        if o.key_or_group == "base.seed":
+            raise LorasentError("sweep: -S base.seed is what the runs vary; set the first "
+                                "seed in params.yaml and the number with --seeds")
+        if o.is_add() or o.is_delete() or o.is_force_add():
+            raise LorasentError(f"sweep: -S {s}: only changes of keys params.yaml has")
+        if o.value_type == ValueType.GLOB_CHOICE_SWEEP:
+            raise LorasentError(f"sweep: -S {s}: a glob sweep has no values here; list them")
+    return parsed
+
+
+def _slug(key: str, value: str) -> str:
+    """``train.lora.r``, ``8`` → ``r8``: a group name's part, git-ref safe."""
+    text = re.sub(r"[^A-Za-z0-9._+-]+", "_", key.rsplit(".", 1)[-1] + value).strip("._-")
+    return re.sub(r"\.{2,}", ".", text)
+
+
+def plan(name: str, sets: Sequence[str], seeds: int, base_seed: int) -> list[RunSpec]:
+    """The runs of the grid ``sets`` × ``seeds`` seeds from ``base_seed``, grid point by
+    grid point (in the order of the values given), each point's seeds in order.
+
+    Raises:
+        LorasentError: ``seeds`` < 1, a bad ``-S`` (:func:`_overrides`), or two grid
+            points that would get the same group name.
+    """
+    if seeds < 1:
+        raise LorasentError(f"sweep: --seeds {seeds}: at least 1")
+    overrides = _overrides(sets)
+    axes = [[(o.key_or_group, v) for v in o.sweep_string_iterator()] if o.is_sweep_override()
+            else [(o.key_or_group, o.get_value_element_as_str())] for o in overrides]
+    swept = {o.key_or_group for o in overrides if o.is_sweep_override()}
+    runs: list[RunSpec] = []
+    groups: dict[str, tuple[tuple[str, str], ...]] = {}
+    for point in itertools.product(*axes):
+        group = "-".join([name, *(_slug(k, v) for k, v in point if k in swept)])
+        if group in groups:
+            raise LorasentError(f"sweep: {groups[group]} and {point} both make the group "
+                                f"name {group}; choose values that differ in letters or "
+                                "digits")
+        groups[group] = point
+        runs += [RunSpec(f"{group}-seed{seed}", group, seed,
+                         (*(f"{k}={v}" for k, v in point), f"base.seed={seed}"))
+                 for seed in range(base_seed, base_seed + seeds)]
+    return runs
+
+
+def check_params(params_text: str, runs: Sequence[RunSpec]) -> None:
+    """Validate each run's params (HEAD's params.yaml with its changes) before anything
+    starts, and that each runs in one process (``base.num_processes: 1``: a run has one
+    GPU).
+
+    Raises:
+        LorasentError: the first run whose params are invalid, naming it and the key.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    raw = read_yaml(params_text, "params.yaml")
+    parser = OverridesParser.create()
+    for run in runs:
+        changes: dict[str, Any] = {}
+        for o in parser.parse_overrides(list(run.sets)):
+            *path, last = o.key_or_group.split(".")
+            node = changes
+            for part in path:
+                node = node.setdefault(part, {})
+            node[last] = o.value()
+        try:
+            params = parse_params(merge(raw, changes), f"params.yaml of run {run.name}")
+        except ParamsError as err:
+            raise LorasentError("sweep: " + "; ".join(
+                line.strip() for line in str(err).splitlines())) from None
+        if params.base.num_processes != 1:
+            raise LorasentError(
+                f"sweep: run {run.name} has base.num_processes {params.base.num_processes}; "
+                "a sweep gives each run one GPU and runs the others beside it: set 1")
+
+
+# ------------------------------------------------------------------ one run (a Ray task)
+
+class Events:
+    """A Ray actor that collects each run's start, ``(name, node, devices)``, for the
+    progress lines. A run tells it without waiting for an answer: a task that waits in
+    ``ray.get`` lends its CPUs to the next queued task, and two runs would share them."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[str, str, dict[str, str]]] = []
+
+    def put(self, event: tuple[str, str, dict[str, str]]) -> None:
+        self.started.append(event)
+
+    def take(self) -> list[tuple[str, str, dict[str, str]]]:
+        taken, self.started = self.started, []
+        return taken
+
+
+def run_one(spec: RunSpec, source: Source, events: Any = None) -> RunResult:
+    """Run ``spec`` in a clone of its own and push its experiment (the module's steps 1-4);
+    on the machine Ray chose, with the GPU variables Ray set. ``events``: an
+    :class:`Events` actor told ``(name, node, devices)`` once the run starts.
+
+    Never raises for a failed step: the result says which step failed and where the log
+    is. A Ctrl-C of the sweep (Ray's cancel: ``KeyboardInterrupt`` here) stops the step's
+    processes (SIGTERM, then SIGKILL after :data:`STOP_GRACE_S`), removes the clone and
+    goes on up.
+    """
+    import ray
+
+    started, node = time.time(), ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+    devices = visible_devices()
+    if events is not None:
+        events.put.remote((spec.name, node, devices))  # no ray.get: see Events
+    here = ray.get_runtime_context().get_node_id() == source.local_node
+    folder = Path(tempfile.gettempdir()) / SWEEP_FOLDER / source.sweep_id
+    clone, log = folder / "clones" / spec.name, folder / "logs" / f"{spec.name}.log"
+    cache = source.cache_dir if here else (source.remote_cache_dir or str(folder / "dvc-cache"))
+    log.parent.mkdir(parents=True, exist_ok=True)
+    clone.parent.mkdir(parents=True, exist_ok=True)
+
+    def result(status: str, error: str = "") -> RunResult:
+        return RunResult(spec.name, status, node, devices, str(log), started, time.time(), error,
+                         here)
+
+    try:
+        with log.open("w", encoding="utf-8") as out:
+            steps: list[tuple[str, list[str], Path]] = [
+                ("clone", [program("git"), "clone", "-q", "--no-checkout", source.url,
+                           str(clone)], folder),
+                ("checkout", [program("git"), "checkout", "-q", "--detach", source.commit],
+                 clone),
+                ("cache", [program("dvc"), "cache", "dir", "--local", cache], clone)]
+            for step, argv, cwd in steps:
+                if code := _step(argv, cwd, out):
+                    return result("failed", f"{step} exited with {code}")
+            remote = _step([program("dvc"), "remote", "default"], clone, out) == 0
+            for step, argv in (
+                    ("dvc exp run", [program("dvc"), "exp", "run", "--temp", "-n", spec.name,
+                                     *(["--pull"] if remote else []),
+                                     *(a for s in spec.sets for a in ("-S", s))]),
+                    ("dvc exp push", [program("dvc"), "exp", "push",
+                                      *([] if remote else ["--no-cache"]), "origin",
+                                      spec.name])):
+                if code := _step(argv, clone, out):
+                    return result("failed", f"{step} exited with {code}")
+        return result("succeeded")
+    except OSError as err:
+        return result("failed", f"{type(err).__name__}: {err}")
+    finally:
+        shutil.rmtree(clone, ignore_errors=True)
+
+
+def _step(argv: list[str], cwd: Path, out: Any) -> int:
+    """Run ``argv`` in ``cwd``, its output appended to ``out``, in a session of its own
+    (a Ctrl-C at the terminal reaches this command alone, which stops the runs in
+    order); returns its exit status. Interrupted (Ray's cancel), it stops the session's
+    processes and raises."""
+    out.write(f"$ {' '.join(argv)}\n")
+    out.flush()
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, env=environment(),
+                            start_new_session=True)
+    try:
+        while True:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                return proc.wait(timeout=POLL_S)
+    except BaseException:
+        _stop(proc)
+        out.write("$ stopped: the sweep was cancelled\n")
+        raise
+
+
+def _stop(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM to ``proc``'s session (dvc and the stage it runs), SIGKILL after
+    :data:`STOP_GRACE_S` seconds."""
+    for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=wait_s)
+            return
+
+
+# ------------------------------------------------------------------ the sweep
+
+@dataclass(frozen=True)
+class SweepResult:
+    runs: list[SweepRun]
+
+    @property
+    def failed(self) -> list[SweepRun]:
+        return [run for run in self.runs if run.evals is None]
+
+    def groups(self) -> dict[str, list[SweepRun]]:
+        out: dict[str, list[SweepRun]] = {}
+        for run in self.runs:
+            out.setdefault(run.spec.group, []).append(run)
+        return out
+
+    def summary(self) -> str:
+        """Each run (device, accuracy and macro-F1 with their 95% intervals), each group's
+        mean ± sd over its seeds, each group's verdict against the first, and the compare
+        command."""
+        width = max(len(run.spec.name) for run in self.runs) + 2
+        lines = [f"{'experiment':<{width}}{'base.seed':>9}  {'device':<14}"
+                 f"{'accuracy [95% interval]':<28}macro-F1 [95% interval]"]
+        for run in self.runs:
+            head = f"{run.spec.name:<{width}}{run.spec.seed:>9}  {device_text(run.result):<14}"
+            if run.evals is None:
+                lines.append(head + f"failed ({run.result.error}): log {log_place(run.result)}")
+            else:
+                lines.append(head + f"{with_interval_of(run.evals, 'accuracy'):<28}"
+                             f"{with_interval_of(run.evals, 'macro_f1')}")
+        groups = self.groups()
+        lines.append("")
+        for group, runs in groups.items():
+            done = [run.evals for run in runs if run.evals is not None]
+            spread = ("; ".join(f"{label} {GroupComparison.spread([getattr(e, key) for e in done])}"
+                                for key, label in (("accuracy", "accuracy"),
+                                                   ("macro_f1", "macro-F1")))
+                      if len(done) > 1 else
+                      f"{len(done)} run with metrics: no spread over seeds")
+            lines.append(f"{group}: {spread}")
+        names = list(groups)
+        reference = [run for run in groups[names[0]] if run.evals is not None]
+        for group in names[1:]:
+            other = [run for run in groups[group] if run.evals is not None]
+            if min(len(reference), len(other)) < 2:
+                lines.append(f"{group} against {names[0]}: no verdict, a group has fewer than "
+                             "2 runs with metrics (--seeds 2 or more)")
+                continue
+            review, _ = group_review([run.side for run in reference if run.side],
+                                     [run.side for run in other if run.side])
+            lines.append(f"{group} against {names[0]}: {review.verdict}")
+        if len(names) > 1:
+            lines.append(f"Compare two groups: lorasent compare '{names[0]}-seed*' "
+                         f"'{names[1]}-seed*'")
+        return "\n".join(lines)
+
+
+def device_text(result: RunResult) -> str:
+    """``GPU 1`` (the ids Ray gave the run) or ``CPU``."""
+    ids = next(iter(result.devices.values()), None)
+    return f"GPU {ids}" if ids else "CPU"
+
+
+def log_place(result: RunResult) -> str:
+    """The log's path, after its machine's address when Ray ran it on another machine."""
+    return result.log if result.here else f"{result.node}:{result.log}"
+
+
+def _git(repo: Path, *args: str) -> str:
+    done = subprocess.run([program("git"), *args], cwd=repo, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise LorasentError(f"sweep: `git {' '.join(args)}` failed in {repo.resolve()}: "
+                            + " ".join(done.stderr.strip().splitlines()[-2:]))
+    return done.stdout
+
+
+def _dvc(repo: Path, *args: str) -> str:
+    done = subprocess.run([program("dvc"), *args], cwd=repo, capture_output=True, text=True,
+                          env=environment())
+    if done.returncode != 0:
+        raise LorasentError(f"sweep: `dvc {' '.join(args)}` failed in {repo.resolve()}: "
+                            + " ".join((done.stderr or done.stdout).strip().splitlines()[-2:]))
+    return done.stdout
+
+
+def _check_repo(repo: Path, runs: Sequence[RunSpec], git_remote: str | None) -> tuple[str, str]:
+    """``(commit, url)``: HEAD, which must be clean (the runs clone it) and, with a
+    ``git_remote``, on that remote; and the url the runs clone from."""
+    commit = _git(repo, "rev-parse", "HEAD").strip()
+    dirty = [line[3:] for line in _git(repo, "status", "--porcelain",
+                                       "--untracked-files=no").splitlines()]
+    if dirty:
+        raise LorasentError(f"sweep: each run clones commit HEAD, and {', '.join(dirty[:5])}"
+                            f"{' ...' if len(dirty) > 5 else ''} differ from it; commit them "
+                            "(or `git stash`), or give params changes as -S")
+    existing = set(_dvc(repo, "exp", "list", "--all-commits", "--name-only").split())
+    if clash := sorted(existing & {run.name for run in runs}):
+        raise LorasentError(f"sweep: experiments {', '.join(clash)} exist already; choose "
+                            f"another --name, or remove them (dvc exp remove {' '.join(clash)})")
+    if git_remote is None:
+        return commit, str(repo.resolve())
+    url = _git(repo, "remote", "get-url", git_remote).strip()
+    if not _git(repo, "branch", "-r", "--contains", commit, "--list", f"{git_remote}/*").strip():
+        raise LorasentError(f"sweep: commit {commit[:7]} is not on {git_remote} ({url}), and "
+                            f"the runs clone it from there: git push {git_remote} HEAD")
+    return commit, url
+
+
+def _cluster(address: str | None, num_gpus: int | None, git_remote: str | None,
+             cpus_per_run: int | None) -> tuple[dict[str, float], str]:
+    """Connect to Ray (start a local cluster without ``address``) and choose each run's
+    resources: ``({"num_gpus": 1, "num_cpus": c} or {"num_cpus": c}, description)``."""
+    import ray
+
+    if address is not None and num_gpus is not None:
+        raise LorasentError("sweep: --num-gpus declares the GPUs of a local cluster; a "
+                            "cluster at --address has its own (ray start --num-gpus)")
+    quiet: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                             "logging_level": logging.ERROR}
+    if address is None:
+        ray.init(num_gpus=num_gpus, object_store_memory=OBJECT_STORE_BYTES, **quiet)
+    else:
+        ray.init(address=address, **quiet)
+    nodes = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+    if len(nodes) > 1 and git_remote is None:
+        raise LorasentError(f"sweep: the Ray cluster has {len(nodes)} machines, and runs on "
+                            "the others cannot clone this folder: push HEAD and pass "
+                            "--git-remote (e.g. origin)")
+    gpus = max((n["Resources"].get("GPU", 0) for n in nodes), default=0)
+    cpus = max((n["Resources"].get("CPU", 0) for n in nodes), default=0)
+    if cpus_per_run is not None and cpus_per_run > cpus:
+        raise LorasentError(f"sweep: --cpus-per-run {cpus_per_run}, and no machine of the "
+                            f"cluster has more than {cpus:g} CPUs")
+    if gpus:
+        per_run = cpus_per_run or 1
+        return ({"num_gpus": 1, "num_cpus": per_run},
+                f"1 GPU and {per_run} CPU{'s' * (per_run > 1)} per run")
+    per_run = cpus_per_run or int(cpus)
+    return {"num_cpus": per_run}, f"{per_run} CPU{'s' * (per_run > 1)} per run, no GPU"
+
+
+def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = Path("."),
+          address: str | None = None, num_gpus: int | None = None,
+          cpus_per_run: int | None = None, git_remote: str | None = None,
+          cache_dir: str | None = None, progress: Progress = lambda line: None,
+          runner: Callable[..., RunResult] = run_one) -> SweepResult:
+    """Run the grid ``sets`` × ``seeds`` seeds as Ray tasks and wait for them.
+
+    Args:
+        name: the experiments' prefix (:func:`plan`).
+        sets: ``-S`` settings, a setting with several values a grid axis.
+        seeds: runs per grid point (``base.seed``, ``base.seed + 1``, ... from HEAD).
+        address: a Ray cluster (``auto``: the one ``ray start`` started here); None: a
+            local cluster for this sweep (``ray.init``), GPUs as Ray detects them.
+        num_gpus: declare this many GPUs to the local cluster (GPUs Ray does not detect;
+            a fake list on a CPU machine, for tests).
+        cpus_per_run: CPUs per run; default 1 beside a GPU, else all of a machine's.
+        git_remote: clone from and push to this git remote of the repo (several
+            machines); None: this folder.
+        cache_dir: the DVC cache of the runs on other machines (a shared filesystem);
+            None: one in each machine's sweep folder.
+        progress: called with a line at each run's change of state.
+        runner: the task's function (:func:`run_one`; tests give one that records).
+
+    Returns:
+        every run, in grid order, with its metrics when it landed.
+
+    Raises:
+        LorasentError: bad settings or repo state (before anything runs), no Ray cluster
+            at ``address``, or Ctrl-C (after stopping the runs; landed ones stay).
+    """
+    import ray
+
+    repo = repo.resolve()
+    params_text = _git(repo, "show", "HEAD:params.yaml")
+    base_seed = parse_params(read_yaml(params_text, "params.yaml"), "params.yaml").base.seed
+    runs = plan(name, sets, seeds, base_seed)
+    check_params(params_text, runs)
+    commit, url = _check_repo(repo, runs, git_remote)
+    cache = _dvc(repo, "cache", "dir").strip()
+    sweep_id = f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    try:
+        resources, described = _cluster(address, num_gpus, git_remote, cpus_per_run)
+    except ConnectionError as err:
+        ray.shutdown()
+        raise LorasentError(f"sweep: no Ray cluster at --address {address}: {err}") from None
+    stop = signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the runs as Ctrl-C does
+    try:
+        source = Source(url, commit, ray.get_runtime_context().get_node_id(), cache, cache_dir,
+                        sweep_id)
+        progress(f"sweep: {len(runs)} runs of commit {commit[:7]} on Ray "
+                 f"({described}); logs in {Path(tempfile.gettempdir()) / SWEEP_FOLDER / sweep_id}"
+                 "/logs")
+        results = _run_all(runs, source, resources, progress, runner, git_remote, repo)
+    finally:
+        signal.signal(signal.SIGTERM, stop)
+        ray.shutdown()
+    commits = resolve_commits(repo, *(r.name for r in results.values()
+                                      if r.status == "succeeded"))
+    return SweepResult([SweepRun(spec, results[spec.name],
+                                 read_side(repo, spec.name, commits)
+                                 if spec.name in commits else None) for spec in runs])
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _run_all(runs: Sequence[RunSpec], source: Source, resources: dict[str, float],
+             progress: Progress, runner: Callable[..., RunResult], git_remote: str | None,
+             repo: Path) -> dict[str, RunResult]:
+    import ray
+
+    events: Any = ray.remote(num_cpus=0)(Events).remote()
+    task = ray.remote(max_retries=0)(runner)
+    refs = {task.options(name=spec.name, **resources).remote(spec, source, events): spec
+            for spec in runs}
+    t0 = time.monotonic()
+
+    def say(text: str) -> None:
+        progress(f"sweep: {text} ({time.monotonic() - t0:.0f} s)")
+
+    for spec in runs:
+        say(f"{spec.name} queued")
+    results: dict[str, RunResult] = {}
+    started: set[str] = set()
+    pending = list(refs)
+    try:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1, timeout=POLL_S)
+            for exp, node, devices in ray.get(events.take.remote()):
+                started.add(exp)
+                say(f"{exp} running on {node}" + (
+                    f", {', '.join(f'{k}={v}' for k, v in devices.items())}"
+                    if devices else ""))
+            for ref in done:
+                spec = refs[ref]
+                result = _result_of(ref, spec)
+                if result.status == "succeeded" and git_remote is not None:
+                    result = _pull(repo, git_remote, result)
+                results[spec.name] = result
+                if result.status == "succeeded":
+                    say(f"{spec.name} succeeded in {result.ended - result.started:.0f} s")
+                else:
+                    say(f"{spec.name} failed ({result.error}): log {log_place(result)}")
+    except KeyboardInterrupt:
+        running = [refs[ref].name for ref in pending if refs[ref].name in started]
+        progress(f"sweep: interrupted: stopping {len(running)} running runs and cancelling "
+                 f"{len(pending) - len(running)} queued ones (waiting up to {CANCEL_WAIT_S} s)")
+        for ref in pending:
+            ray.cancel(ref)
+        ray.wait(pending, num_returns=len(pending), timeout=CANCEL_WAIT_S)
+        landed = [n for n, r in results.items() if r.status == "succeeded"]
+        raise LorasentError(
+            f"sweep: interrupted: {len(running)} running runs stopped "
+            f"({', '.join(running) or 'none'}), {len(pending) - len(running)} queued ones "
+            f"cancelled, {len(landed)} landed ({', '.join(landed) or 'none'}); their "
+            "clones are removed, their logs kept") from None
+    return results
+
+
+def _result_of(ref: Any, spec: RunSpec) -> RunResult:
+    """The task's result; a task that died (its worker or machine lost) as a failed run."""
+    import ray
+
+    try:
+        return ray.get(ref)
+    except (ray.exceptions.RayError, OSError) as err:
+        now = time.time()
+        return RunResult(spec.name, "failed", "?", {}, "(none: the task died)", now, now,
+                         " ".join(str(err).split())[:300], here=True)
+
+
+def _pull(repo: Path, git_remote: str, result: RunResult) -> RunResult:
+    """``dvc exp pull <git_remote> <name>`` (its cache too, with a DVC remote)."""
+    args = ["exp", "pull", git_remote, result.name]
+    done = subprocess.run([program("dvc"), "remote", "default"], cwd=repo,
+                          capture_output=True, env=environment())
+    try:
+        _dvc(repo, *args[:2], *([] if done.returncode == 0 else ["--no-cache"]), *args[2:])
+    except LorasentError as err:
+        return dataclasses.replace(result, status="failed", error=f"collecting it: {err}")
+    return result

@@ -1,0 +1,154 @@
+"""`lorasent sweep`'s grid, params checks and summary, without Ray (the fast tier); Ray
+runs them in tests/test_sweep_ray.py."""
+
+import json
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import REPO
+from lorasent.cli import main
+from lorasent.contracts import EvalMetrics, parse
+from lorasent.errors import LorasentError
+from lorasent.review.sweep import (
+    RunResult,
+    RunSpec,
+    SweepResult,
+    SweepRun,
+    check_params,
+    device_text,
+    plan,
+)
+from lorasent.review.verdict import Side
+
+PARAMS = (REPO / "params.yaml").read_text(encoding="utf-8")
+
+
+def test_the_grid_is_every_value_of_every_axis_times_the_seeds_in_the_order_given():
+    runs = plan("g", ["train.lora.r=8,4", "train.learning_rate=1e-4,2e-4",
+                      "train.max_steps=5"], seeds=2, base_seed=42)
+    assert [run.name for run in runs] == [
+        "g-r8-learning_rate0.0001-seed42", "g-r8-learning_rate0.0001-seed43",
+        "g-r8-learning_rate0.0002-seed42", "g-r8-learning_rate0.0002-seed43",
+        "g-r4-learning_rate0.0001-seed42", "g-r4-learning_rate0.0001-seed43",
+        "g-r4-learning_rate0.0002-seed42", "g-r4-learning_rate0.0002-seed43"]
+    # every run gets each key once, the unswept one too, and its seed last
+    assert runs[3].sets == ("train.lora.r=8", "train.learning_rate=0.0002",
+                            "train.max_steps=5", "base.seed=43")
+    assert runs[3].group == "g-r8-learning_rate0.0002" and runs[3].seed == 43
+
+
+def test_the_grid_reads_hydras_grammar_as_dvc_exp_run_does():
+    assert [r.name for r in plan("g", ["train.lora.r=range(2,5,2)"], 1, 7)] == \
+        ["g-r2-seed7", "g-r4-seed7"]
+    assert [r.name for r in plan("g", ["train.lora.r=choice(16,32)"], 1, 7)] == \
+        ["g-r16-seed7", "g-r32-seed7"]
+    # a quoted comma is one value, and a setting with one value makes no axis
+    quoted = plan("g", ['prompt.template="Text: {text}, label:"'], 2, 0)
+    assert [r.name for r in quoted] == ["g-seed0", "g-seed1"]
+    assert quoted[0].sets == ('prompt.template="Text: {text}, label:"', "base.seed=0")
+    # params.yaml: as a prefix is DVC's own spelling of the same key
+    assert plan("g", ["params.yaml:train.lora.r=4,8"], 1, 0)[1].sets == \
+        ("train.lora.r=8", "base.seed=0")
+
+
+def test_a_value_becomes_a_git_safe_name():
+    runs = plan("g", ["base.model=google/gemma-3-1b-it,/models/x..y"], 1, 0)
+    assert [r.group for r in runs] == ["g-modelgoogle_gemma-3-1b-it", "g-model_models_x.y"]
+
+
+@pytest.mark.parametrize(("sets", "seeds", "message"), [
+    (["base.seed=1,2"], 2, "-S base.seed is what the runs vary"),
+    (["other.yaml:train.lora.r=4,8"], 2, "only params.yaml keys can be swept"),
+    (["+train.new_key=1"], 2, "only changes of keys params.yaml has"),
+    (["~train.lora.r"], 2, "only changes of keys params.yaml has"),
+    (["train.lora.r=glob(*)"], 2, "a glob sweep has no values"),
+    (["train.lora.r=[1,"], 2, "sweep: -S: "),
+    (["train.lora.r=4"], 0, "--seeds 0: at least 1"),
+    (["base.model=a/b,a_b"], 1, "both make the group name g-modela_b"),
+])
+def test_bad_settings_are_refused_before_anything_runs(sets, seeds, message):
+    with pytest.raises(LorasentError) as err:
+        plan("g", sets, seeds, 0)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_each_runs_params_are_checked_before_anything_runs():
+    check_params(PARAMS, plan("g", ["train.lora.r=4,8"], 2, 42))
+    with pytest.raises(LorasentError) as err:
+        check_params(PARAMS, plan("g", ["train.lora.r=4,0"], 1, 42))
+    assert "run g-r0-seed42" in str(err.value) and "train.lora.r" in str(err.value)
+    assert "\n" not in str(err.value)
+    with pytest.raises(LorasentError, match="base.num_processes 2; a sweep gives each run "
+                                            "one GPU"):
+        check_params(PARAMS, plan("g", ["base.num_processes=2"], 1, 42))
+
+
+def _evals(accuracy: float, macro_f1: float) -> EvalMetrics:
+    committed = parse(EvalMetrics, json.loads((REPO / "metrics/eval.json").read_text()),
+                      "metrics/eval.json", "")
+    return committed.model_copy(update={"accuracy": accuracy, "macro_f1": macro_f1})
+
+
+def _run(name: str, seed: int, accuracy: float | None, devices: dict[str, str]) -> SweepRun:
+    group = name.rsplit("-seed", 1)[0]
+    spec = RunSpec(name, group, seed, (f"base.seed={seed}",))
+    ok = accuracy is not None
+    result = RunResult(name, "succeeded" if ok else "failed", "10.0.0.2", devices,
+                       f"/tmp/lorasent-sweep/x/logs/{name}.log", 0.0, 60.0,
+                       "" if ok else "dvc exp run exited with 1", here=ok)
+    evals = _evals(accuracy, accuracy - 0.05) if ok else None
+    return SweepRun(spec, result, Side(name, evals, None, None, None, None) if ok else None)
+
+
+def test_the_summary_gives_each_run_each_groups_spread_and_verdict_and_each_failure():
+    result = SweepResult([
+        _run("s-r4-seed1", 1, 0.70, {"CUDA_VISIBLE_DEVICES": "0"}),
+        _run("s-r4-seed2", 2, 0.72, {"CUDA_VISIBLE_DEVICES": "1"}),
+        _run("s-r8-seed1", 1, 0.80, {"CUDA_VISIBLE_DEVICES": "0"}),
+        _run("s-r8-seed2", 2, 0.82, {"CUDA_VISIBLE_DEVICES": "1"}),
+        _run("s-r16-seed1", 1, 0.75, {}),
+        _run("s-r16-seed2", 2, None, {}),
+    ])
+    lines = result.summary().splitlines()
+    assert lines[0].split() == ["experiment", "base.seed", "device", "accuracy", "[95%",
+                                "interval]", "macro-F1", "[95%", "interval]"]
+    assert lines[1].split()[:4] == ["s-r4-seed1", "1", "GPU", "0"]
+    assert lines[1].split()[4] == "0.7000"
+    # a run on another machine: its log is named with the machine's address
+    assert lines[6].split()[:3] == ["s-r16-seed2", "2", "CPU"]
+    assert lines[6].endswith("failed (dvc exp run exited with 1): log "
+                             "10.0.0.2:/tmp/lorasent-sweep/x/logs/s-r16-seed2.log")
+    assert "s-r4: accuracy 0.7100 ± 0.0141 (2 seeds); macro-F1 0.6600 ± 0.0141 (2 seeds)" \
+        in lines
+    assert "s-r16: 1 run with metrics: no spread over seeds" in lines
+    assert any(line.startswith("s-r8 against s-r4: B is better than A over seeds: accuracy "
+                               "0.7100 ± 0.0141 (2 seeds) in A against 0.8100 ± 0.0141")
+               for line in lines)
+    assert "s-r16 against s-r4: no verdict, a group has fewer than 2 runs with metrics " \
+           "(--seeds 2 or more)" in lines
+    assert lines[-1] == "Compare two groups: lorasent compare 's-r4-seed*' 's-r8-seed*'"
+    assert [run.spec.name for run in result.failed] == ["s-r16-seed2"]
+
+
+def test_the_device_column_names_the_gpu_ray_gave():
+    def result(devices):
+        return RunResult("x", "succeeded", "n", devices, "", 0, 0)
+
+    assert device_text(result({"HIP_VISIBLE_DEVICES": "3"})) == "GPU 3"
+    assert device_text(result({})) == "CPU"
+
+
+def test_sweep_is_a_command_and_a_make_target():
+    out = CliRunner().invoke(main, ["sweep", "--help"]).output
+    for option in ("-S, --set-param", "--seeds", "--name", "--address", "--cpus-per-run",
+                   "--num-gpus", "--git-remote", "--cache-dir"):
+        assert option in out
+    dry = subprocess.run(["make", "-n", "sweep", "SET=train.lora.r=4,8", "SEEDS=2",
+                          "NAME=lr", "CPUS_PER_RUN=1", "ADDRESS=auto"], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout
+    command = dry.replace("\\\n", " ").splitlines()[-1]
+    assert command.split() == [".venv/bin/lorasent", "sweep", "--seeds", "2", "--name", "lr",
+                               "-S", "train.lora.r=4,8", "--address", "auto",
+                               "--cpus-per-run", "1"]

@@ -1,0 +1,208 @@
+"""`lorasent sweep` on a local Ray cluster, end to end on the tiny repo: a 2 × 2 grid with
+1 CPU per run lands four DVC experiments equal to the same runs made one by one; a failed
+run is reported with its log and does not stop the others; Ctrl-C stops the running runs
+and cancels the queued ones; and with a fake list of GPUs, no two runs ever hold the same
+one (the variable each run sees)."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tiny_repo import clone_run, env, exp_named, run
+
+pytestmark = pytest.mark.slow
+
+GRID = ("-S", "train.lora.r=2,4", "--seeds", "2")
+NAMES = ["grid-r2-seed42", "grid-r2-seed43", "grid-r4-seed42", "grid-r4-seed43"]
+
+
+def _sweep(root: Path, *args: str, timeout_s: float = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["lorasent", "sweep", *args], cwd=root, env=env(), text=True,
+                          capture_output=True, timeout=timeout_s)
+
+
+def _show(root: Path, name: str, path: str) -> str:
+    """``path`` as experiment ``name`` committed it."""
+    ref = run(root, "git", "for-each-ref", "--format=%(objectname)", f"refs/exps/*/*/{name}")
+    return run(root, "git", "show", f"{ref.strip()}:{path}")
+
+
+def _adapter_md5(root: Path, rev: str) -> str:
+    lock = _yaml(_show(root, rev, "dvc.lock"))
+    return next(out["md5"] for out in lock["stages"]["train"]["outs"]
+                if out["path"] == "models/adapter")
+
+
+def _yaml(text: str):
+    from ruamel.yaml import YAML
+
+    return YAML(typ="safe").load(text)
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory, tiny_run):
+    """A clone of the tiny run after `lorasent sweep` of the 2 × 2 grid, 1 CPU per run (2
+    at once on 2 cores); and the sweep's output."""
+    root = clone_run(tiny_run, tmp_path_factory.mktemp("ray-sweep") / "repo")
+    done = _sweep(root, *GRID, "--name", "grid", "--cpus-per-run", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return root, done
+
+
+def test_a_two_by_two_sweep_lands_four_named_experiments(swept):
+    root, done = swept
+    shown = json.loads(run(root, "dvc", "exp", "show", "--json"))
+    for name in NAMES:
+        (exp,) = exp_named(shown, name)
+        params = exp["data"]["params"]["params.yaml"]["data"]
+        assert params["train"]["lora"]["r"] == int(name.split("-")[1][1:])
+        assert params["base"]["seed"] == int(name.rsplit("seed", 1)[1])
+    # the progress: each run queued, running, succeeded; then the summary
+    for name in NAMES:
+        states = re.findall(rf"^sweep: {name} (queued|running|succeeded)", done.stderr, re.M)
+        assert states == ["queued", "running", "succeeded"], done.stderr
+    out = done.stdout.splitlines()
+    assert [line.split()[0] for line in out[1:5]] == NAMES
+    assert all(line.split()[2] == "CPU" for line in out[1:5])
+    assert out[6].startswith("grid-r2: accuracy ") and " (2 seeds); macro-F1 " in out[6]
+    assert out[8].startswith("grid-r4 against grid-r2: ") and "over seeds" in out[8]
+    assert out[-1] == "Compare two groups: lorasent compare 'grid-r2-seed*' 'grid-r4-seed*'"
+    # each run had one CPU: one torch thread, and no GPU variable
+    device = json.loads(_show(root, NAMES[0], "metrics/provenance/train.json"))["device"]
+    assert device["torch_threads"] == 1 and device["visible_devices"] == {}
+    # the clones are gone, the logs stay
+    folder = Path(re.search(r"logs in (\S+)/logs", done.stderr).group(1))
+    assert not any((folder / "clones").iterdir())
+    assert sorted(p.name for p in (folder / "logs").iterdir()) == [f"{n}.log" for n in NAMES]
+    shutil.rmtree(folder)
+
+
+def test_the_groups_compare_over_seeds(swept, tmp_path):
+    root, _ = swept
+    out = run(root, "lorasent", "compare", "grid-r2-seed*", "grid-r4-seed*",
+              "--out", str(tmp_path / "report"))
+    assert "over seeds" in out and "(2 seeds)" in out
+
+
+def test_the_runs_equal_the_same_runs_made_one_by_one(swept, tiny_run, tmp_path):
+    """The same four `dvc exp run`s, one after the other with one torch thread, in a clone
+    with a DVC cache of its own (DVC's run cache cannot hand back the sweep's outputs)."""
+    root, _ = swept
+    cache = tmp_path / "own-cache"
+    shutil.copytree(run(tiny_run, "dvc", "cache", "dir").strip(), cache)
+    solo = tmp_path / "solo"
+    run(tmp_path, "git", "clone", "-q", str(tiny_run), str(solo))
+    run(solo, "dvc", "cache", "dir", "--local", str(cache))
+    run(solo, "dvc", "checkout", "-q")
+    for name in NAMES:
+        r, seed = name.split("-")[1][1:], name.rsplit("seed", 1)[1]
+        done = subprocess.run(["dvc", "exp", "run", "-n", name, "-S", f"train.lora.r={r}",
+                               "-S", f"base.seed={seed}"], cwd=solo, text=True,
+                              capture_output=True, env={**env(), "OMP_NUM_THREADS": "1"})
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "is cached" not in done.stdout  # trained here, not restored
+        assert _adapter_md5(solo, name) == _adapter_md5(root, name), name
+        assert _show(solo, name, "metrics/eval.json") == _show(root, name, "metrics/eval.json")
+
+
+def test_a_failed_run_is_reported_with_its_log_and_the_others_land(tiny_copy):
+    model = _yaml((tiny_copy / "params.yaml").read_text())["base"]["model"]
+    done = _sweep(tiny_copy, "-S", f"base.model={model},/nonexistent/model", "--seeds", "1",
+                  "--name", "broken", "--cpus-per-run", "1")
+    assert done.returncode == 1
+    # one line of error, after the summary
+    assert done.stderr.splitlines()[-1] == ("lorasent sweep: error: 1 of 2 runs failed: "
+                                            "broken-model_nonexistent_model-seed42")
+    failed = re.search(r"^sweep: broken-model_nonexistent_model-seed42 failed \(dvc exp run "
+                       r"exited with \d+\): log (\S+) \(", done.stderr, re.M)
+    assert failed, done.stderr
+    log = Path(failed.group(1)).read_text(encoding="utf-8")
+    assert "exp run --temp -n broken-model_nonexistent_model-seed42 " in log
+    assert "lorasent fetch: error: base.model: '/nonexistent/model' is neither" in log
+    assert f"log {failed.group(1)}" in done.stdout
+    listed = run(tiny_copy, "dvc", "exp", "list", "--name-only").split()
+    good = next(name for name in listed if name.startswith("broken-model"))
+    assert good != "broken-model_nonexistent_model-seed42" and len(listed) == 1
+    shutil.rmtree(Path(failed.group(1)).parents[1])
+
+
+def _sweep_processes(marker: str) -> list[str]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if marker in cmdline:
+            found.append(cmdline)
+    return found
+
+
+def test_ctrl_c_stops_the_running_runs_and_cancels_the_queued_ones(tiny_copy):
+    """Ctrl-C at a terminal: SIGINT to the command's process group."""
+    proc = subprocess.Popen(["lorasent", "sweep", "-S", "train.lora.r=2,16", "--seeds", "2",
+                             "--name", "stopped", "--cpus-per-run", "1"], cwd=tiny_copy,
+                            env=env(), text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    lines, deadline = [], time.monotonic() + 300
+    for line in proc.stderr:
+        lines.append(line)
+        if sum(" running on " in seen for seen in lines) == 2:
+            break
+        assert time.monotonic() < deadline, "".join(lines)
+    time.sleep(3)  # the runs are in `dvc exp run` now
+    assert len(_sweep_processes("exp run --temp -n stopped-")) == 2
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    last = err.splitlines()[-1]
+    assert last.startswith("lorasent sweep: error: interrupted: 2 running runs stopped "
+                           "(stopped-r2-seed"), err
+    assert "2 queued ones cancelled, 0 landed (none)" in last
+    assert _sweep_processes("exp run --temp -n stopped-") == []
+    assert run(tiny_copy, "dvc", "exp", "list", "--name-only").split() == []
+    folder = Path(re.search(r"logs in (\S+)/logs", "".join(lines)).group(1))
+    assert not any((folder / "clones").iterdir())
+    shutil.rmtree(folder)
+
+
+def _record(spec, source, events=None):
+    """A run that only records the GPU variable Ray set and when it held it."""
+    from lorasent.programs import visible_devices
+    from lorasent.review.sweep import RunResult
+
+    started = time.time()
+    time.sleep(1.5)
+    return RunResult(spec.name, "failed", "local", visible_devices(), "", started, time.time(),
+                     "recorded only")
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_two_runs_never_hold_the_same_gpu(tiny_run, gpus):
+    """A fake list of ``gpus`` GPUs on this CPU machine (Ray's ``num_gpus``), 1 CPU per
+    run on 2 CPUs, 4 runs: each run sees one GPU in CUDA_VISIBLE_DEVICES, and two runs
+    that overlap in time see different ones (with 1 GPU, none overlap)."""
+    from ray import cloudpickle
+
+    from lorasent.review.sweep import sweep
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers lack tests/
+    result = sweep(name="gpus", sets=["train.lora.r=2,4"], seeds=2, repo=tiny_run,
+                   num_gpus=gpus, cpus_per_run=1, runner=_record)
+    held = [(run.result.devices, run.result.started, run.result.ended) for run in result.runs]
+    assert [set(devices) for devices, _, _ in held] == [{"CUDA_VISIBLE_DEVICES"}] * 4
+    assert {devices["CUDA_VISIBLE_DEVICES"] for devices, _, _ in held} == \
+        {str(i) for i in range(gpus)}
+    for i, (a, start_a, end_a) in enumerate(held):
+        for b, start_b, end_b in held[i + 1:]:
+            if start_a < end_b and start_b < end_a:
+                assert a != b
+    overlapping = any(s1 < e2 and s2 < e1 for i, (_, s1, e1) in enumerate(held)
+                      for _, s2, e2 in held[i + 1:])
+    assert overlapping == (gpus == 2)
