@@ -111,6 +111,17 @@ def test_report_has_the_facts_doctor_prints():
     assert report["memory_free_bytes"] > 0
 
 
+def test_the_report_records_the_gpu_a_scheduler_gave(monkeypatch):
+    """What a sweep's run records in its provenance: the variable Ray set for it."""
+    for name in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    assert environment_report("cpu")["visible_devices"] == {}
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "3")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert environment_report("cpu")["visible_devices"] == {"CUDA_VISIBLE_DEVICES": "",
+                                                            "HIP_VISIBLE_DEVICES": "3"}
+
+
 def _params_with(tmp_path, old, new):
     text = (REPO / "params.yaml").read_text(encoding="utf-8")
     assert old in text

@@ -98,8 +98,10 @@ def _run(name: str, seed: int, accuracy: float | None, devices: dict[str, str]) 
     result = RunResult(name, "succeeded" if ok else "failed", "10.0.0.2", devices,
                        f"/tmp/lorasent-sweep/x/logs/{name}.log", 0.0, 60.0,
                        "" if ok else "dvc exp run exited with 1", here=ok)
-    evals = _evals(accuracy, accuracy - 0.05) if ok else None
-    return SweepRun(spec, result, Side(name, evals, None, None, None, None) if ok else None)
+    if accuracy is None:
+        return SweepRun(spec, result, None)
+    evals = _evals(accuracy, accuracy - 0.05)
+    return SweepRun(spec, result, Side(name, evals, None, None, None, None))
 
 
 def test_the_summary_gives_each_run_each_groups_spread_and_verdict_and_each_failure():

@@ -30,6 +30,13 @@ def _sweep(root: Path, *args: str, timeout_s: float = 900) -> subprocess.Complet
                           capture_output=True, timeout=timeout_s)
 
 
+def _folder(progress: str) -> Path:
+    """The sweep's folder on this machine, from its first progress line."""
+    found = re.search(r"logs in (\S+)/logs", progress)
+    assert found, progress
+    return Path(found.group(1))
+
+
 def _show(root: Path, name: str, path: str) -> str:
     """``path`` as experiment ``name`` committed it."""
     ref = run(root, "git", "for-each-ref", "--format=%(objectname)", f"refs/exps/*/*/{name}")
@@ -80,7 +87,7 @@ def test_a_two_by_two_sweep_lands_four_named_experiments(swept):
     device = json.loads(_show(root, NAMES[0], "metrics/provenance/train.json"))["device"]
     assert device["torch_threads"] == 1 and device["visible_devices"] == {}
     # the clones are gone, the logs stay
-    folder = Path(re.search(r"logs in (\S+)/logs", done.stderr).group(1))
+    folder = _folder(done.stderr)
     assert not any((folder / "clones").iterdir())
     assert sorted(p.name for p in (folder / "logs").iterdir()) == [f"{n}.log" for n in NAMES]
     shutil.rmtree(folder)
@@ -135,6 +142,26 @@ def test_a_failed_run_is_reported_with_its_log_and_the_others_land(tiny_copy):
     shutil.rmtree(Path(failed.group(1)).parents[1])
 
 
+def test_runs_clone_from_a_git_remote_and_are_pulled_back_from_it(tiny_copy, tmp_path):
+    """--git-remote, as on a cluster of several machines: the runs clone the remote and
+    push there; the sweep pulls each experiment back (`dvc exp pull`)."""
+    bare = tmp_path / "remote.git"
+    run(tmp_path, "git", "init", "-q", "--bare", str(bare))
+    run(tiny_copy, "git", "remote", "add", "shared", str(bare))
+    args = ("--seeds", "1", "--name", "far", "--git-remote", "shared", "--cpus-per-run", "1")
+    refused = _sweep(tiny_copy, *args)
+    assert refused.returncode == 1 and refused.stderr.strip().endswith(
+        f"is not on shared ({bare}), and the runs clone it from there: git push shared HEAD")
+    run(tiny_copy, "git", "push", "-q", "shared", "HEAD:refs/heads/main")
+    done = _sweep(tiny_copy, *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "far-seed42" in run(bare, "git", "for-each-ref", "refs/exps")
+    assert run(tiny_copy, "dvc", "exp", "list", "--name-only").split() == ["far-seed42"]
+    assert _show(tiny_copy, "far-seed42", "metrics/eval.json") == \
+        (tiny_copy / "metrics/eval.json").read_text(encoding="utf-8")  # nothing changed
+    shutil.rmtree(_folder(done.stderr))
+
+
 def _sweep_processes(marker: str) -> list[str]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
@@ -150,14 +177,17 @@ def test_ctrl_c_stops_the_running_runs_and_cancels_the_queued_ones(tiny_copy):
                              "--name", "stopped", "--cpus-per-run", "1"], cwd=tiny_copy,
                             env=env(), text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
+    assert proc.stderr is not None
     lines, deadline = [], time.monotonic() + 300
     for line in proc.stderr:
         lines.append(line)
         if sum(" running on " in seen for seen in lines) == 2:
             break
         assert time.monotonic() < deadline, "".join(lines)
-    time.sleep(3)  # the runs are in `dvc exp run` now
-    assert len(_sweep_processes("exp run --temp -n stopped-")) == 2
+    while len(_sweep_processes("exp run --temp -n stopped-")) < 2:  # both in `dvc exp run`
+        assert time.monotonic() < deadline, "".join(lines)
+        time.sleep(0.5)
+    time.sleep(2)  # and in its stages
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1
@@ -167,7 +197,7 @@ def test_ctrl_c_stops_the_running_runs_and_cancels_the_queued_ones(tiny_copy):
     assert "2 queued ones cancelled, 0 landed (none)" in last
     assert _sweep_processes("exp run --temp -n stopped-") == []
     assert run(tiny_copy, "dvc", "exp", "list", "--name-only").split() == []
-    folder = Path(re.search(r"logs in (\S+)/logs", "".join(lines)).group(1))
+    folder = _folder("".join(lines))
     assert not any((folder / "clones").iterdir())
     shutil.rmtree(folder)
 

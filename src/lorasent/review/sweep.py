@@ -92,9 +92,10 @@ class Source:
     """Where every run clones from and pushes to, and where it works.
 
     ``url``: a git URL or this repo's path; ``local_node``: the Ray node id of the machine
-    this command runs on, where ``cache_dir`` (this repo's DVC cache unless
-    ``--cache-dir``) is used; other machines use ``remote_cache_dir`` (None: a cache per
-    machine in its sweep folder). ``sweep_id`` names the sweep's folder on every machine.
+    this command runs on, where ``cache_dir`` (this repo's DVC cache) is used; other
+    machines use ``remote_cache_dir`` (``--cache-dir``; None: one cache per machine,
+    ``<temp>/lorasent-sweep/dvc-cache``, kept from sweep to sweep). ``sweep_id`` names
+    the sweep's folder on every machine.
     """
 
     url: str
@@ -274,7 +275,8 @@ def run_one(spec: RunSpec, source: Source, events: Any = None) -> RunResult:
     here = ray.get_runtime_context().get_node_id() == source.local_node
     folder = Path(tempfile.gettempdir()) / SWEEP_FOLDER / source.sweep_id
     clone, log = folder / "clones" / spec.name, folder / "logs" / f"{spec.name}.log"
-    cache = source.cache_dir if here else (source.remote_cache_dir or str(folder / "dvc-cache"))
+    cache = source.cache_dir if here else (source.remote_cache_dir
+                                           or str(folder.parent / "dvc-cache"))
     log.parent.mkdir(parents=True, exist_ok=True)
     clone.parent.mkdir(parents=True, exist_ok=True)
 
@@ -501,7 +503,7 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
         git_remote: clone from and push to this git remote of the repo (several
             machines); None: this folder.
         cache_dir: the DVC cache of the runs on other machines (a shared filesystem);
-            None: one in each machine's sweep folder.
+            None: one per machine, ``<temp>/lorasent-sweep/dvc-cache``.
         progress: called with a line at each run's change of state.
         runner: the task's function (:func:`run_one`; tests give one that records).
 
