@@ -2,6 +2,7 @@
 runs them in tests/test_sweep_ray.py."""
 
 import json
+import shutil
 import subprocess
 
 import pytest
@@ -130,6 +131,9 @@ def test_the_summary_gives_each_run_each_groups_spread_and_verdict_and_each_fail
                for line in lines)
     assert "s-r16 against s-r4: no verdict, a group has fewer than 2 runs with metrics " \
            "(--seeds 2 or more)" in lines
+    # each run's warnings, as compare gives them
+    warning = _evals(0.7, 0.65).warnings[0]
+    assert f"WARNING s-r4-seed1: {warning}" in lines and f"WARNING s-r16-seed1: {warning}" in lines
     assert lines[-1] == "Compare two groups: lorasent compare 's-r4-seed*' 's-r8-seed*'"
     assert [run.spec.name for run in result.failed] == ["s-r16-seed2"]
 
@@ -154,3 +158,24 @@ def test_sweep_is_a_command_and_a_make_target():
     assert command.split() == [".venv/bin/lorasent", "sweep", "--seeds", "2", "--name", "lr",
                                "-S", "train.lora.r=4,8", "--address", "auto",
                                "--cpus-per-run", "1"]
+
+
+def test_a_sweep_of_a_changed_checkout_is_refused_before_ray_starts(tmp_path):
+    """Each run clones HEAD: changes that are not committed would be left out."""
+    from lorasent.review.sweep import sweep
+
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    (tmp_path / "README.md").write_text("x\n")
+    for argv in (["git", "init", "-q"], ["git", "add", "-A"], [*git, "commit", "-qm", "x"]):
+        subprocess.run(argv, cwd=tmp_path, check=True)
+    (tmp_path / "README.md").write_text("y\n")
+    with pytest.raises(LorasentError) as err:
+        sweep(name="s", sets=["train.lora.r=4,8"], repo=tmp_path)
+    assert str(err.value) == ("sweep: each run clones commit HEAD, and README.md differs from "
+                              "it: commit it (or `git stash`)")
+    (tmp_path / "params.yaml").write_text(PARAMS.replace("r: 8", "r: 16"))
+    with pytest.raises(LorasentError) as err:
+        sweep(name="s", sets=["train.lora.r=4,8"], repo=tmp_path)
+    assert str(err.value).endswith("and README.md, params.yaml differ from it: commit them "
+                                   "(or `git stash`), or give the params changes as -S")

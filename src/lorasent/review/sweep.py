@@ -369,7 +369,8 @@ class SweepResult:
         for run in self.runs:
             head = f"{run.spec.name:<{width}}{run.spec.seed:>9}  {device_text(run.result):<14}"
             if run.evals is None:
-                lines.append(head + f"failed ({run.result.error}): log {log_place(run.result)}")
+                why = run.result.error or "its experiment has no metrics/eval.json"
+                lines.append(head + f"failed ({why}): log {log_place(run.result)}")
             else:
                 lines.append(head + f"{with_interval_of(run.evals, 'accuracy'):<28}"
                              f"{with_interval_of(run.evals, 'macro_f1')}")
@@ -394,6 +395,8 @@ class SweepResult:
             review, _ = group_review([run.side for run in reference if run.side],
                                      [run.side for run in other if run.side])
             lines.append(f"{group} against {names[0]}: {review.verdict}")
+        lines += [f"WARNING {run.spec.name}: {warning}" for run in self.runs if run.evals
+                  for warning in run.evals.warnings]
         if len(names) > 1:
             lines.append(f"Compare two groups: lorasent compare '{names[0]}-seed*' "
                          f"'{names[1]}-seed*'")
@@ -435,9 +438,12 @@ def _check_repo(repo: Path, runs: Sequence[RunSpec], git_remote: str | None) -> 
     dirty = [line[3:] for line in _git(repo, "status", "--porcelain",
                                        "--untracked-files=no").splitlines()]
     if dirty:
-        raise LorasentError(f"sweep: each run clones commit HEAD, and {', '.join(dirty[:5])}"
-                            f"{' ...' if len(dirty) > 5 else ''} differ from it; commit them "
-                            "(or `git stash`), or give params changes as -S")
+        files = ", ".join(dirty[:5]) + (" ..." if len(dirty) > 5 else "")
+        raise LorasentError(
+            f"sweep: each run clones commit HEAD, and {files} "
+            f"{'differs' if len(dirty) == 1 else 'differ'} from it: commit "
+            f"{'it' if len(dirty) == 1 else 'them'} (or `git stash`)"
+            + (", or give the params changes as -S" if "params.yaml" in dirty else ""))
     existing = set(_dvc(repo, "exp", "list", "--all-commits", "--name-only").split())
     if clash := sorted(existing & {run.name for run in runs}):
         raise LorasentError(f"sweep: experiments {', '.join(clash)} exist already; choose "
@@ -524,16 +530,16 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
     commit, url = _check_repo(repo, runs, git_remote)
     cache = _dvc(repo, "cache", "dir").strip()
     sweep_id = f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    try:
-        resources, described = _cluster(address, num_gpus, git_remote, cpus_per_run)
-    except ConnectionError as err:
-        ray.shutdown()
-        raise LorasentError(f"sweep: no Ray cluster at --address {address}: {err}") from None
     stop = signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the runs as Ctrl-C does
     try:
+        try:
+            resources, described = _cluster(address, num_gpus, git_remote, cpus_per_run)
+        except ConnectionError as err:
+            raise LorasentError(f"sweep: no Ray cluster at --address {address}: "
+                                f"{' '.join(str(err).split())}") from None
         source = Source(url, commit, ray.get_runtime_context().get_node_id(), cache, cache_dir,
                         sweep_id)
-        progress(f"sweep: {len(runs)} runs of commit {commit[:7]} on Ray "
+        progress(f"sweep: {len(runs)} run{'s' * (len(runs) > 1)} of commit {commit[:7]} on Ray "
                  f"({described}); logs in {Path(tempfile.gettempdir()) / SWEEP_FOLDER / sweep_id}"
                  "/logs")
         results = _run_all(runs, source, resources, progress, runner, git_remote, repo)
