@@ -416,12 +416,18 @@ def staleness(repo: Path, rev: str, commits: dict[str, str]) -> Stale | None:
             else commit_staleness(repo, commits.get(rev, rev)))
 
 
-def run_dvc(repo: Path, *args: str, as_json: bool = True) -> Any:
+def run_dvc(repo: Path, *args: str, as_json: bool = True, command: str = "compare") -> Any:
+    """``dvc args`` in ``repo``: its output parsed as JSON (``as_json``) or as text.
+
+    Raises:
+        LorasentError: dvc failed; the message starts with ``command`` and ends with
+            dvc's last lines.
+    """
     done = subprocess.run([program("dvc"), *args], cwd=repo, capture_output=True, text=True,
                           env=environment())
     if done.returncode != 0:
         detail = (done.stderr or done.stdout).strip().splitlines()
-        raise LorasentError(f"compare: `dvc {' '.join(args)}` failed in {repo.resolve()}: "
+        raise LorasentError(f"{command}: `dvc {' '.join(args)}` failed in {repo.resolve()}: "
                             + " ".join(detail[-3:]))  # unknown revisions: check_revisions
     return json.loads(done.stdout or "{}") if as_json else done.stdout
 

@@ -60,7 +60,7 @@ from lorasent.contracts import EvalMetrics
 from lorasent.errors import LorasentError
 from lorasent.params import ParamsError, merge, parse_params, read_yaml
 from lorasent.programs import environment, program, visible_devices
-from lorasent.review.collect import read_side, resolve_commits
+from lorasent.review.collect import read_side, resolve_commits, run_dvc
 from lorasent.review.render import with_interval_of
 from lorasent.review.verdict import Side, group_review
 from lorasent.statistics import GroupComparison
@@ -423,12 +423,7 @@ def _git(repo: Path, *args: str) -> str:
 
 
 def _dvc(repo: Path, *args: str) -> str:
-    done = subprocess.run([program("dvc"), *args], cwd=repo, capture_output=True, text=True,
-                          env=environment())
-    if done.returncode != 0:
-        raise LorasentError(f"sweep: `dvc {' '.join(args)}` failed in {repo.resolve()}: "
-                            + " ".join((done.stderr or done.stdout).strip().splitlines()[-2:]))
-    return done.stdout
+    return str(run_dvc(repo, *args, as_json=False, command="sweep"))
 
 
 def _check_repo(repo: Path, runs: Sequence[RunSpec], git_remote: str | None) -> tuple[str, str]:
