@@ -57,9 +57,9 @@ def test_classes_follow_base_labels_then_the_metrics():
 def test_a_users_text_is_one_cell_shown_as_written():
     from lorasent.review.render import clip
 
-    assert clip("a <b>x</b>\n*y* _z_ [l](u) `c` #t") == (
-        "a &lt;b&gt;x&lt;/b&gt; \\*y\\* \\_z\\_ \\[l\\](u) \\`c\\` \\#t")
-    assert clip("w " * 200) == ("w " * 100)[:199] + "…"
+    assert clip("a <b>x</b>\n*y* _z_ [l](u) `c` #t #1 @u") == (
+        "a &lt;b&gt;x&lt;/b&gt; \\*y\\* \\_z\\_ \\[l\\](u) \\`c\\` #t #&#8203;1 @&#8203;u")
+    assert clip("w " * 200) == ("w " * 100)[:199] + "… (399 characters)"
 
 
 def test_groups_split_at_commas_and_keep_their_order(tmp_path):

@@ -324,7 +324,8 @@ if args[:3] == ["api", "--method", "PATCH"] and args[3].startswith(comments_url)
 elif args[:5] == ["pr", "comment", "7", "--repo", "owner/repo"] and args[5] == "--body-file":
     found = max(c["id"] for c in state["comments"]) + 1
     with open(args[6], encoding="utf-8") as f:
-        state["comments"].append({"id": found, "body": f.read()})
+        state["comments"].append({"id": found, "body": f.read(),
+                                  "user": {"login": "github-actions[bot]", "type": "Bot"}})
     state["calls"].append(["create", found])
 else:
     sys.exit(f"stand-in gh: unexpected call {args}")
@@ -355,8 +356,9 @@ def _pull_request(root: Path, tmp_path: Path, base: str, heads: list[str]) -> di
     (fake / "gh").write_text(f"#!{sys.executable}\n{FAKE_GH}", encoding="utf-8")
     (fake / "gh").chmod(0o755)
     state_file = tmp_path / "gh-state.json"
-    state_file.write_text(json.dumps({"comments": [{"id": 1, "body": "LGTM, one question"}],
-                                      "calls": []}), encoding="utf-8")
+    state_file.write_text(json.dumps({"comments": [
+        {"id": 1, "body": "LGTM, one question", "user": {"login": "octocat", "type": "User"}}],
+        "calls": []}), encoding="utf-8")
     environ = {**env(), "FAKE_GH_STATE": str(state_file),
                "PATH": f"{fake}{os.pathsep}{env()['PATH']}"}
     states = []
@@ -481,6 +483,8 @@ def _show(root: Path, rev: str, path: str) -> str:
 
 
 def test_revisions_scored_on_other_rows_get_no_paired_test(sweep, tmp_path):
+    from lorasent.review.markup import md_text  # the ids: hex digits cut every 6
+
     predictions = _show(sweep, "r4", "metrics/predictions.csv").splitlines()
     other = [predictions[0], *(f"other{i:012d}" + line[line.index(","):]
                                for i, line in enumerate(predictions[1:]))]
@@ -489,7 +493,7 @@ def test_revisions_scored_on_other_rows_get_no_paired_test(sweep, tmp_path):
     assert printed.startswith("**No paired test: A and B were scored on different test rows")
     a_ids = sorted(line.split(",")[0] for line in predictions[1:])
     assert ("A and B were scored on different test rows (24 rows only in A, 24 only in B; "
-            f"only in A: {', '.join(a_ids[:5])}, … (19 more); only in B: "
+            f"only in A: {', '.join(map(md_text, a_ids[:5]))}, … (19 more); only in B: "
             f"{', '.join(f'other{i:012d}' for i in range(5))}, … (19 more))" in text)
     # the test split's part: no paired test (the second test set's rows still pair)
     split_part, _, reviews = text.partition("## Test set reviews-zh")

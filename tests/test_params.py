@@ -334,3 +334,40 @@ def test_dvc_round_trip_of_params_yaml_changes_nothing(tmp_path):
                       ["base.labels=[negative,neutral,positive]"]):
         apply_overrides(path, overrides)
         assert path.read_bytes() == (REPO / "params.yaml").read_bytes(), overrides
+
+
+@pytest.mark.parametrize("label", [
+    "<img src=x onerror=alert(1)>@user|#3`", "1.0", "pos.", "a|b", "@user", "#12",
+    " negative", "negative ", "_neg", "x" * 51, "new\nline", "</details>",
+])
+def test_a_label_no_output_can_carry_is_refused_in_one_line(params_raw, label):
+    params_raw["base"]["labels"] = ["negative", label]
+    params_raw["prompt"]["label_words"] = {"negative": " negative", label: " other"}
+    with pytest.raises(ParamsError) as err:
+        parse_params(params_raw)
+    assert str(err.value) == (
+        f"params.yaml: invalid params\n  base.labels: label {label[:60]!r} breaks the rule for "
+        "class names: 1 to 50 letters, digits, spaces, '_' or '-', starting and ending with a "
+        "letter or digit (no '.', which splits DVC's metric keys, and no markup); rename it "
+        "and map the data's name to it in base.label_aliases")
+
+
+@pytest.mark.parametrize("labels", [["消极", "中性", "积极"], ["very negative", "so-so", "x_1"],
+                                    ["0", "1"], ["no", "maybe", "yes"]])
+def test_class_names_of_any_script_with_spaces_and_dashes_pass(params_raw, labels):
+    params_raw["base"].update(labels=labels, label_aliases={})
+    params_raw["prompt"]["label_words"] = {label: f" {label}" for label in labels}
+    assert parse_params(params_raw).base.labels == tuple(labels)
+
+
+@pytest.mark.parametrize("text, message", [
+    ('prompt: {template: "a\\0b {text}"}',
+     "prompt.template: holds U+0000 at character 2, which no output can show; remove it"),
+    ('data: {source: "x\\ud800"}',
+     "data.source: holds U+D800 at character 2, which no output can show; remove it"),
+])
+def test_a_nul_or_a_lone_surrogate_in_a_string_param_is_one_line(params_raw, text, message):
+    raw = merge(params_raw, read_yaml(text, "override.yaml"))
+    with pytest.raises(ParamsError) as err:
+        parse_params(raw)
+    assert str(err.value) == f"params.yaml: invalid params\n  {message}"

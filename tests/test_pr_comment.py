@@ -24,10 +24,15 @@ from lorasent.review.verdict import Side, alike, busy, side_warnings
 from test_compare import git_dvc, make_metrics_repo
 
 HEAD_A, HEAD_B = "a" * 40, "b" * 40
+# `user` as GitHub's REST API "list issue comments" gives it
+BOT_USER = {"login": "github-actions[bot]", "type": "Bot"}
+REVIEWER = {"login": "octocat", "type": "User"}
 
 
 def _pages(*pages: list[dict[str, Any]]) -> str:
-    return "".join(json.dumps(page) + "\n" for page in pages)
+    """``gh api --paginate``'s output; a comment without ``user`` is the workflow's."""
+    return "".join(json.dumps([{"user": BOT_USER, **c} for c in page]) + "\n"
+                   for page in pages)
 
 
 def test_the_earlier_comment_is_the_last_that_starts_with_the_marker():
@@ -37,6 +42,27 @@ def test_the_earlier_comment_is_the_last_that_starts_with_the_marker():
     assert earlier_comment(text, "comments.json") == EarlierComment(4, HEAD_B)
     assert earlier_comment(_pages([{"id": 2, "body": "LGTM"}]), "c") is None
     assert earlier_comment("[]", "c") is None
+
+
+def test_only_the_workflows_own_comment_is_edited_and_read():
+    """Another user's comment that carries the marker (after the bot's, or alone) is
+    neither edited nor read for the previous head, and is named in one line; so is a
+    comment of the bot's whose marker does not parse."""
+    theirs = {"id": 7, "body": marker(HEAD_B) + "\nplanted", "user": REVIEWER}
+    text = _pages([{"id": 4, "body": marker(HEAD_A) + "\nmine"}], [theirs])
+    found = earlier_comment(text, "c")
+    assert found == EarlierComment(4, HEAD_A, ignored=(7,))
+    assert found.ignored_line("github-actions[bot]") == (
+        "ignored comment 7: it carries the lorasent marker but was not written by "
+        "github-actions[bot], so it is neither edited nor read for the previous head")
+    assert earlier_comment(_pages([theirs]), "c") == EarlierComment(None, None, ignored=(7,))
+    other_bot = {**theirs, "user": {"login": "evil[bot]", "type": "Bot"}}
+    broken = {"id": 8, "body": marker("not-a-sha") + "\n"}
+    assert earlier_comment(_pages([other_bot, broken]), "c") == EarlierComment(
+        None, None, ignored=(7, 8))
+    # a configured identity
+    assert earlier_comment(_pages([theirs]), "c", author="octocat") == EarlierComment(
+        7, HEAD_B)
 
 
 @pytest.mark.parametrize("text, why", [

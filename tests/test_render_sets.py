@@ -68,7 +68,7 @@ SIDES = (
                                        "news": _metrics(0.9, 20, None, **NEWS)}),
          None, B.predictions, None, None, B.label_issues, B.test_sets))
 REVIEW = judge(*SIDES, LABELS)
-COMPARISON = Comparison("main", "HEAD", {"main": "aaaaaaa", "HEAD": "bbbbbbb"}, {}, {}, {}, "",
+COMPARISON = Comparison("main", "HEAD", {"main": "aaaaaaa", "HEAD": "bbbbbbb"}, {}, {}, {},
                         SIDES, REVIEW, {})
 
 

@@ -720,11 +720,14 @@ def compare(rev_a: str, rev_b: str, out_dir: Path | None, force: bool) -> None:
               "lorasent comment is edited, and this push compared with its head.")
 @click.option("--pr", help="The pull request's number, for the comment's `git fetch` line.")
 @click.option("--run-url", help="The workflow run whose artifacts hold the reports.")
+@click.option("--author", default="github-actions[bot]", show_default=True,
+              help="The login the workflow posts as: only a comment of its own is edited "
+              "and read for the previous head.")
 @click.option("--force", is_flag=True,
               help="Replace an --out folder that pr-comment did not write.")
 @_user_errors
 def pr_comment(base: str, out_dir: Path, comments_path: Path | None, pr: str | None,
-               run_url: str | None, force: bool) -> None:
+               run_url: str | None, author: str, force: bool) -> None:
     """Write a pull request's lorasent comment: HEAD against branch BASE, and against
     the head the earlier comment compared (what this push did).
 
@@ -742,7 +745,8 @@ def pr_comment(base: str, out_dir: Path, comments_path: Path | None, pr: str | N
     except UnicodeDecodeError as err:
         raise LorasentError(f"--comments {comments_path}: not UTF-8 text (byte {err.start}); "
                             "pass what `gh api --paginate .../comments` printed") from None
-    out = write_comment(base, out_dir, comments, pr=pr, run_url=run_url)
+    out = write_comment(base, out_dir, comments, pr=pr, run_url=run_url, author=author,
+                        say=lambda line: click.echo(line, err=True))
     edits = out / COMMENT_ID
     click.echo(f"wrote {out / COMMENT_MD}: " + (
         f"it replaces comment {edits.read_text(encoding='utf-8').strip()}, the earlier "

@@ -81,6 +81,14 @@ def _types(annotation: Any) -> set[Any]:
     return set().union(*map(_types, args)) if args else {annotation}
 
 
+# A class name every output carries as it is: a DVC metric key (per_class.<label>.f1, so
+# no "."), a CSV column, a Markdown table cell and an HTML page (no markup), a file name.
+LABEL_NAME = re.compile(r"[^\W_](?:[\w -]{0,48}[^\W_])?")
+LABEL_RULE = ("1 to 50 letters, digits, spaces, '_' or '-', starting and ending with a letter "
+              "or digit (no '.', which splits DVC's metric keys, and no markup); rename it and "
+              "map the data's name to it in base.label_aliases")
+
+
 class BaseParams(_Section):
     """Shared by every stage: reproducibility, the model, the classes, the device."""
 
@@ -110,6 +118,10 @@ class BaseParams(_Section):
         folded = [label.strip().casefold() for label in self.labels]
         if any(not f for f in folded):
             raise ValueError("base.labels: a label is empty")
+        for label in self.labels:
+            if not LABEL_NAME.fullmatch(label):
+                raise ValueError(f"base.labels: label {label[:60]!r} breaks the rule for class "
+                                 f"names: {LABEL_RULE}")
         if len(set(folded)) != len(folded):
             raise ValueError(f"base.labels: labels repeat (ignoring case): {list(self.labels)}")
         bad = {alias: target for alias, target in self.label_aliases.items()
@@ -413,6 +425,21 @@ def _labels_not_strings(raw: dict[str, Any]) -> list[str]:
     return [p for p in problems if p]
 
 
+def _unreadable_strings(value: Any, path: str = "") -> list[str]:
+    """``<key>: holds U+0000 at character 3, which no output can show; remove it`` for
+    each string in ``value`` (a params mapping, walked) holding a NUL or a lone surrogate
+    (YAML's ``"\\0"``, ``"\\ud800"``): a CSV, a log or a UTF-8 file cannot hold them."""
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _unreadable_strings(v, f"{path}{k}.")]
+    if isinstance(value, list | tuple):
+        return [p for i, v in enumerate(value) for p in _unreadable_strings(v, f"{path}{i}.")]
+    bad = next((i for i, ch in enumerate(value) if ch == "\0" or "\ud800" <= ch <= "\udfff"),
+               None) if isinstance(value, str) else None
+    return [] if bad is None else [
+        f"{path.rstrip('.')}: holds U+{ord(value[bad]):04X} at character {bad + 1}, which no "
+        "output can show; remove it"]
+
+
 def _section(raw: dict[str, Any], name: str) -> dict[str, Any]:
     """``raw[name]`` if it is a mapping, else empty (validation names what is wrong)."""
     value = raw.get(name)
@@ -444,12 +471,13 @@ def parse_params(raw: dict[str, Any], source: str | Path = "params.yaml") -> Par
 
     Raises:
         ParamsError: ``raw`` is not a mapping; a class name, alias or label word is not
-            a string (the message says to quote it); a key is unknown, missing, or of
+            a string (the message says to quote it); a string holds a NUL or a lone
+            surrogate; a class name breaks :data:`LABEL_RULE`; a key is unknown, missing, or of
             the wrong type or value. The message names ``source`` and every bad key.
     """
     if not isinstance(raw, dict):
         raise ParamsError(f"{source}: expected a mapping of sections, got {type(raw).__name__}")
-    problems = _labels_not_strings(raw)
+    problems = _labels_not_strings(raw) + _unreadable_strings(raw)
     if problems:
         raise ParamsError("\n".join([f"{source}: invalid params", *(f"  {p}" for p in problems)]))
     try:

@@ -63,7 +63,6 @@ class Comparison:
     params: dict[str, Any]        # `dvc params diff A B --all --json`
     metrics: dict[str, Any]       # `dvc metrics diff A B --all --json`
     plots: dict[str, Any]         # `dvc plots diff A B --json`'s "data"
-    metrics_md: str               # `dvc metrics diff A B --all --md`
     sides: tuple[Side, Side]
     review: Review
     runs: dict[str, dict[str, Any]]  # the dvc.lock of each stale side
@@ -94,7 +93,6 @@ def collect(repo: Path, rev_a: str, rev_b: str, notes: Sequence[str] = ()) -> Co
     metrics = run_dvc(repo, "metrics", "diff", *revs, "--all", "--json")
     params = run_dvc(repo, "params", "diff", *revs, "--all", "--json")
     plots = run_dvc(repo, "plots", "diff", *revs, "--json").get("data", {})  # {} without plots
-    metrics_md = run_dvc(repo, "metrics", "diff", *revs, "--all", "--md", as_json=False)
     evals = metrics.get(str(EVAL_METRICS), {})
     if not evals:
         raise LorasentError(f"compare: neither {rev_a} nor {rev_b} has {EVAL_METRICS}; "
@@ -104,8 +102,7 @@ def collect(repo: Path, rev_a: str, rev_b: str, notes: Sequence[str] = ()) -> Co
     review = judge(*sides, class_order(params, evals), stale, notes)
     runs = {side: read_lock(repo, commits.get(rev, rev))
             for side, rev in (("A", rev_a), ("B", rev_b)) if stale[side]}
-    return Comparison(rev_a, rev_b, commits, params, metrics, plots, metrics_md, sides, review,
-                      runs)
+    return Comparison(rev_a, rev_b, commits, params, metrics, plots, sides, review, runs)
 
 
 def read_side(repo: Path, rev: str, commits: dict[str, str]) -> Side:

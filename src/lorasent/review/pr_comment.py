@@ -17,6 +17,12 @@ one folder, whole or not at all:
   then ``dvc metrics diff`` in a fold without the keys no reviewer reads (:data:`UNREAD`);
 - ``comment-id``: the id of the earlier comment, which the workflow edits instead of
   adding another; absent when there is none.
+
+The earlier comment is one the workflow's own identity wrote (:data:`BOT`, or ``author``):
+a comment by anyone else that carries the marker is ignored, and said so
+(:attr:`EarlierComment.ignored`), so a pull request's author can neither have the
+workflow edit their comment nor choose the head "this push" is compared with. Every value
+the pull request controls is written through :mod:`lorasent.review.markup`.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from lorasent.review.collect import (
     git_lines,
     resolve_commits,
 )
+from lorasent.review.markup import md_code, md_text
 from lorasent.review.render import (
     REPORT_HTML,
     cell,
@@ -50,6 +57,7 @@ from lorasent.review.render import (
 
 T = TypeVar("T")
 MARKER = "<!-- lorasent-pr-comment"  # the first line of the comment: marker(head)
+BOT = "github-actions[bot]"  # the login GitHub gives the workflow's GITHUB_TOKEN
 COMMENT_MD = "comment.md"
 COMMENT_ID = "comment-id"
 PREVIOUS = "previous-vs-head"
@@ -78,17 +86,31 @@ def marker(head: str) -> str:
 
 @dataclass(frozen=True)
 class EarlierComment:
-    """The comment an earlier run posted: its GitHub id, and the head it compared."""
+    """The comment an earlier run posted: its GitHub id, and the head it compared; and
+    the ids of the comments that carry the marker but were written by someone else."""
 
-    id: int
-    head: str
+    id: int | None
+    head: str | None
+    ignored: tuple[int, ...] = ()
+
+    def ignored_line(self, author: str) -> str:
+        """One line naming the ignored comments; empty when there are none."""
+        if not self.ignored:
+            return ""
+        return (f"ignored comment {', '.join(map(str, self.ignored))}: it carries the lorasent "
+                f"marker but was not written by {author}, so it is neither edited nor read "
+                "for the previous head")
 
 
-def earlier_comment(text: str, source: str) -> EarlierComment | None:
-    """The last comment in ``text`` whose body starts with :data:`MARKER`; None if none.
+def earlier_comment(text: str, source: str, author: str = BOT) -> EarlierComment | None:
+    """The last comment in ``text`` written by ``author`` (its ``user.login``) whose body
+    starts with a :func:`marker` that parses; None if there is none and no other comment
+    carries the marker. A comment by anyone else that starts with :data:`MARKER` is
+    listed in ``ignored`` (then ``id`` and ``head`` may be None).
 
     ``text`` is what ``gh api --paginate repos/<o>/<r>/issues/<n>/comments`` prints: one
-    JSON array of comment objects (``id``, ``body``) per page, one after the other.
+    JSON array of comment objects (``id``, ``body``, ``user``: ``{login, type}``, as
+    GitHub's REST API "list issue comments" returns them) per page, one after the other.
 
     Raises:
         LorasentError: ``text`` is empty, or not such arrays; names ``source`` and the
@@ -113,23 +135,37 @@ def earlier_comment(text: str, source: str) -> EarlierComment | None:
                                 f"objects at character {at}; pass the output of `gh api "
                                 "--paginate repos/<owner>/<repo>/issues/<number>/comments`")
         comments += page
-    found = None
+    found: tuple[int, str] | None = None
+    ignored = []
     for comment in comments:
-        head = re.match(re.escape(MARKER) + r" head=([0-9a-f]{7,40}) -->",
-                        str(comment.get("body") or ""))
-        if head and isinstance(comment.get("id"), int):
-            found = EarlierComment(comment["id"], head.group(1))
-    return found
+        body = str(comment.get("body") or "")
+        if not body.startswith(MARKER):
+            continue
+        user = comment.get("user")
+        head = re.match(re.escape(MARKER) + r" head=([0-9a-f]{7,40}) -->(\n|$)", body)
+        if (isinstance(user, dict) and user.get("login") == author and head
+                and isinstance(comment.get("id"), int)):
+            found = (comment["id"], head.group(1))
+        else:
+            ignored.append(comment.get("id"))
+    if found is None and not ignored:
+        return None
+    shown = tuple(i if isinstance(i, int) else -1 for i in ignored)
+    return EarlierComment(found[0] if found else None, found[1] if found else None,
+                          ignored=shown)
 
 
 def pr_comment(base: str, out: str | Path, comments: str | None = None,
                pr: str | None = None, run_url: str | None = None,
-               repo: str | Path = ".") -> Path:
+               repo: str | Path = ".", author: str = BOT,
+               say: Callable[[str], object] = print) -> Path:
     """Write the folder ``out`` (see the module): the reports and the comment on the
     checked-out head (``HEAD``) against branch ``base``, and against the head of the
     earlier comment found in ``comments`` (the text of ``gh api --paginate``). ``pr``
     (the pull request's number) and ``run_url`` (the workflow run, whose artifacts hold
-    the reports) go into the comment's last lines.
+    the reports) go into the comment's last lines; ``author`` is the login the workflow
+    posts as (:func:`earlier_comment`); ``say`` gets the one line naming the comments
+    that carry the marker but are not ``author``'s, if any.
 
     Raises:
         LorasentError: as :func:`lorasent.review.compare.compare` for either comparison, and as
@@ -141,11 +177,13 @@ def pr_comment(base: str, out: str | Path, comments: str | None = None,
     if head is None:
         raise LorasentError(f"pr-comment: {repo.resolve()} has no HEAD commit; run it in a "
                             "checkout of the pull request's head")
-    earlier = earlier_comment(comments, "--comments") if comments is not None else None
+    earlier = earlier_comment(comments, "--comments", author) if comments is not None else None
+    if earlier and earlier.ignored:
+        say(f"pr-comment: {earlier.ignored_line(author)}")
     _own(check_revisions, repo, {"base": [base]})
     against_base = _own(collect, repo, base, "HEAD")
     previous: Comparison | str | None = None  # the comparison, or why there is none
-    if earlier and earlier.head != head[:len(earlier.head)]:
+    if earlier and earlier.head and earlier.head != head[:len(earlier.head)]:
         known = resolve_commits(repo, earlier.head).get(earlier.head)
         previous = (_own(collect, repo, known, "HEAD") if known else
                     f"The head of the previous run ({earlier.head[:7]}) is not in this clone "
@@ -157,7 +195,7 @@ def pr_comment(base: str, out: str | Path, comments: str | None = None,
             write_report(previous, tmp / PREVIOUS, repo)
         text = comment_text(head, base, against_base, previous, pr, run_url, base_folder)
         (tmp / COMMENT_MD).write_text(text, encoding="utf-8")
-        if earlier:
+        if earlier and earlier.id is not None:
             (tmp / COMMENT_ID).write_text(f"{earlier.id}\n", encoding="utf-8")
     return out
 
@@ -169,14 +207,14 @@ def comment_text(head: str, base: str, against_base: Comparison,
     against the previous head (or why there is none), the fold, the footer."""
     short = _short(against_base, "HEAD")
     lines = [marker(head), f"### lorasent: B, this pull request's head ({short}), against "
-             f"A, `{base}` ({_short(against_base, base)})", ""]
-    lines += _section(against_base, base)
+             f"A, {md_code(base)} ({_short(against_base, base)})", ""]
+    lines += _section(against_base, md_text(base))
     if previous is not None:
         lines += ["", f"### This push: B, the head ({short}), against A, the previous head"
                   + (f" ({previous.rev_a})" if isinstance(previous, Comparison) else ""), ""]
         lines += [previous] if isinstance(previous, str) else \
             _section(previous, "previous head", tables=False)
-    lines += ["", "<details>", f"<summary>Every metric that changed against <code>{base}</code> "
+    lines += ["", "<details>", "<summary>Every metric that changed against A, the base "
               "(<code>dvc metrics diff</code>, less the keys no reviewer reads)</summary>", ""]
     lines += _metrics_diff(against_base, base)
     lines += ["", "</details>", ""]
@@ -187,7 +225,8 @@ def comment_text(head: str, base: str, against_base: Comparison,
             if isinstance(previous, Comparison) else "")
     lines += [f"Per-class tables, confusion matrices, flipped texts and loss curves: {where} "
               f"(open `{base_folder}/{REPORT_HTML}`). Locally: {fetch}`make compare "
-              f"A={_short(against_base, base)} B={short}` (`{base}` as compared here){push}."]
+              f"A={_short(against_base, base)} B={short}` ({md_code(base)} as compared "
+              f"here){push}."]
     return "\n".join(lines) + "\n"
 
 
@@ -202,7 +241,8 @@ def _section(c: Comparison, name_a: str, tables: bool = True) -> list[str]:
                                            ("macro_f1", "macro-F1 [95% interval]")))) + [""]
     changed = c.changed_params()
     lines += ([f"Params that differ ({name_a} → head): " + "; ".join(
-        f"`{key}` {param_cell(old)} → {param_cell(new)}" for key, old, new in changed) + "."]
+        f"{md_code(key)} {param_cell(old)} → {param_cell(new)}" for key, old, new in changed)
+        + "."]
               if changed else [f"No param differs from {name_a}."])
     if tables and c.review.paired:
         lines += [""] + paired_table(c.review.paired, c.review.calibration)
@@ -212,11 +252,12 @@ def _section(c: Comparison, name_a: str, tables: bool = True) -> list[str]:
 def _metrics_diff(c: Comparison, base: str) -> list[str]:
     """``dvc metrics diff``'s changed keys as its Markdown table, less :data:`UNREAD`,
     sorted by file and key (DVC gives them in no fixed order)."""
-    rows = [[path, key, cell(v.get("old")), cell(v.get("new")), cell(v.get("diff"), signed=True)]
+    rows = [[md_text(path), md_text(key), cell(v.get("old")), cell(v.get("new")),
+             cell(v.get("diff"), signed=True)]
             for path, keys in sorted(c.metrics.items()) for key, v in sorted(keys.items())
             if v.get("old") != v.get("new") and not UNREAD.search(key)
             and not isinstance(v.get("old", v.get("new")), list | dict | str)]
-    return table(["Path", "Metric", base, "head", "Change"], rows) if rows else \
+    return table(["Path", "Metric", md_text(base), "head", "Change"], rows) if rows else \
         ["No metric a reviewer reads changed."]
 
 

@@ -25,6 +25,7 @@ from lorasent.contracts import EvalMetrics, dump
 from lorasent.metrics import Predictions
 from lorasent.paths import EVAL_METRICS, EVAL_RELIABILITY, SPLIT_DIR
 from lorasent.review.collect import Comparison, lookup, ran_with
+from lorasent.review.markup import SENTENCE_LIMIT, md_code, md_text
 from lorasent.review.verdict import Review, Side, busy, class_order, delta_text, p_text
 from lorasent.statistics import GroupComparison, PairedComparison, with_interval
 
@@ -299,8 +300,9 @@ def _markdown(c: Comparison, images: dict[str, list[str]], texts: dict[str, str]
     rev_a, rev_b, commits, params, metrics = c.rev_a, c.rev_b, c.commits, c.params, c.metrics
     sides, review, runs = c.sides, c.review, c.runs
     evals = metrics.get(str(EVAL_METRICS), {})
-    a, b = (f"{rev} ({commits[rev]})" if rev in commits else rev for rev in (rev_a, rev_b))
-    lines = [f"# lorasent: {rev_a} vs {rev_b}", "", review.summary(),
+    a, b = (f"{md_text(rev)} ({commits[rev]})" if rev in commits else md_text(rev)
+            for rev in (rev_a, rev_b))
+    lines = [f"# lorasent: {md_text(rev_a)} vs {md_text(rev_b)}", "", review.summary(),
              f"A is **{a}**, B is **{b}**; Δ is B − A. From the metrics and predictions each "
              "revision committed (`dvc metrics diff`, `dvc params diff`, `dvc plots diff`); "
              "intervals and tests from `lorasent.statistics`.", ""]
@@ -311,7 +313,7 @@ def _markdown(c: Comparison, images: dict[str, list[str]], texts: dict[str, str]
         for side in ("old", "new"):
             if evals.get(key, {}).get(side):
                 lines.append(f"- {key.replace('_', ' ')} ({'A' if side == 'old' else 'B'}): "
-                             f"{evals[key][side]}")
+                             f"{md_text(evals[key][side], SENTENCE_LIMIT)}")
     lines += ["", "## Params that differ", ""]
     changed = sorted(((f"{file}: {key}" if file != "params.yaml" else key, v,
                        _not_run(runs, file, key, v))
@@ -321,7 +323,7 @@ def _markdown(c: Comparison, images: dict[str, list[str]], texts: dict[str, str]
         lines += ["A stale side's metrics were not made with every value below: the last "
                   "column gives the value its dvc.lock says they were made with.", ""]
         lines += table(["param", "A", "B", "metrics made with (not reproduced)"],
-                        ([f"`{k}`", param_cell(v.get("old")), param_cell(v.get("new")), note]
+                        ([md_code(k), param_cell(v.get("old")), param_cell(v.get("new")), note]
                          for k, v, note in changed))
     else:
         lines += params_table(c.changed_params())
@@ -336,7 +338,7 @@ def _markdown(c: Comparison, images: dict[str, list[str]], texts: dict[str, str]
     lines += ["", "## Per class (test split)", ""]
     header = ["class"] + [f"{name} {side}" for _, name, delta in PER_CLASS
                           for side in ("A", "B", "Δ")[:3 if delta else 2]]
-    lines += table(header, ([label, *(value for key, _, delta in PER_CLASS
+    lines += table(header, ([md_text(label), *(value for key, _, delta in PER_CLASS
                                        for value in _row(evals.get(f"per_class.{label}.{key}"))
                                        [:3 if delta else 2])]
                              for label in class_order(params, evals)))
@@ -344,9 +346,9 @@ def _markdown(c: Comparison, images: dict[str, list[str]], texts: dict[str, str]
     for side, s in zip("AB", sides, strict=True):
         matrix = s.evals.confusion_matrix if s.evals else None
         if matrix:
-            lines += [f"{side} ({s.rev}), adapter:", ""]
-            lines += table(["actual \\ predicted", *matrix],
-                            ([actual, *(str(n) for n in row.values())]
+            lines += [f"{side} ({md_text(s.rev)}), adapter:", ""]
+            lines += table(["actual \\ predicted", *map(md_text, matrix)],
+                            ([md_text(actual), *(cell(n) for n in row.values())]
                              for actual, row in matrix.items())) + [""]
     if review.paired:
         lines += ["## Flipped texts", ""] + _flipped(review, texts) + [""]
@@ -359,10 +361,14 @@ def _markdown(c: Comparison, images: dict[str, list[str]], texts: dict[str, str]
         lines += [""] + [line for busy in busy(sides) for line in (busy, "")]
     lines += ["## Plots", ""]
     for title, names in images.items():
-        lines += [f"### {title}", ""] + [f"![{title}]({name})" for name in names] + [""]
-    lines += ["## Every metric (`dvc metrics diff --all --md`)", "", "<details>",
-              "<summary>All keys of every metrics file</summary>", "", c.metrics_md.strip(), "",
-              "</details>", ""]
+        shown = md_text(title)
+        lines += [f"### {shown}", ""] + [f"![{shown}]({name})" for name in names] + [""]
+    lines += ["## Every metric (`dvc metrics diff --all`)", "", "<details>",
+              "<summary>All keys of every metrics file</summary>", ""]
+    lines += table(["Path", "Metric", "A", "B", "Change"],
+                   ([md_text(path), md_text(key), *_row(v)]
+                    for path, keys in sorted(metrics.items()) for key, v in sorted(keys.items())))
+    lines += ["", "</details>", ""]
     return "\n".join(lines)
 
 
@@ -398,7 +404,8 @@ def paired_table(p: PairedComparison, calibration: dict[str, float] | None = Non
                   f"{p.only_a_right} right only in A, p = {p_text(p.p_value)}.", ""]
     lines += table(["actual class", "rows B fixed (A wrong, B right)",
                      "rows B broke (A right, B wrong)"],
-                    ([label, str(f["fixed"]), str(f["broken"])] for label, f in p.flips.items()))
+                    ([md_text(label), str(f["fixed"]), str(f["broken"])]
+                     for label, f in p.flips.items()))
     return lines
 
 
@@ -410,7 +417,7 @@ def set_section(name: str, review: Review, sides: tuple[Side, Side]) -> list[str
     each side's metrics on it (eval.json's ``test_sets.<name>``) and the paired table."""
     values = _pair_of(set_metrics(s, name) for s in sides)
     sources = [lookup(v, "source", None) for v in values]
-    lines = [f"## Test set {name}", "", review.summary().rstrip(), ""]
+    lines = [f"## Test set {md_text(name)}", "", review.summary().rstrip(), ""]
     if any(sources):
         lines += [f"Source: {_pair({'old': sources[0], 'new': sources[1]})}.", ""]
     lines += table(METRICS_HEADER, metrics_rows(SET_HEADLINE, values))
@@ -427,7 +434,7 @@ def _pair_of(values: Iterable[dict[str, Any] | None]) -> tuple[dict[str, Any] | 
 
 def params_table(changed: Sequence[tuple[str, Any, Any]]) -> list[str]:
     """Markdown lines: a table of ``(key, A's value, B's value)``, or "None."."""
-    return table(["param", "A", "B"], ([f"`{k}`", param_cell(old), param_cell(new)]
+    return table(["param", "A", "B"], ([md_code(k), param_cell(old), param_cell(new)]
                                         for k, old, new in changed)) if changed else ["None."]
 
 
@@ -492,7 +499,7 @@ def _flipped(review: Review, texts: dict[str, str] | str) -> list[str]:
 
     def picked(side: Predictions, i: int) -> str:
         k = side.predicted[i]
-        return f"{labels[k]} ({side.probabilities[i, k]:.2f})"
+        return f"{md_text(labels[k])} ({side.probabilities[i, k]:.2f})"
 
     lines = []
     for title, right, sign in (("B fixed (A wrong, B right)", b, 1),
@@ -507,7 +514,7 @@ def _flipped(review: Review, texts: dict[str, str] | str) -> list[str]:
         if shown:
             audit = ["test-label audit"] if review.flagged else []
             lines += table(["text", "actual", "A (probability)", "B (probability)", *audit],
-                           ([clip(texts[a.ids[i]]), labels[a.actual[i]], picked(a, i),
+                           ([clip(texts[a.ids[i]]), md_text(labels[a.actual[i]]), picked(a, i),
                              picked(b, i), *([flag(review, a.ids[i])] if audit else [])]
                             for i in shown))
         lines += [""]
@@ -522,13 +529,10 @@ def flag(review: Review, row_id: str) -> str:
 
 
 def clip(text: str, limit: int = 200) -> str:
-    """A user's text as one table cell: one line, at most ``limit`` characters, HTML and
-    Markdown markup shown as written, never rendered."""
-    import html
-
-    text = " ".join(text.split())
-    text = text if len(text) <= limit else text[:limit - 1] + "…"
-    return re.sub(r"([\\`*_\[\]#!~])", r"\\\1", html.escape(text, quote=False))
+    """A user's text as one table cell: its whitespace runs as one space, then
+    :func:`~lorasent.review.markup.md_text` (at most ``limit`` characters, markup shown
+    as written, nothing live)."""
+    return md_text(" ".join(text.split()), limit)
 
 
 def _row(diff: dict[str, Any] | None) -> list[str]:
@@ -547,7 +551,7 @@ def cell(value: Any, signed: bool = False) -> str:
     if value is None:
         return "—"
     if isinstance(value, bool) or not isinstance(value, int | float):
-        return f"`{value}`" if isinstance(value, list | dict) else str(value)
+        return md_code(value) if isinstance(value, list | dict) else md_text(value)
     if isinstance(value, int):
         return f"{value:+d}" if signed else f"{value}"
     return with_interval(value, signed=signed)
@@ -628,13 +632,16 @@ def group_report(spec_a: str, spec_b: str, sides: dict[str, list[Side]], review:
     the verdict, the params that differ besides ``base.seed`` (``(key, A's, B's)``, of
     each group's first run), mean ± sd and Welch's p, then each run."""
     group_a, group_b = ([s.rev for s in sides[name]] for name in "AB")
-    lines = [f"# lorasent: {spec_a} vs {spec_b} (over seeds)", "", review.summary(),
-             f"A is **{', '.join(group_a)}**, B is **{', '.join(group_b)}**: each a group of "
+    lines = [f"# lorasent: {md_text(spec_a)} vs {md_text(spec_b)} (over seeds)", "",
+             review.summary(),
+             f"A is **{', '.join(map(md_text, group_a))}**, B is "
+             f"**{', '.join(map(md_text, group_b))}**: each a group of "
              "runs that should differ only in `base.seed` (`lorasent seeds`). Each run's "
              "test rows depend on its seed, so runs are compared by their metrics, not row "
              "by row: Welch's t-test over the runs' values (`scipy.stats.ttest_ind`, "
              "unequal variances).", "",
-             f"## Params that differ (besides `base.seed`; {group_a[0]} against {group_b[0]})",
+             f"## Params that differ (besides `base.seed`; {md_text(group_a[0])} against "
+             f"{md_text(group_b[0])})",
              ""]
     lines += params_table(changed)
     lines += ["", "## Over seeds", ""]
@@ -645,7 +652,8 @@ def group_report(spec_a: str, spec_b: str, sides: dict[str, list[Side]], review:
     lines += ["", "## Runs", ""]
     lines += table(["side", "run", "base.seed", "test rows", "accuracy [95% interval]",
                     "macro-F1 [95% interval]"],
-                   ([name, s.rev, cell(_seed(s)), cell(s.evals.test_rows if s.evals else None),
+                   ([name, md_text(s.rev), cell(_seed(s)),
+                     cell(s.evals.test_rows if s.evals else None),
                      with_interval_of(s.evals, "accuracy"), with_interval_of(s.evals, "macro_f1")]
                     for name, runs in sides.items() for s in runs))
     return "\n".join(lines) + "\n"

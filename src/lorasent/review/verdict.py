@@ -17,11 +17,17 @@ From each side's committed metrics and predictions (:class:`Side`, read by
 - warnings (``lorasent.metrics.warnings_by_kind``): a kind only one side has is about the
   change; one both have is one note;
 - a stale side (:class:`Stale`) is said first, and then no verdict is called a result.
+
+Every text of a :class:`Review` is Markdown: each value in it that a data file, git or a
+user controls (revision and set names, labels, row ids, file names, changed params, the
+warnings eval.json holds, the callers' ``notes``) is written through
+:func:`lorasent.review.markup.md_text` where the sentence is made.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -30,7 +36,8 @@ import numpy as np
 
 from lorasent.calibration import calibration_deltas
 from lorasent.contracts import EvalMetrics, dump
-from lorasent.metrics import Predictions, run_warnings, warnings_by_kind
+from lorasent.metrics import Predictions, warnings_by_kind
+from lorasent.review.markup import SENTENCE_LIMIT, md_code, md_text
 from lorasent.statistics import (
     ALPHA,
     GroupComparison,
@@ -46,7 +53,7 @@ SHOWN_IDS = 5  # ids listed when rows differ
 def _some(ids: Iterable[str]) -> str:
     ordered = sorted(ids)
     more = f", … ({len(ordered) - SHOWN_IDS} more)" if len(ordered) > SHOWN_IDS else ""
-    return ", ".join(ordered[:SHOWN_IDS]) + more
+    return ", ".join(map(md_text, ordered[:SHOWN_IDS])) + more
 
 
 @dataclass(frozen=True)
@@ -91,8 +98,9 @@ class Stale:
         """``<who> is stale: <by> says <stages> ... out of date (changed: ...), so <metrics>
         are not of <params>; <fix>``."""
         verb = "is" if len(self.stages) == 1 else "are"
-        return (f"{who} is stale: {self.by} says {', '.join(self.stages)} {verb} out of date "
-                f"(changed: {', '.join(self.changed)}), so {metrics} "
+        return (f"{who} is stale: {self.by} says {', '.join(map(md_text, self.stages))} "
+                f"{verb} out of date (changed: {', '.join(map(md_text, self.changed))}), so "
+                f"{metrics} "
                 f"{'is' if metrics.endswith('.json') else 'are'} not of {params}; {fix}")
 
 
@@ -131,9 +139,9 @@ def set_lines(review: Review) -> list[str]:
     the verdict in a word (:func:`outcome`); ``- reviews-zh: no paired test`` without one."""
 
     def line(name: str, p: PairedComparison | None) -> str:
-        return (f"- {name} ({p.rows} rows): {outcome(p)}, Δ accuracy "
+        return (f"- {md_text(name)} ({p.rows} rows): {outcome(p)}, Δ accuracy "
                 f"{delta_text(p.delta_accuracy, *p.delta_accuracy_ci)}" if p else
-                f"- {name}: {outcome(p)}")
+                f"- {md_text(name)}: {outcome(p)}")
 
     return [line(MAIN_SPLIT.removeprefix("the "), review.paired),
             *(line(name, r.paired) for name, r in review.sets.items())]
@@ -149,10 +157,11 @@ def judge(a: Side, b: Side, labels: list[str], stale: dict[str, Stale | None] | 
     review = _judged(a, b, labels)
     sets = {name: _judged(a.test_sets[name], b.test_sets[name], labels)
             for name in a.test_sets if name in b.test_sets}
-    only = [f"test set {name} is only in {side} ({s.rev}), so it has no paired verdict"
+    only = [f"test set {md_text(name)} is only in {side} ({md_text(s.rev)}), so it has no "
+            "paired verdict"
             for side, s, other in (("A", a, b), ("B", b, a))
             for name in s.test_sets if name not in other.test_sets]
-    said = [found.sentence(f"{side} ({s.rev})") for side, s in (("A", a), ("B", b))
+    said = [found.sentence(f"{side} ({md_text(s.rev)})") for side, s in (("A", a), ("B", b))
             if (found := (stale or {}).get(side))]
     verdict = review.verdict
     if said:
@@ -162,7 +171,8 @@ def judge(a: Side, b: Side, labels: list[str], stale: dict[str, Stale | None] | 
     split = disagreement({MAIN_SPLIT: outcome(review.paired),
                           **{name: outcome(r.paired) for name, r in sets.items()}})
     return replace(review, verdict=f"{verdict} {split}".strip(),
-                   warnings=[*notes, *only, *review.warnings], sets=sets)
+                   warnings=[*(md_text(n, SENTENCE_LIMIT) for n in notes), *only,
+                             *review.warnings], sets=sets)
 
 
 def _judged(a: Side, b: Side, labels: list[str]) -> Review:
@@ -205,7 +215,8 @@ def disagreement(outcomes: dict[str, str]) -> str:
             groups.setdefault(word, []).append(name)
     if len(groups) < 2:
         return ""
-    parts = [f"{_ON[word]} on {_and(names)}" for word, names in groups.items()]
+    parts = [f"{_ON[word]} on {_and([n if n == MAIN_SPLIT else md_text(n) for n in names])}"
+             for word, names in groups.items()]
     return (f"The test sets disagree: B is "
             f"{_and(parts, last=' but ' if len(parts) == 2 else ' and ')}.")
 
@@ -273,7 +284,7 @@ def side_warnings(a: Side, b: Side) -> tuple[list[str], list[str]]:
     """Each side's :func:`lorasent.metrics.warnings_by_kind`: ``(warnings, notes)``. A kind
     only one side has is a warning about the change (``A: ...``, ``B: ...``); a kind both
     have is one note, B's sentence with A's own figures after it where they differ."""
-    in_a, in_b = (warnings_by_kind(dump(s.evals) if s.evals else {}) for s in (a, b))
+    in_a, in_b = (escaped_warnings(s.evals) for s in (a, b))
     warnings = [f"{side}: {text}" for side, mine, other in (("A", in_a, in_b), ("B", in_b, in_a))
                 for kind, text in mine.items() if kind not in other]
     notes = [f"A and B alike, so not this change: {alike(in_a[kind], text)}"
@@ -293,8 +304,46 @@ def _other_references(a: Side, b: Side) -> list[str]:
                if same and same.relative_error_reduction is not None
                and a.evals.relative_error_reduction is not None else "")
     return [f"A and B measure the relative error reduction against other references (A: "
-            f"{a.evals.reference}, B: {b.evals.reference}), so its Δ compares two "
+            f"{md_text(a.evals.reference)}, B: {md_text(b.evals.reference)}), so its Δ "
+            "compares two "
             f"baselines{against}"]
+
+
+_HIDDEN = "lorasentvalue{}x"  # a name's stand-in while warnings_by_kind words a sentence
+
+
+def escaped_warnings(evals: EvalMetrics | None) -> dict[str, str]:
+    """:func:`lorasent.metrics.warnings_by_kind` of ``evals`` (``{}`` without), each
+    class name and reference in its sentences written through
+    :func:`~lorasent.review.markup.md_code` where the sentence quotes it as code, else
+    :func:`~lorasent.review.markup.md_text`: the sentences are worded on stand-ins, then
+    each stand-in is replaced (the kinds keep the names as they are)."""
+    if evals is None:
+        return {}
+    values = dump(evals)
+    names: dict[str, str] = {}
+
+    def hide(name: Any) -> str:
+        names[_HIDDEN.format(len(names))] = str(name)
+        return _HIDDEN.format(len(names) - 1)
+
+    matrix = values.get("confusion_matrix") or {}
+    labels = {label: hide(label) for label in matrix}
+    values["confusion_matrix"] = {labels[actual]: {labels.get(p, p): n for p, n in row.items()}
+                                  for actual, row in matrix.items()}
+    if isinstance(values.get("reference"), str):
+        values["reference"] = hide(values["reference"])
+    baseline = values.get("baseline")
+    if isinstance(baseline, dict) and baseline.get("majority_class") is not None:
+        values["baseline"] = {**baseline, "majority_class": hide(baseline["majority_class"])}
+    stand_in = re.compile("`?" + _HIDDEN.format(r"\d+") + "`?")
+
+    def shown(m: re.Match[str]) -> str:
+        name = names[m.group().strip("`")]
+        return md_code(name) if m.group().startswith("`") else md_text(name)
+
+    return {re.sub(stand_in, lambda m: names[m.group().strip("`")], kind):
+            stand_in.sub(shown, text) for kind, text in warnings_by_kind(values).items()}
 
 
 def alike(text_a: str, text_b: str) -> str:
@@ -315,8 +364,9 @@ def busy(sides: Sequence[Side]) -> list[str]:
     for side, s in zip("AB", sides, strict=True):
         load = (s.train or {}).get("machine_load") or {}
         if load.get("busy"):
-            found.append(f"{side} ({s.rev}) trained on a busy machine (load "
-                         f"{load.get('load_average')} on {load.get('cpu_cores')} cores): its "
+            found.append(f"{side} ({md_text(s.rev)}) trained on a busy machine (load "
+                         f"{md_text(load.get('load_average'))} on "
+                         f"{md_text(load.get('cpu_cores'))} cores): its "
                          "training time and examples per second are not comparable; that "
                          "affects runtimes only, not the metrics.")
     return found
@@ -327,12 +377,14 @@ def _paired_review(a: Side, b: Side, labels: list[str]) -> Review:
     pa, pb = a.predictions, b.predictions
     if pa is None or pb is None:
         why = a.predictions_error or b.predictions_error
-        return Review(f"No paired test: {why}. Each side's own interval, where it has one, is "
+        return Review(f"No paired test: {md_text(why, SENTENCE_LIMIT)}. Each side's own "
+                      "interval, where it has one, is "
                       "in report.md's metrics table.",
                       warnings, labels, notes=notes)
     if set(pa.labels) != set(pb.labels):
-        warnings.insert(0, f"A and B have other classes (A: {', '.join(pa.labels)}; B: "
-                           f"{', '.join(pb.labels)}): other base.labels, so their metrics "
+        warnings.insert(0, f"A and B have other classes (A: {', '.join(map(md_text, pa.labels))};"
+                           f" B: {', '.join(map(md_text, pb.labels))}): other base.labels, so "
+                           "their metrics "
                            "are not paired")
         return Review("No paired test: A and B have other classes, so only each side's own "
                       "interval can be given (report.md's metrics table).", warnings, labels,
@@ -467,8 +519,8 @@ def group_review(a: Sequence[Side], b: Sequence[Side]) -> tuple[Review, dict[str
         raise ValueError("every run of a group needs its metrics")
     tests = {key: group_comparison(name, *([getattr(e, key) for e in evals[n]] for n in "AB"))
              for key, name in (("accuracy", "accuracy"), ("macro_f1", "macro-F1"))}
-    warnings = [f"{name} {s.rev}: {w}" for name, runs in (("A", a), ("B", b)) for s in runs
-                for w in run_warnings(dump(s.evals) if s.evals else {})]
+    warnings = [f"{name} {md_text(s.rev)}: {w}" for name, runs in (("A", a), ("B", b))
+                for s in runs for w in escaped_warnings(s.evals).values()]
     if min(len(a), len(b)) < 3:
         warnings.append(f"{min(len(a), len(b))} runs on a side give Welch's t-test "
                         "little power: only large differences can show; 3 to 5 seeds a side "
