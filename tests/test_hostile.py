@@ -14,8 +14,8 @@ import os
 import re
 import shutil
 import subprocess
-from pathlib import Path
 from html.parser import HTMLParser
+from pathlib import Path
 
 import numpy as np
 import pytest
