@@ -20,6 +20,8 @@ test sets its own ``pytest.mark.timeout``.
 from __future__ import annotations
 
 import copy
+import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +38,15 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[1]
 CASES = REPO / "tests" / "data" / "cases"
+
+
+def chromium() -> str:
+    """``$CHROMIUM`` (the Makefile sets it), else the first Chromium or Chrome on PATH."""
+    found = [os.environ.get("CHROMIUM"), *(shutil.which(name) for name in
+                                           ("chromium", "chromium-browser", "google-chrome"))]
+    path = next((p for p in found if p), None)
+    assert path, "no Chromium: run `make browser` (Debian's chromium), or set CHROMIUM"
+    return path
 
 TIERS = ("fast", "integration", "slow")
 # Seconds a test of each tier may take, its fixtures' setup included (the first test of

@@ -5,7 +5,6 @@ the report in headless Chromium, and the pull-request workflow's commands."""
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from conftest import REPO
+from conftest import REPO, chromium
 from tiny_repo import GIT, LABELS, clone_run, env, exp_named, run
 
 pytestmark = pytest.mark.slow
@@ -245,15 +244,6 @@ def test_report_html_is_self_contained(report):
     assert re.findall(r'(?:src|href)="(?!data:)[^"]*"', page) == []
 
 
-def _chromium() -> str:
-    """``$CHROMIUM`` (the Makefile sets it), else the first Chromium or Chrome on PATH."""
-    found = [os.environ.get("CHROMIUM"), *(shutil.which(name) for name in
-                                           ("chromium", "chromium-browser", "google-chrome"))]
-    path = next((p for p in found if p), None)
-    assert path, "no Chromium: run `make browser` (Debian's chromium), or set CHROMIUM"
-    return path
-
-
 def _find(screen: np.ndarray, image: np.ndarray) -> tuple[int, int] | None:
     """Where ``image`` (H x W x 3 uint8) appears pixel for pixel in ``screen``."""
     h, w = image.shape[:2]
@@ -278,7 +268,7 @@ def _rgb_on_white(path: Path) -> np.ndarray:
 def test_report_opens_in_headless_chromium_and_shows_the_confusion_matrices(report, tmp_path):
     shot = tmp_path / "report.png"
     done = subprocess.run(
-        [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
          "--disable-background-networking", "--hide-scrollbars", "--force-device-scale-factor=1",
          "--window-size=1400,8000", f"--screenshot={shot}", (report / "report.html").as_uri()],
         capture_output=True, text=True, timeout=120)

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
-import shutil
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
@@ -22,6 +20,7 @@ import pytest
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from conftest import chromium
 from lorasent.contracts import EvalMetrics
 from lorasent.metrics import Predictions
 from lorasent.review.collect import Comparison
@@ -167,15 +166,6 @@ class _Elements(HTMLParser):
         self.found.append((tag, attrs))
 
 
-def _chromium() -> str:
-    """``$CHROMIUM`` (the Makefile sets it), else the first Chromium or Chrome on PATH."""
-    found = [os.environ.get("CHROMIUM"), *(shutil.which(name) for name in
-                                           ("chromium", "chromium-browser", "google-chrome"))]
-    path = next((p for p in found if p), None)
-    assert path, "no Chromium: run `make browser` (Debian's chromium), or set CHROMIUM"
-    return path
-
-
 # Recorded on the page itself, before anything of the report: an alert, a script's or a
 # resource's error (an <img src=x> fails to load), a script that runs.
 HOOK = ("<script>window.alert = function (m) { document.documentElement.setAttribute("
@@ -214,7 +204,7 @@ def _open(path: Path, page: str) -> _Elements:
     once its scripts and loads are done."""
     path.write_text(page.replace("<head>", "<head>\n" + HOOK, 1), encoding="utf-8")
     done = subprocess.run(
-        [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
          "--disable-background-networking", "--virtual-time-budget=3000", "--dump-dom",
          path.as_uri()], capture_output=True, text=True, timeout=120)
     assert "<table>" in done.stdout, done.stderr
