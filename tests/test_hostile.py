@@ -24,16 +24,17 @@ from conftest import chromium
 from lorasent.contracts import EvalMetrics
 from lorasent.metrics import Predictions
 from lorasent.review.collect import Comparison
+from lorasent.review.markup import md_text
 from lorasent.review.pr_comment import comment_text, earlier_comment, marker
 from lorasent.review.render import _markdown, html_page
 from lorasent.review.verdict import Side, judge
 from test_render_sets import BASELINE, _metrics
 
 HEAD = "c" * 40
-PARTS = ["<script>alert('script')</script>", "<img src=x onerror=alert('img')>",
+PARTS = ["abc\u202edef", "<script>alert('script')</script>", "<img src=x onerror=alert('img')>",
          "</details>", "@user", "@org/team", "#12", "GH-12",
          "0123456789abcdef0123456789abcdef01234567", "a|b", "``open", "one\ntwo",
-         marker(HEAD), "abc\u202edef", "[link](https://example.com) www.example.com"]
+         marker(HEAD), "[link](https://example.com) www.example.com"]
 HOSTILE = " ".join(PARTS)
 LONG = "y" * 10_000
 # a valid git branch name (git check-ref-format: no space, no ~^:?*[\)
@@ -67,7 +68,7 @@ def _comparison() -> Comparison:
     sides = tuple(Side(rev, _evals(acc), None, rows, None, None, None,
                        {SET: Side(rev, None, None, rows, None, None)})
                   for rev, acc, rows in ((BRANCH, 0.6, a_rows), (f"{BRANCH}2", 1.0, b_rows)))
-    review = judge(sides[0], sides[1], LABELS, notes=[f"a note naming {HOSTILE}"])
+    review = judge(sides[0], sides[1], LABELS, notes=[f"a note naming {md_text(HOSTILE)}"])
     strings = {"prompt.template": HOSTILE, "data.source": HOSTILE, "evaluate.test_sets": LONG,
                f"train.{HOSTILE}": "x", "base.labels": str(LABELS)}
     params = {"params.yaml": {key: {"old": "safe", "new": value}
@@ -141,7 +142,7 @@ def test_hostile_strings_make_no_html_link_mention_or_broken_table(name):
             columns = []
     # the reader still reads the original characters (a table cell's newline: a break)
     shown = html.unescape(MD.render(text)).replace("\u200b", "")
-    for part in PARTS[:6] + ["a|b", "``open", "#12", "GH-12"]:
+    for part in PARTS[1:7] + ["a|b", "``open", "#12", "GH-12"]:
         assert part in shown, part
     assert LONG not in text
     assert ("… (10000 characters)" in text) == (name != "verdict.md")  # the params' tables

@@ -47,6 +47,7 @@ from lorasent.paths import (
     PROVENANCE_DIR,
 )
 from lorasent.programs import environment, program
+from lorasent.review.markup import md_text
 from lorasent.review.verdict import LabelIssue, Review, Side, Stale, class_order, judge
 
 WORKSPACE = "workspace"  # DVC's name for the files as they are, uncommitted changes too
@@ -87,7 +88,7 @@ def collect(repo: Path, rev_a: str, rev_b: str, notes: Sequence[str] = ()) -> Co
     commits = resolve_commits(repo, rev_a, rev_b)
     same = rev_b != WORKSPACE and commits.get(rev_a) == commits.get(rev_b)
     if same and rev_a != rev_b:  # DVC diffs one commit under two names as nothing at all
-        notes.append(f"A ({rev_a}) and B ({rev_b}) are the same commit, "
+        notes.append(f"A ({md_text(rev_a)}) and B ({md_text(rev_b)}) are the same commit, "
                      f"{commits[rev_a]}: nothing differs")
     revs = [rev_a] + ([] if rev_b == WORKSPACE else [rev_a if same else rev_b])
     metrics = run_dvc(repo, "metrics", "diff", *revs, "--all", "--json")

@@ -67,6 +67,7 @@ from lorasent.review.collect import (
     resolve_commits,
     run_dvc,
 )
+from lorasent.review.markup import md_text
 from lorasent.review.render import (
     REPORT_HTML,
     REPORT_MD,
@@ -111,7 +112,8 @@ def compare(rev_a: str = "HEAD", rev_b: str = WORKSPACE, out_dir: str | Path | N
     out = report_folder(rev_a, rev_b, out_dir, repo)
     if len(group_a) > 1 or len(group_b) > 1:
         return _compare_groups(repo, rev_a, rev_b, group_a, group_b, out)
-    notes = [f"{side}: {spec.strip()!r} matches one run, {group[0]}, so A and B are "
+    notes = [f"{side}: {md_text(repr(spec.strip()))} matches one run, {md_text(group[0])}, so "
+             "A and B are "
              "compared as a plain pair, row by row; a comparison over seeds needs at least 2 "
              "runs on each side" for side, spec, group in (("A", rev_a, group_a),
                                                            ("B", rev_b, group_b))

@@ -214,8 +214,10 @@ def comment_text(head: str, base: str, against_base: Comparison,
                   + (f" ({previous.rev_a})" if isinstance(previous, Comparison) else ""), ""]
         lines += [previous] if isinstance(previous, str) else \
             _section(previous, "previous head", tables=False)
-    lines += ["", "<details>", "<summary>Every metric that changed against A, the base "
-              "(<code>dvc metrics diff</code>, less the keys no reviewer reads)</summary>", ""]
+    # an HTML block: Markdown's backslashes show there, its references and <br> do not
+    lines += ["", "<details>", f"<summary>Every metric that changed against <code>"
+              f"{md_text(base)}</code> (<code>dvc metrics diff</code>, less the keys no "
+              "reviewer reads)</summary>", ""]
     lines += _metrics_diff(against_base, base)
     lines += ["", "</details>", ""]
     where = f"the `lorasent-report` artifact of [this run]({run_url})" if run_url else \

@@ -20,7 +20,7 @@ From each side's committed metrics and predictions (:class:`Side`, read by
 
 Every text of a :class:`Review` is Markdown: each value in it that a data file, git or a
 user controls (revision and set names, labels, row ids, file names, changed params, the
-warnings eval.json holds, the callers' ``notes``) is written through
+warnings eval.json holds, the callers' ``notes``, which they write so) is written through
 :func:`lorasent.review.markup.md_text` where the sentence is made.
 """
 
@@ -149,11 +149,11 @@ def set_lines(review: Review) -> list[str]:
 
 def judge(a: Side, b: Side, labels: list[str], stale: dict[str, Stale | None] | None = None,
             notes: Sequence[str] = ()) -> Review:
-    """The verdict and warnings, on the test split and on each extra test set both sides
-    have (a set only one side has is named in a warning); when the sets' verdicts differ,
-    a sentence saying so ends the verdict (:func:`disagreement`). A side in ``stale`` is
-    said first, and then no verdict is called a result: its metrics are not of its
-    params."""
+    """The verdict and warnings (``notes``, Markdown, first), on the test split and on
+    each extra test set both sides have (a set only one side has is named in a
+    warning); when the sets' verdicts differ, a sentence saying so ends the verdict
+    (:func:`disagreement`). A side in ``stale`` is said first, and then no verdict is
+    called a result: its metrics are not of its params."""
     review = _judged(a, b, labels)
     sets = {name: _judged(a.test_sets[name], b.test_sets[name], labels)
             for name in a.test_sets if name in b.test_sets}
@@ -171,8 +171,7 @@ def judge(a: Side, b: Side, labels: list[str], stale: dict[str, Stale | None] | 
     split = disagreement({MAIN_SPLIT: outcome(review.paired),
                           **{name: outcome(r.paired) for name, r in sets.items()}})
     return replace(review, verdict=f"{verdict} {split}".strip(),
-                   warnings=[*(md_text(n, SENTENCE_LIMIT) for n in notes), *only,
-                             *review.warnings], sets=sets)
+                   warnings=[*notes, *only, *review.warnings], sets=sets)
 
 
 def _judged(a: Side, b: Side, labels: list[str]) -> Review:
