@@ -305,6 +305,10 @@ if args[:2] == ["api", "--paginate"] and args[2] == "repos/owner/repo/issues/7/c
     sys.stdout.write("".join(json.dumps([c]) + "\\n" for c in state["comments"]))
     sys.exit(0)
 comments_url = "repos/owner/repo/issues/comments/"
+if args[0] == "api" and args[1].startswith(comments_url) and args[2] == "--jq":
+    found = next(c for c in state["comments"] if c["id"] == int(args[1][len(comments_url):]))
+    print(found["user"]["login"], "https://api.github.example/repos/owner/repo/issues/7")
+    sys.exit(0)
 if args[:3] == ["api", "--method", "PATCH"] and args[3].startswith(comments_url) \\
         and args[4] == "-F" and args[5].startswith("body=@"):
     found = int(args[3][len(comments_url):])
@@ -325,7 +329,8 @@ with open(path, "w", encoding="utf-8") as f:
 # The values GitHub gives the workflow's ${{ }} expressions, for the stand-in run
 GITHUB = {"github.token": "token", "github.base_ref": "base",
           "github.event.pull_request.number": "7", "github.repository": "owner/repo",
-          "github.server_url": "https://github.example", "github.run_id": "99"}
+          "github.server_url": "https://github.example", "github.run_id": "99",
+          "github.api_url": "https://api.github.example"}
 
 
 def _pull_request(root: Path, tmp_path: Path, base: str, heads: list[str]) -> dict[str, Any]:
@@ -333,8 +338,8 @@ def _pull_request(root: Path, tmp_path: Path, base: str, heads: list[str]) -> di
     branch ``base`` (a revision of ``root``), once for each push of ``heads``: after each,
     the state of the stand-in `gh` (comments and calls)."""
     flow = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
-    steps = [s for s in flow["jobs"]["compare"]["steps"]
-             if "run" in s and "pip install" not in s["run"]]
+    steps = [s for job in ("compare", "comment") for s in flow["jobs"][job]["steps"]
+             if "run" in s and "pip install" not in s["run"]]  # the artifact: the same folder
     clone = tmp_path / "pull-request"
     run(tmp_path, "git", "clone", "-q", str(root), str(clone))
     run(clone, "git", "fetch", "-q", "origin", "+refs/exps/*:refs/exps/*",
