@@ -24,7 +24,7 @@ from conftest import chromium
 from lorasent.contracts import EvalMetrics
 from lorasent.metrics import Predictions
 from lorasent.review.collect import Comparison
-from lorasent.review.markup import md_text
+from lorasent.review.markup import md_code, md_text
 from lorasent.review.pr_comment import comment_text, earlier_comment, marker
 from lorasent.review.render import _markdown, html_page
 from lorasent.review.verdict import Side, judge
@@ -214,3 +214,32 @@ def _open(path: Path, page: str) -> _Elements:
     assert found.found[0][0] == "html"
     return found
 
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("<img src=x onerror=alert(1)>", "&lt;img src=x onerror=alert(1)&gt;"),
+    ("</details>", "&lt;/details&gt;"),
+    ("@user and @org/team", "@&#8203;user and @&#8203;org/team"),
+    ("#12, owner/repo#3, GH-12, #t", "#&#8203;12, owner/repo#&#8203;3, GH&#8203;-12, #t"),
+    ("0123456789abcdef0123456789abcdef01234567",
+     "012345&#8203;6789ab&#8203;cdef01&#8203;234567&#8203;89abcd&#8203;ef0123&#8203;4567"),
+    ("1234567 and 20260131", "1234567 and 20260131"),  # numbers: no letter, no SHA
+    ("a|b `c` *d* _e_ lora_alpha [f](g) ~h~ !\\", "a\\|b \\`c\\` \\*d\\* \\_e\\_ lora_alpha "
+                                                   "\\[f\\](g) \\~h\\~ \\!\\\\"),
+    ("https://x.y www.x.y a&amp;", "https:&#8203;//x.y www&#8203;.x.y a&amp;amp;"),
+    ("one\r\ntwo\tthree", "one<br>two three"),
+    ("a\u202eb\x00c\ud800", "a‹U+202E›b‹U+0000›c‹U+D800›"),
+    ("x" * 201, "x" * 199 + "… (201 characters)"),
+    ("消极", "消极"),
+])
+def test_md_text_shows_each_character_and_makes_nothing_of_it(value, expected):
+    assert md_text(value) == expected
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("train.lora.r", "`train.lora.r`"), ("[1, 2]", "`[1, 2]`"),
+    ("a|b", "<code>a\\|b</code>"), ("x`y", "<code>x\\`y</code>"),
+    ("a\nb", "<code>a<br>b</code>"), ("", "<code></code>"),
+])
+def test_md_code_keeps_a_code_span_only_for_plain_text(value, expected):
+    assert md_code(value) == expected
