@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
-from conftest import REPO
+from conftest import REPO, committed
 from lorasent.cli import main
 from lorasent.contracts import EvalMetrics, parse
 from lorasent.errors import LorasentError
@@ -87,9 +87,9 @@ def test_each_runs_params_are_checked_before_anything_runs():
 
 
 def _evals(accuracy: float, macro_f1: float) -> EvalMetrics:
-    committed = parse(EvalMetrics, json.loads((REPO / "metrics/eval.json").read_text()),
-                      "metrics/eval.json", "")
-    return committed.model_copy(update={"accuracy": accuracy, "macro_f1": macro_f1})
+    found = parse(EvalMetrics, json.loads(committed("metrics/eval.json")),
+                  "metrics/eval.json", "")
+    return found.model_copy(update={"accuracy": accuracy, "macro_f1": macro_f1})
 
 
 def _run(name: str, seed: int, accuracy: float | None, devices: dict[str, str]) -> SweepRun:

@@ -209,11 +209,11 @@ def test_a_damaged_audit_is_one_error_naming_the_file_and_line():
 
 
 def test_other_references_are_said_before_the_relative_error_reductions_delta():
-    from conftest import REPO
+    from conftest import committed
     from lorasent.contracts import EvalMetrics
     from lorasent.review.verdict import side_warnings
 
-    b = EvalMetrics.model_validate_json((REPO / "metrics/eval.json").read_bytes())
+    b = EvalMetrics.model_validate_json(committed("metrics/eval.json"))
     a = b.model_copy(update={"reference": "zero_shot", "relative_error_reduction": 0.5514})
     assert b.reference == "zero_shot_calibrated" and b.references is not None
     same = b.references["zero_shot"]

@@ -554,7 +554,8 @@ def machine_load(wall_time_s: float) -> dict[str, Any]:
 def provenance(*, stage: str, params: dict[str, Any], device: torch.device | str | None,
                wall_time_s: float, inputs: dict[str, str],
                extra: dict[str, Any] | None = None, status: str = "ok") -> dict[str, Any]:
-    """The record written beside a stage's metrics.
+    """The whole record of a stage's run, machine facts and all (:func:`write_provenance`
+    splits it in two).
 
     Args:
         stage: the stage's name.
@@ -580,16 +581,109 @@ def provenance(*, stage: str, params: dict[str, Any], device: torch.device | str
     }
 
 
+# The keys of a provenance record (a path of keys into it) that describe the machine and
+# the moment of a run, not its result: they differ between two runs that give the same
+# bytes, so they go to the git-ignored machine record (:func:`write_provenance`), not to
+# the tracked one that git and dvc.lock hash. What defines the result stays tracked: the
+# params, the inputs' hashes, the package versions, Python, the device type and build
+# (torch, hip, cuda, bf16, attention, the CPU or GPU name, cores, total memory), the
+# processes, the steps. A new key goes on the machine side when it changes from one run
+# to the next on the same machine (times, load, free memory, host names, container or
+# process ids, the commit a run started at), else on the tracked side.
+MACHINE_FACTS: tuple[tuple[str, ...], ...] = (
+    ("wall_time_s",), ("machine_load",), ("git",), ("platform",), ("training_speed",),
+    ("device", "memory_free_bytes"), ("device", "visible_devices"),
+)
+MACHINE_DIR_NAME = "machine"  # <provenance_dir>/machine/<stage>.json (git-ignored)
+
+
+def split_record(record: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(tracked, machine)``: ``record`` less the :data:`MACHINE_FACTS`, and those facts
+    (nested as in ``record``; a key it lacks is left out)."""
+    tracked = json.loads(json.dumps(record))
+    machine: dict[str, Any] = {}
+    for path in MACHINE_FACTS:
+        *parents, key = path
+        source, target = tracked, machine
+        for parent in parents:
+            source = source.get(parent) if isinstance(source, dict) else None
+            target = target.setdefault(parent, {})
+        if isinstance(source, dict) and key in source:
+            target[key] = source.pop(key)
+    return tracked, machine
+
+
+def _merge(into: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+    for key, value in facts.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+    return into
+
+
+def machine_path(provenance_path: str | Path) -> Path:
+    """The machine record of the tracked record at ``provenance_path``:
+    ``<its folder>/machine/<its name>``."""
+    path = Path(provenance_path)
+    return path.parent / MACHINE_DIR_NAME / path.name
+
+
+def write_provenance(path: str | Path, record: dict[str, Any]) -> None:
+    """Write :func:`provenance`'s ``record`` in two: at ``path`` what defines the result
+    (tracked by git, an output in dvc.lock), at :func:`machine_path` the
+    :data:`MACHINE_FACTS` (git-ignored, no DVC output), with ``record_sha256``, the SHA-256
+    of the tracked file's bytes, so that a reader joins them only to that record
+    (:func:`read_provenance`). A rerun that reproduces a result rewrites the tracked file
+    byte for byte: ``git status`` stays clean and ``dvc.lock`` unchanged."""
+    tracked, machine = split_record(record)
+    text = json_text(tracked)
+    atomic_write_text(path, text)
+    machine_file = machine_path(path)
+    machine_file.parent.mkdir(parents=True, exist_ok=True)
+    write_json(machine_file, {"record_sha256": hashlib.sha256(text.encode()).hexdigest(),
+                              **machine})
+
+
+def machine_facts(tracked_text: str, machine_file: str | Path) -> dict[str, Any]:
+    """The machine facts of ``machine_file`` (:func:`write_provenance`) when they belong to
+    the tracked record ``tracked_text`` (its SHA-256 matches), else ``{}``: a record made
+    elsewhere, or a file that is absent or damaged."""
+    try:
+        machine = json.loads(Path(machine_file).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(machine, dict) or machine.pop("record_sha256", None) != hashlib.sha256(
+            tracked_text.encode()).hexdigest():
+        return {}
+    return machine
+
+
+def with_machine_facts(tracked_text: str, machine_file: str | Path) -> dict[str, Any]:
+    """The record ``tracked_text`` with its machine facts joined back in
+    (:func:`machine_facts`); a record written before the split holds them itself."""
+    return _merge(json.loads(tracked_text), machine_facts(tracked_text, machine_file))
+
+
+def read_provenance(path: str | Path) -> dict[str, Any]:
+    """The whole record at ``path``: the tracked file with its machine facts
+    (:func:`with_machine_facts`)."""
+    return with_machine_facts(Path(path).read_text(encoding="utf-8"), machine_path(path))
+
+
 def record_failure(stage: str, params: dict[str, Any], error: BaseException,
                    wall_time_s: float, provenance_dir: str | Path = PROVENANCE_DIR) -> None:
-    """Replace ``<provenance_dir>/<stage>.json`` with a ``status: failed`` record naming
-    the error. Metrics are not touched. Never raises: a failure to record is logged and
-    the original error goes on."""
+    """Write a ``status: failed`` record naming the error at the machine record of
+    ``<provenance_dir>/<stage>.json`` (:func:`machine_path`; git-ignored): the tracked
+    record and the metrics of the last good run are not touched. Never raises: a failure
+    to record is logged and the original error goes on."""
     import logging
 
     message = str(error) or "interrupted"
     try:
-        write_json(Path(provenance_dir) / f"{stage}.json", provenance(
+        path = machine_path(Path(provenance_dir) / f"{stage}.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, provenance(
             stage=stage, params=params, device=None, wall_time_s=wall_time_s, inputs={},
             status="failed", extra={"error": f"{type(error).__name__}: {message}"}))
     except Exception as err:  # noqa: BLE001 - the stage's own error matters more

@@ -201,12 +201,12 @@ def train(params: Params) -> str:
 
     result = run_train(base=params.base, prompt=params.prompt, train=params.train,
                        params_record=_record(params))
-    from lorasent.artifacts import read_json
+    from lorasent.artifacts import read_provenance
     from lorasent.launch import is_main
     from lorasent.paths import PROVENANCE_DIR
 
     # the main process wrote the record; the others' summaries are never printed
-    load = (read_json(PROVENANCE_DIR / "train.json").get("machine_load") or {}
+    load = (read_provenance(PROVENANCE_DIR / "train.json").get("machine_load") or {}
             if is_main() else {})
     busy = (f"\nWARNING: the machine was busy (load {load['load_average']} over the last "
             f"{load['window_s'] // 60} min on {load['cpu_cores']} cores): this run's wall "

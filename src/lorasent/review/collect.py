@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lorasent.artifacts import machine_path, with_machine_facts
 from lorasent.contracts import EvalMetrics, parse
 from lorasent.errors import LorasentError
 from lorasent.metrics import (
@@ -143,8 +144,27 @@ def read_side(repo: Path, rev: str, commits: dict[str, str]) -> Side:
             for name in (evals.test_sets if evals else {})}
     return Side(rev, evals, read_json(BASELINE_METRICS),
                 *_predictions_at(repo, at, rev, EVAL_PREDICTIONS),
-                read_json(PROVENANCE_DIR / "train.json"),
+                _train_record(repo, at, rev),
                 _label_issues_at(repo, at, rev, EVAL_LABEL_ISSUES), sets)
+
+
+def _train_record(repo: Path, at: str, rev: str) -> dict[str, Any] | None:
+    """Train's provenance record at ``at`` with the machine facts this checkout holds for
+    it (:func:`lorasent.artifacts.with_machine_facts`: its time, speed and load, when the
+    last train run here wrote that same record); None when ``rev`` has none.
+
+    Raises:
+        LorasentError: the record is not JSON.
+    """
+    path = PROVENANCE_DIR / "train.json"
+    text = read_at(repo, at, path.as_posix())
+    if not text:
+        return None
+    try:
+        return with_machine_facts(text, machine_path(repo / path))
+    except json.JSONDecodeError as err:
+        raise LorasentError(f"compare: {rev}:{path}: not valid JSON ({err}); rerun its "
+                            "stage at that revision (dvc repro) and commit it") from None
 
 
 def _test_set(repo: Path, at: str, rev: str, folder: Path) -> Side:
