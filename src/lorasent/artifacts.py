@@ -316,6 +316,53 @@ def dvc_outputs(root: Path) -> dict[Path, str]:
     return found
 
 
+# The params whose value may name a local file or folder a stage reads, and the stage:
+# each such file must be among that stage's deps in dvc.yaml, so that `dvc status` sees
+# an edit (:func:`require_deps`). Not checked: base.model (a model folder of
+# gigabytes, hashed by fetch into models/base/manifest.json) and train.accelerate_config
+# (configs/accelerate/: the launch setting, not the result's).
+FILE_PARAMS = {"data.source": "fetch", "evaluate.test_sets.<name>.source": "evaluate"}
+NOT_FILES = ("packaged:", "hf:")  # the source kinds of lorasent.stages.fetch that are not files
+
+
+def stage_deps(root: Path, stage: str) -> list[Path] | None:
+    """The resolved paths of ``stage``'s ``deps`` in ``root``'s dvc.yaml (relative to its
+    ``wdir``); None without a dvc.yaml that has that stage (a stage run outside a DVC
+    pipeline)."""
+    data = _yaml(root / "dvc.yaml") if (root / "dvc.yaml").is_file() else None
+    stages = data.get("stages") if isinstance(data, dict) else None
+    spec = stages.get(stage) if isinstance(stages, dict) else None
+    if not isinstance(spec, dict):
+        return None
+    wdir = root / str(spec.get("wdir", "."))
+    return [(wdir / dep).resolve() for dep in _out_paths(spec.get("deps"))]
+
+
+def require_deps(stage: str, files: dict[str, str], root: Path = Path(".")) -> None:
+    """Check that each local file of ``files`` (``{param key: value}``; ``packaged:`` and
+    ``hf:`` sources are not files; a file that is not there is left to the stage that
+    reads it, whose error names it) is among ``stage``'s deps in ``root``'s dvc.yaml, itself
+    or a folder holding it. Nothing to check without a dvc.yaml that has the stage.
+
+    Raises:
+        LorasentError: the first file that is not a dep, in one line: the key, the file,
+            and the two ways out.
+    """
+    deps = stage_deps(root, stage)
+    if deps is None:
+        return
+    for key, value in files.items():
+        path = (root / value).resolve()
+        if value.startswith(NOT_FILES) or not path.exists():  # the reading stage says so
+            continue
+        if not any(_within(path, dep) for dep in deps):
+            raise LorasentError(
+                f"{key}: {value} is not among the deps of the {stage} stage in dvc.yaml, so "
+                f"`dvc status` would not see an edit of it and its metrics would go stale "
+                f"silently; move it into data/sources/ (a dep of fetch and evaluate) and "
+                f"set {key}: data/sources/{Path(value).name}, or add it to {stage}'s deps")
+
+
 def _contents(folder: Path) -> tuple[list[Path], list[Path], list[Path]]:
     """``(files, nested repositories, .dvc files)`` below ``folder``, sorted, at most
     :data:`LISTED_FILES` files looked at."""
@@ -335,16 +382,19 @@ def _contents(folder: Path) -> tuple[list[Path], list[Path], list[Path]]:
 
 
 def check_output_folder(path: str | Path, *, command: str, force: bool,
-                        option: str = "--out") -> None:
+                        option: str = "--out",
+                        inputs: Iterable[tuple[str, str | Path]] = ()) -> None:
     """Refuse, before any work is done, an output folder whose replacement would destroy
     what is there (``lorasent <command>`` replaces the whole folder, :func:`output_dir`).
 
     Refused even with ``force``: the current folder or one holding it, the filesystem
     root, ``$HOME`` or a folder holding it, a repository root (a folder with ``.git`` or
     ``.dvc``: the current folder's, the output's, or one inside the output) or a folder
-    holding one, a folder in such a root's ``.git`` or ``.dvc``, a symbolic link, a file.
-    Refused unless ``force``: a folder holding a git-tracked path or a DVC output (or
-    inside one: ``dvc.yaml``, ``dvc.lock``, ``.dvc`` files), and a non-empty folder
+    holding one, a folder in such a root's ``.git`` or ``.dvc``, a symbolic link, a file,
+    one of the command's own ``inputs`` (``(option, folder)``), a folder holding one or
+    inside one, and a DVC output, a folder holding one or inside one (``dvc.yaml``,
+    ``dvc.lock``, ``.dvc`` files: ``dvc checkout`` and ``dvc repro`` own it).
+    Refused unless ``force``: a folder holding a git-tracked path, and a non-empty folder
     without the :data:`OUTPUT_MARKER` of ``command``. A folder that does not exist yet,
     or an empty one, is fine.
 
@@ -387,6 +437,24 @@ def check_output_folder(path: str | Path, *, command: str, force: bool,
     if repos:
         raise OutputPathError(f"{where}: refusing to replace a folder holding the repository "
                               f"{repos[0]}; {never}")
+    for name, given in inputs:
+        source = Path(given).resolve()
+        if _within(source, full) or _within(full, source):
+            what = ("is" if source == full else "holds" if _within(source, full)
+                    else "is inside")
+            raise OutputPathError(f"{where}: {what} {name} {given}, which {command} reads; "
+                                  f"{never}")
+    for root in roots:
+        for out, declared in dvc_outputs(root).items():
+            if _within(out, full) or _within(full, out):
+                inside = "holding" if _within(out, full) else "inside"
+                raise OutputPathError(
+                    f"{where}: refusing to replace a folder {inside} the DVC-tracked output "
+                    f"{out.relative_to(root) if _within(out, root) else out} (declared in "
+                    f"{declared}); {never}")
+    if dvc_files:
+        raise OutputPathError(f"{where}: refusing to replace a folder holding the DVC file "
+                              f"{dvc_files[0]} (a DVC-tracked path); {never}")
     if force:
         return
     overridable = "choose a new folder, or pass --force to replace it"
@@ -397,16 +465,6 @@ def check_output_folder(path: str | Path, *, command: str, force: bool,
             raise OutputPathError(
                 f"{where}: refusing to replace a folder holding files tracked by git "
                 f"({_files(len(tracked))}, e.g. {tracked[0]}); {overridable}")
-        for out, declared in dvc_outputs(root).items():
-            if _within(out, full) or _within(full, out):
-                inside = "holding" if _within(out, full) else "inside"
-                raise OutputPathError(
-                    f"{where}: refusing to replace a folder {inside} the DVC-tracked output "
-                    f"{out.relative_to(root) if _within(out, root) else out} (declared in "
-                    f"{declared}); {overridable}")
-    if dvc_files:
-        raise OutputPathError(f"{where}: refusing to replace a folder holding the DVC file "
-                              f"{dvc_files[0]} (a DVC-tracked path); {overridable}")
     marker = full / OUTPUT_MARKER
     ours = marker.is_file() and marker.read_text(encoding="utf-8", errors="replace"
                                                  ).split("\n", 1)[0] == f"lorasent {command}"

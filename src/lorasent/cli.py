@@ -20,7 +20,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import click
 
-from lorasent.artifacts import record_failure
+from lorasent.artifacts import record_failure, require_deps
 from lorasent.errors import LorasentError
 from lorasent.params import Params, load_params
 
@@ -154,6 +154,7 @@ def fetch(params: Params) -> str:
     """Fetch the corpus into data/raw and the base model into models/base."""
     from lorasent.stages.fetch import run_fetch
 
+    require_deps("fetch", {"data.source": params.data.source})
     result = run_fetch(data_source=params.data.source, text_column=params.data.text_column,
                        label_column=params.data.label_column, encoding=params.data.encoding,
                        hf_split=params.data.hf_split, separator=params.data.separator,
@@ -220,6 +221,8 @@ def evaluate(params: Params) -> str:
     """Base model + adapter on the test split; writes metrics/eval.json."""
     from lorasent.stages.evaluate import run_evaluate
 
+    require_deps("evaluate", {f"evaluate.test_sets.{name}.source": test_set.source
+                              for name, test_set in params.evaluate.test_sets.items()})
     result = run_evaluate(base=params.base, prompt=params.prompt, evaluate=params.evaluate,
                           mode=params.train.mode, params_record=_record(params))
     return result.summary()
@@ -366,7 +369,8 @@ def export(adapter_dir: Path, base_dir: Path, out_dir: Path, force: bool, metric
     from lorasent.modeling import load_trained_model, read_adapter_record
     from lorasent.tools.predict import adapter_evaluation, check_adapter_folder, export_merged
 
-    check_output_folder(out_dir, command="export", force=force)
+    check_output_folder(out_dir, command="export", force=force,
+                        inputs=[("--adapter", adapter_dir), ("--base", base_dir)])
     check_adapter_folder(adapter_dir)
     evaluation = adapter_evaluation(adapter_dir, read_adapter_record(adapter_dir), metrics_path)
     scaling = read_temperature_scaling(adapter_dir)
