@@ -370,3 +370,24 @@ def test_the_card_of_an_adapter_without_a_temperature_says_so(run):
     unfitted = read_temperature_scaling(run / "adapter").model_copy(  # type: ignore[union-attr]
         update={"temperature": None, "note": NO_VALIDATION_NOTE})
     assert f"No temperature: {NO_VALIDATION_NOTE}." in calibration_section(unfitted)
+
+
+def test_train_says_before_training_that_no_validation_split_means_no_temperature(tmp_path,
+                                                                                    caplog):
+    from lorasent.artifacts import atomic_write_text, jsonl_text
+    from lorasent.stages.train import _setup_data
+
+    atomic_write_text(tmp_path / "train.jsonl", jsonl_text([{"text": "a", "label_id": 0}]))
+    atomic_write_text(tmp_path / "validation.jsonl", "")
+    with caplog.at_level("WARNING", logger="lorasent.stages.train"):
+        data = _setup_data(split_dir=tmp_path, eval_strategy="no")
+    assert data.calibration == []
+    assert caplog.messages == [
+        "train: no validation split (split.validation_size: 0): temperature scaling not "
+        "fitted; predict uses the raw probabilities; set split.validation_size (e.g. 200) "
+        "and rerun split to fit one"]
+    caplog.clear()
+    atomic_write_text(tmp_path / "validation.jsonl", jsonl_text([{"text": "b", "label_id": 0}]))
+    with caplog.at_level("WARNING", logger="lorasent.stages.train"):
+        _setup_data(split_dir=tmp_path, eval_strategy="no")
+    assert caplog.messages == []

@@ -379,6 +379,12 @@ def test_every_key_of_a_set(params_raw):
     ({"test": {"source": "a.csv", "size": 1}},
      "evaluate.test_sets: 'test' names the split's own test split; give the extra set "
      "another name (e.g. test-2)"),
+    ({"a" * 300: {"source": "a.csv", "size": 1}},
+     "evaluate.test_sets: 'aaaaaaaaaaaaaaaaaaaa'... is 300 characters; it names a folder of "
+     "metrics/test_sets/, so give it at most 64"),
+    ({"nul": {"source": "a.csv", "size": 1}},
+     "evaluate.test_sets: 'nul' is a device name on Windows, where no folder can have it; "
+     "give the set another name (e.g. nul-set)"),
     ({"x": {"source": "a.csv", "size": 1, "sise": 2}},
      "evaluate.test_sets.x.sise: unknown key (known: source, size, text_column, label_column, "
      "separator, encoding, hf_split)"),

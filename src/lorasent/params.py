@@ -222,8 +222,12 @@ class TestSetParams(_Section):
     hf_split: str = "train"
 
 
-# A test set's name: it names the set in the metrics and may name files.
-TEST_SET_NAME = re.compile(r"[a-z0-9_-]+")
+# A test set's name: it names the set in the metrics and the folder
+# metrics/test_sets/<name>/, so it must be a file name on every OS: at most 64 characters
+# (a path stays well under Windows' 260), and none of Windows' device names (CON, NUL,
+# COM1, ...: "Naming Files, Paths, and Namespaces", Microsoft's Win32 documentation).
+TEST_SET_NAME = re.compile(r"[a-z0-9_-]{1,64}")
+WINDOWS_DEVICE_NAME = re.compile(r"(con|prn|aux|nul|com[0-9]|lpt[0-9])")
 
 
 class EvaluateParams(_Section):
@@ -250,10 +254,18 @@ class EvaluateParams(_Section):
         for name, spec in value.items():
             if not isinstance(name, str):
                 raise ValueError(_not_a_string("evaluate.test_sets", "key", name))
+            if len(name) > 64 and TEST_SET_NAME.fullmatch(name[:64]):
+                raise ValueError(
+                    f"evaluate.test_sets: {name[:20]!r}... is {len(name)} characters; it "
+                    "names a folder of metrics/test_sets/, so give it at most 64")
             if not TEST_SET_NAME.fullmatch(name):
                 raise ValueError(
                     f"evaluate.test_sets: {name!r} is not a test set name; use lowercase "
                     "letters, digits, '-' and '_' (e.g. reviews-zh)")
+            if WINDOWS_DEVICE_NAME.fullmatch(name):
+                raise ValueError(
+                    f"evaluate.test_sets: {name!r} is a device name on Windows, where no "
+                    f"folder can have it; give the set another name (e.g. {name}-set)")
             if name == "test":
                 raise ValueError(
                     "evaluate.test_sets: 'test' names the split's own test split; give the "

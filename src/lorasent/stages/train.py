@@ -854,6 +854,9 @@ def _setup_data(*, split_dir: Path, eval_strategy: str) -> TrainingData:
     it has rows) and for the Trainer's validation when ``eval_strategy`` (the slice
     ``train.eval_strategy``) scores it.
 
+    Logs a warning, before any training, when the validation split has no rows: no
+    temperature will be fitted.
+
     Raises:
         LorasentError: an empty training split, or an empty validation split that
             ``eval_strategy`` needs.
@@ -867,6 +870,9 @@ def _setup_data(*, split_dir: Path, eval_strategy: str) -> TrainingData:
     if eval_strategy != "no" and not calibration:
         raise LorasentError(f"{validation_path}: no rows, but "
                             "train.eval_strategy needs them; check split.validation_size")
+    if not calibration:  # said before training, not found later in calibration.json
+        log.warning("train: %s; set split.validation_size (e.g. 200) and rerun split to "
+                    "fit one", NO_VALIDATION_NOTE)
     validation = calibration if eval_strategy != "no" else []
     return TrainingData(train_path, rows, validation_path, validation, calibration)
 
