@@ -247,7 +247,8 @@ def test_a_params_error_in_an_experiment_says_the_value_stays_and_the_way_back(
         "  DVC experiment lucky-run: `dvc exp run -S` has already written its values into "
         "params.yaml (params.yaml differs from HEAD in train.lora.r: 8 -> -3), and the next "
         "run would use them: fix the value (`dvc exp run -S key=value`), or go back to HEAD's "
-        "params with `git checkout params.yaml`\n")
+        "params and to the outputs DVC removed before the stage ran with `git checkout "
+        "params.yaml && dvc checkout`\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == [".git", "params.yaml"]
 
 

@@ -572,7 +572,8 @@ def experiment_params_advice(path: str | Path) -> str:
     """What a params error adds inside a DVC experiment ("" outside one): ``dvc exp run -S``
     wrote its values into ``path`` before the stage read it, so a workspace run leaves the
     bad value there for the next run; the line names the keys that differ from HEAD
-    (:func:`params_changes`) and the way back (fix the value, or ``git checkout``). A
+    (:func:`params_changes`) and the way back (fix the value, or ``git checkout`` and
+    ``dvc checkout``: DVC removes a stage's outputs before it runs the stage). A
     queued or ``--temp`` experiment runs in a copy under ``.dvc/tmp`` and leaves the
     workspace's file as it was, and the line says so."""
     experiment = _experiment()
@@ -591,8 +592,8 @@ def experiment_params_advice(path: str | Path) -> str:
                 f"workspace's {path.name} is unchanged: run it again with a valid value")
     return (f"\n  DVC experiment {name}: `dvc exp run -S` has already written its values "
             f"into {path}{differ}, and the next run would use them: fix the value "
-            f"(`dvc exp run -S key=value`), or go back to HEAD's params with "
-            f"`git checkout {path}`")
+            f"(`dvc exp run -S key=value`), or go back to HEAD's params and to the outputs "
+            f"DVC removed before the stage ran with `git checkout {path} && dvc checkout`")
 
 
 def apply_preset(preset_path: str | Path, params_path: str | Path = "params.yaml") -> Params:

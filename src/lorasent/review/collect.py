@@ -460,7 +460,8 @@ def check_revisions(repo: Path, sides: dict[str, list[str]]) -> None:
         LorasentError: ``repo`` is not in a git repository; a revision is neither a
             commit, branch or tag (``git rev-parse --verify``) nor an experiment (``dvc
             exp list --all-commits --name-only``): the message gives the close matches
-            first, then the experiments, branches and tags.
+            first, then the experiments, branches and tags, and says when the clone is
+            shallow (``git fetch --unshallow``).
     """
     revs = {rev: side for side, group in sides.items() for rev in group if rev != WORKSPACE}
     unknown = [rev for rev in revs if rev not in resolve_commits(repo, *revs)]
@@ -487,10 +488,13 @@ def check_revisions(repo: Path, sides: dict[str, list[str]]) -> None:
         parts.append(f"unknown revision {rev!r} ({revs[rev]})" + (
             f"; did you mean {' or '.join(repr(name) for name in close)}?" if close else
             ": not a commit, branch, tag or experiment here."))
+    shallow = (git_lines(repo, "rev-parse", "--is-shallow-repository") or [""])[0] == "true"
     raise LorasentError(
         "compare: " + "; ".join(parts) + f" Experiments: {_listing(experiments)}; "
         f"branches: {_listing(branches)}; tags: {_listing(tags)} (`git log --oneline` "
-        "lists the commits)")
+        "lists the commits)" + (
+            ". This clone is shallow: it lacks the older commits; `git fetch --unshallow` "
+            "fetches them" if shallow else ""))
 
 
 def _listing(names: list[str], limit: int = 20) -> str:
