@@ -197,3 +197,22 @@ def test_an_unknown_revision_in_a_shallow_clone_says_the_clone_is_shallow(tmp_pa
     assert str(err.value).endswith(
         "(`git log --oneline` lists the commits). This clone is shallow: it lacks the older "
         "commits; `git fetch --unshallow` fetches them")
+
+
+def test_predict_while_train_runs_says_train_is_writing_the_adapter(tmp_path, monkeypatch):
+    from lorasent.artifacts import atomic_dir, being_written
+    from lorasent.tools.predict import AdapterFolderError, check_adapter_folder
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(AdapterFolderError, match="no such folder"):
+        check_adapter_folder("models/adapter")
+    with atomic_dir(Path("metrics/train")):  # as train holds its loss history while it runs
+        assert being_written("metrics/train") and not being_written("models/adapter")
+        with pytest.raises(AdapterFolderError) as err:
+            check_adapter_folder("models/adapter")
+        assert str(err.value) == (
+            "models/adapter: not there yet: a train run is writing it now (DVC removed the "
+            "last adapter when the run started); wait until it finishes, then run again")
+        with pytest.raises(AdapterFolderError, match="no such folder"):  # another folder
+            check_adapter_folder(tmp_path / "elsewhere")
+    assert not being_written("metrics/train")

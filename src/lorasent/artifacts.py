@@ -108,6 +108,25 @@ def remove_stale_temporaries(path: str | Path) -> list[Path]:
     return stale
 
 
+def being_written(path: str | Path) -> bool:
+    """Whether a running process is writing ``path`` now: a temporary sibling of it
+    (``.<name>.*.tmp``) whose exclusive ``flock`` is held (:func:`atomic_open`,
+    :func:`atomic_dir`; a killed run's leftover holds none)."""
+    path = Path(path)
+    for p in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        try:
+            fd = os.open(p, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        finally:
+            os.close(fd)
+    return False
+
+
 def _temporary(path: Path, *, folder: bool) -> tuple[int, str, int]:
     """A new temporary file or folder beside ``path`` (``.<name>.*.tmp``), with an
     exclusive ``flock`` held on it: ``(file descriptor or -1, its path, lock

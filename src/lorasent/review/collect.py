@@ -259,7 +259,10 @@ def read_predictions_strict(text: str, source: str) -> Predictions:
 
 def expand_group(repo: Path, spec: str) -> list[str]:
     """The revisions of one side: ``spec`` split at commas, patterns expanded against the
-    experiments' names (``dvc exp list --all-commits --name-only``)."""
+    experiments' names (``dvc exp list --all-commits --name-only``); a ``spec`` that git
+    resolves whole (a tag or branch whose name holds a comma) is that one revision."""
+    if "," in spec and spec in resolve_commits(repo, spec):
+        return [spec]
     revs: list[str] = []
     names: list[str] | None = None
     for part in filter(None, (p.strip() for p in spec.split(","))):
