@@ -152,6 +152,15 @@ def test_tracked_folders_are_refused_unless_forced_and_dvc_folders_always(repo):
             f"output data/split (declared in dvc.yaml, stage split); {NEVER}")
 
 
+def test_a_folder_that_cannot_be_written_is_refused_in_one_line(repo, monkeypatch):
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != repo)
+    assert _refused("reports/a-vs-b", force=True, option="the report folder") == (
+        f"the report folder reports/a-vs-b: {repo} is not writable here (a read-only "
+        "checkout or filesystem); give a folder you can write with --out")
+    (repo / "reports").mkdir()
+    check_output_folder("reports/a-vs-b", command="compare", force=False)
+
+
 def test_force_never_replaces_the_commands_own_inputs(repo):
     inputs = [("--adapter", "out/adapter"), ("--base", "base")]
     for given, said in (("out", "holds --adapter out/adapter"), ("base", "is --base base"),

@@ -410,6 +410,7 @@ def check_output_folder(path: str | Path, *, command: str, force: bool,
     root, ``$HOME`` or a folder holding it, a repository root (a folder with ``.git`` or
     ``.dvc``: the current folder's, the output's, or one inside the output) or a folder
     holding one, a folder in such a root's ``.git`` or ``.dvc``, a symbolic link, a file,
+    a folder this process cannot write (or make: its nearest existing parent),
     one of the command's own ``inputs`` (``(option, folder)``), a folder holding one or
     inside one, and a DVC output, a folder holding one or inside one (``dvc.yaml``,
     ``dvc.lock``, ``.dvc`` files: ``dvc checkout`` and ``dvc repro`` own it).
@@ -452,6 +453,10 @@ def check_output_folder(path: str | Path, *, command: str, force: bool,
     if meta is not None:
         raise OutputPathError(f"{where}: inside {meta}, the repository's own {meta.name} "
                               f"data; {never}")
+    if not os.access(existing, os.W_OK):
+        raise OutputPathError(f"{where}: {existing} is not writable here (a read-only "
+                              "checkout or filesystem); give a folder you can write with "
+                              "--out")
     files, repos, dvc_files = _contents(full) if full.is_dir() else ([], [], [])
     if repos:
         raise OutputPathError(f"{where}: refusing to replace a folder holding the repository "
