@@ -147,6 +147,15 @@ def test_doctor_fails_on_rocm_params_with_this_cpu_wheel(tmp_path, monkeypatch):
     assert "FAIL: base.device is rocm but torch" in result.output
 
 
+def test_doctor_fails_on_an_extra_test_set_whose_file_is_missing(tmp_path, monkeypatch):
+    _params_with(tmp_path, "source: packaged:reviews-zh", "source: data/sources/mine.csv")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["doctor"])
+    assert result.exit_code == 1
+    assert ("FAIL: evaluate.test_sets.reviews-zh.source: 'data/sources/mine.csv' is neither "
+            "a file nor a known source") in result.output
+
+
 def test_train_checks_the_environment_before_loading_the_model(params, tmp_path, monkeypatch):
     from lorasent.stages.train import run_train
 

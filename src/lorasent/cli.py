@@ -16,13 +16,16 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import click
 
 from lorasent.artifacts import record_failure, require_deps
 from lorasent.errors import LorasentError
 from lorasent.params import Params, load_params
+
+if TYPE_CHECKING:
+    from lorasent.environment import Finding
 
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 # transformers' own deprecation notice, raised inside peft on every model load.
@@ -440,6 +443,7 @@ def doctor(params_path: Path, as_json: bool) -> None:
         choice = params_choice(device=base.device, precision=base.precision,
                                attn_implementation=base.attn_implementation,
                                num_processes=base.num_processes)
+        findings += _test_set_findings(params, params_path.parent)
     disk = disk_report(params_path.parent)
     if params is not None:
         findings += disk_findings(disk)
@@ -709,6 +713,19 @@ def compare(rev_a: str, rev_b: str, out_dir: Path | None, force: bool) -> None:
     out = write_report(rev_a, rev_b, folder)
     click.echo((out / VERDICT_MD).read_text(encoding="utf-8").strip())
     click.echo(f"wrote {out / REPORT_MD} and {out / REPORT_HTML}")
+
+
+def _test_set_findings(params: Params, folder: Path) -> list[Finding]:
+    """``doctor``'s check of ``evaluate.test_sets`` (sources read from ``folder``, the
+    params file's): each bad set a ``fail`` (:func:`lorasent.stages.test_sets.
+    check_test_sets`), so that it is found before a training, not after."""
+    from lorasent.environment import Finding  # noqa: F811 - at run time, not only for mypy
+    from lorasent.stages.test_sets import check_test_sets
+
+    with contextlib.chdir(folder):
+        problems = check_test_sets(params.evaluate.test_sets, labels=params.base.labels,
+                                   aliases=params.base.label_aliases, seed=params.base.seed)
+    return [Finding("fail", problem) for problem in problems]
 
 
 @click.command("pr-comment")
