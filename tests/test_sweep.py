@@ -179,3 +179,24 @@ def test_a_sweep_of_a_changed_checkout_is_refused_before_ray_starts(tmp_path):
         sweep(name="s", sets=["train.lora.r=4,8"], repo=tmp_path)
     assert str(err.value).endswith("and README.md, params.yaml differ from it: commit them "
                                    "(or `git stash`), or give the params changes as -S")
+
+
+def test_an_address_where_nothing_answers_is_refused_in_one_line_at_once():
+    import socket
+
+    from lorasent.review.sweep import CONNECT_TIMEOUT_S, _reachable
+
+    with socket.socket() as listening:  # a port that answers, then one that no longer does
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        _reachable(f"127.0.0.1:{port}")
+    with pytest.raises(LorasentError) as err:
+        _reachable(f"127.0.0.1:{port}")
+    assert str(err.value) == (
+        f"sweep: no Ray cluster answers at --address 127.0.0.1:{port} (Connection refused, "
+        f"within {CONNECT_TIMEOUT_S:g} s): start one there with `ray start --head`, use "
+        "--address auto for the one `ray start` started on this machine, or leave --address "
+        "out for a local cluster")
+    with pytest.raises(LorasentError, match=r"\('x' is not a port number, within 10 s\)"):
+        _reachable("head:x")
