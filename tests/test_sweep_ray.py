@@ -167,7 +167,7 @@ def _sweep_processes(marker: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_ctrl_c_stops_the_running_runs_and_cancels_the_queued_ones(tiny_copy, sig):
     """Ctrl-C at a terminal: SIGINT to the command's process group; `kill` (SIGTERM to the
     command alone, which ray.init would have made a sys.exit: Ray's crash dump, no
