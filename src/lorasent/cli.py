@@ -718,13 +718,22 @@ def compare(rev_a: str, rev_b: str, out_dir: Path | None, force: bool) -> None:
 def _test_set_findings(params: Params, folder: Path) -> list[Finding]:
     """``doctor``'s check of ``evaluate.test_sets`` (sources read from ``folder``, the
     params file's): each bad set a ``fail`` (:func:`lorasent.stages.test_sets.
-    check_test_sets`), so that it is found before a training, not after."""
+    check_test_sets`), so that it is found before a training, not after; and of each local
+    file a param names that is not among its stage's deps
+    (:func:`lorasent.artifacts.require_deps`)."""
     from lorasent.environment import Finding  # noqa: F811 - at run time, not only for mypy
     from lorasent.stages.test_sets import check_test_sets
 
     with contextlib.chdir(folder):
         problems = check_test_sets(params.evaluate.test_sets, labels=params.base.labels,
                                    aliases=params.base.label_aliases, seed=params.base.seed)
+        for stage, files in (("fetch", {"data.source": params.data.source}),
+                             ("evaluate", {f"evaluate.test_sets.{name}.source": spec.source
+                                           for name, spec in params.evaluate.test_sets.items()})):
+            try:
+                require_deps(stage, files)
+            except LorasentError as err:
+                problems.append(str(err))
     return [Finding("fail", problem) for problem in problems]
 
 
