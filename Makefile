@@ -26,7 +26,7 @@ PYTEST_ARGS ?=
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run smoke test test-fast test-integration test-e2e bench device-check exp-show metrics seeds sweep compare browser lint lock lock-check \
+.PHONY: help setup run smoke test test-fast test-integration test-e2e bench device-check exp exp-show metrics seeds sweep compare browser lint lock lock-check \
 	doctor clean \
 	docker-build docker-run docker-build-cpu docker-run-cpu
 
@@ -129,6 +129,19 @@ N ?= 3
 NAME ?=
 SET ?=
 JOBS ?= 1
+# One experiment, the documented way (README): `dvc exp run` with SET's settings. DVC writes
+# them into params.yaml before any stage reads them, and removes the outputs of the stages
+# it reruns; when a stage rejects a value, params.yaml and those outputs are put back as
+# they were, so nothing leaks into the next experiment.
+exp: $(STAMP)  ## One experiment (SET="train.lora.r=16" NAME=r16); a rejected value changes nothing
+	@test -n "$(SET)" || { echo 'make exp: give SET="key=value ...", e.g. SET="train.lora.r=16"' >&2; exit 2; }
+	@cp params.yaml .params.yaml.before-exp
+	@$(BIN)/dvc exp run $(if $(NAME),-n $(NAME)) $(foreach s,$(SET),-S $(s)) || { \
+		mv .params.yaml.before-exp params.yaml; $(BIN)/dvc checkout -q; \
+		echo "make exp: the experiment failed (above); params.yaml and the outputs are back as they were before it" >&2; \
+		exit 1; }
+	@rm -f .params.yaml.before-exp
+
 seeds: $(STAMP)  ## Run over N seeds (N=3 NAME=seeds SET="train.lora.r=16" JOBS=1): mean ± sd
 	$(BIN)/lorasent seeds -n $(N) --name $(or $(NAME),seeds) -j $(JOBS) $(foreach s,$(SET),-S $(s))
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import os
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,26 @@ def chromium() -> str:
     path = next((p for p in found if p), None)
     assert path, "no Chromium: run `make browser` (Debian's chromium), or set CHROMIUM"
     return path
+
+
+def committed(path: str) -> str:
+    """The text of ``path`` (relative to the repo) as committed: git's index, which a fresh
+    clone checks out and a developer stages, never the workspace's file, which ``make run``,
+    ``make smoke``, ``make bench`` and ``dvc exp run -S`` rewrite (tests never read the
+    workspace's outputs). In a copy without git (an archive), the file itself: nothing
+    there tells a rerun from what was shipped.
+
+    Raises:
+        AssertionError: ``path`` is not in git's index.
+    """
+    inside = subprocess.run(["git", "rev-parse", "--is-inside-work-tree"], cwd=REPO,
+                            capture_output=True, text=True)
+    if inside.returncode != 0:
+        return (REPO / path).read_text(encoding="utf-8")
+    shown = subprocess.run(["git", "show", f":{path}"], cwd=REPO, capture_output=True)
+    assert shown.returncode == 0, f"{path} is not committed: {shown.stderr.decode().strip()}"
+    return shown.stdout.decode("utf-8")
+
 
 TIERS = ("fast", "integration", "slow")
 # Seconds a test of each tier may take, its fixtures' setup included (the first test of
@@ -98,10 +119,9 @@ def _tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 
 @pytest.fixture(scope="session")
 def repo_params_raw() -> dict[str, Any]:
-    """params.yaml of the repo, as a plain dict read as DVC reads it (YAML 1.2); copy it
-    before changing it."""
-    path = REPO / "params.yaml"
-    return read_yaml(path.read_text(encoding="utf-8"), path)
+    """params.yaml of the repo as committed (:func:`committed`), as a plain dict read as
+    DVC reads it (YAML 1.2); copy it before changing it."""
+    return read_yaml(committed("params.yaml"), "params.yaml")
 
 
 @pytest.fixture

@@ -69,6 +69,18 @@ def test_groups_split_at_commas_and_keep_their_order(tmp_path):
     assert expand_group(tmp_path, "HEAD") == ["HEAD"]
 
 
+def test_a_tag_whose_name_holds_a_comma_is_one_revision(tmp_path):
+    from lorasent.review.collect import expand_group
+
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com",
+           "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "c"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "tag", "lr,2e-4"], cwd=tmp_path, check=True)
+    assert expand_group(tmp_path, "lr,2e-4") == ["lr,2e-4"]
+    assert expand_group(tmp_path, "HEAD,lr,2e-4") == ["HEAD", "lr", "2e-4"]  # split: not a tag
+
+
 def test_the_reports_own_plots_replace_dvcs_confusion_and_reliability_plots(tmp_path):
     from conftest import REPO
     from lorasent.review.render import own_plot_titles

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from dvc.utils.flatten import flatten
 
-from conftest import REPO
+from conftest import REPO, committed
 from lorasent.contracts import AdapterRecord, EvalMetrics, TemperatureScaling, dump, parse, read
 from lorasent.errors import LorasentError
 
@@ -28,7 +28,7 @@ def round_trip(text: str,
 
 
 def test_the_committed_eval_json_round_trips_to_the_same_bytes():
-    text = (REPO / "metrics" / "eval.json").read_text(encoding="utf-8")
+    text = committed("metrics/eval.json")
     assert round_trip(text, EvalMetrics) == text
 
 
@@ -48,13 +48,13 @@ def _shown(columns: list[str]) -> list[str]:
 
 
 def test_exp_show_keeps_the_headline_its_intervals_and_each_class_f1():
-    evals = EvalMetrics.model_validate_json((REPO / "metrics/eval.json").read_bytes())
+    evals = EvalMetrics.model_validate_json(committed("metrics/eval.json"))
     headline = [f"{name}{end}" for name in ("accuracy", "macro_f1", "relative_error_reduction")
                 for end in ("", "_ci95_low", "_ci95_high")]
     assert _shown(list(flatten(dump(evals)))) == [
         *headline, *(f"per_class.{label}.f1" for label in LABELS), "calibration.ece",
         "calibration.scaled.ece", "test_sets.reviews-zh.accuracy"]
-    train = json.loads((REPO / "metrics/train/metrics.json").read_text(encoding="utf-8"))
+    train = json.loads(committed("metrics/train/metrics.json"))
     assert _shown(list(flatten(train))) == ["train.loss"]
 
 
@@ -62,7 +62,7 @@ def test_the_pull_request_fold_leaves_out_what_no_reviewer_reads():
     from lorasent.review.pr_comment import UNREAD
     from lorasent.stages.evaluate import REFERENCES
 
-    evals = EvalMetrics.model_validate_json((REPO / "metrics/eval.json").read_bytes())
+    evals = EvalMetrics.model_validate_json(committed("metrics/eval.json"))
     columns = list(flatten(dump(evals)))
     assert [c for c in columns if not UNREAD.search(c)] == [
         "accuracy", "macro_f1", "relative_error_reduction",
@@ -91,7 +91,7 @@ def test_the_pull_request_fold_leaves_out_what_no_reviewer_reads():
           for key in ("nll", "brier", "ece") for end in ("low", "high")),
         "calibration.ece_bins", "calibration.temperature_note", "label_issues.method",
         "label_issues.file"}
-    train = json.loads((REPO / "metrics/train/metrics.json").read_text(encoding="utf-8"))
+    train = json.loads(committed("metrics/train/metrics.json"))
     assert [c for c in flatten(train) if not UNREAD.search(c)] == ["loss", "step", "train.loss"]
 
 
@@ -99,7 +99,7 @@ def test_the_reports_rows_name_fields_of_eval_json():
     from lorasent.review.render import HEADLINE, PER_CLASS
     from test_render_sets import SIDES  # an eval.json of issue 30, by hand
 
-    evals = EvalMetrics.model_validate_json((REPO / "metrics/eval.json").read_bytes())
+    evals = EvalMetrics.model_validate_json(committed("metrics/eval.json"))
     columns = set(flatten(dump(evals)))
     assert SIDES[0].evals is not None
     assert {key for key, _ in HEADLINE} <= columns | set(flatten(dump(SIDES[0].evals)))
@@ -107,7 +107,7 @@ def test_the_reports_rows_name_fields_of_eval_json():
 
 
 def _evals(**changes: Any) -> dict[str, Any]:
-    return {**json.loads((REPO / "metrics/eval.json").read_text(encoding="utf-8")), **changes}
+    return {**json.loads(committed("metrics/eval.json")), **changes}
 
 
 def test_a_seq_cls_eval_json_has_no_zero_shot_and_a_null_reduction_has_its_note():

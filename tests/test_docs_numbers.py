@@ -1,10 +1,11 @@
 """The numbers README.md and docs/ give of the committed run and of the last bench are the
 committed files' own: each is computed here from ``metrics/``, ``bench/results.json``,
-``dvc.lock`` and ``params.yaml`` and looked for, as the docs word it, in the page (line
-breaks do not matter). A number measured once and kept in no committed file (a wall time)
-is stamped with the commit it was measured at, ``(measured at commit abc1234)``, and the
-stamp must name a commit of this history. No page presents a result "measured before"
-something: such a table is rerun or removed.
+``dvc.lock`` and ``params.yaml`` as committed (``conftest.committed``: git's index, never
+the files a ``make run`` or ``make bench`` left in the workspace) and looked for, as the
+docs word it, in the page (line breaks do not matter). A number measured once and kept in
+no committed file (a wall time) is stamped with the commit it was measured at,
+``(measured at commit abc1234)``, and the stamp must name a commit of this history. No
+page presents a result "measured before" something: such a table is rerun or removed.
 
 A rerun that commits new metrics or bench results changes these numbers: the failing
 test names the page and the sentence to update.
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, committed
 from lorasent.contracts import REFERENCE_NAMES
 from lorasent.metrics import read_predictions
 from lorasent.params import read_yaml
@@ -27,14 +28,15 @@ from lorasent.statistics import paired_comparison
 
 PAGES = ["README.md", *sorted(str(page.relative_to(REPO)) for page in (REPO / "docs").glob("*.md"))]
 # Stamps are for the few numbers no committed file holds; more than this means numbers
-# that should come from metrics/ or bench/ instead.
-MAX_STAMPS = 8
+# that should come from metrics/ or bench/ instead. The committed run's stage times are one
+# (since issue 41 they live in the git-ignored machine records).
+MAX_STAMPS = 9
 STAMP = re.compile(r"(?:measured|written) at commit ([0-9a-f]{7,40})")
 COMPARE = re.compile(r"`A=([0-9a-f]{7,40}) B=([0-9a-f]{7,40})`")
 
 
 def load(path: str) -> Any:
-    return json.loads((REPO / path).read_text(encoding="utf-8"))
+    return json.loads(committed(path))
 
 
 EVAL = load("metrics/eval.json")
@@ -44,8 +46,8 @@ TRAIN = load("metrics/train/metrics.json")
 PROVENANCE = {stage: load(f"metrics/provenance/{stage}.json")
               for stage in ("baseline", "train", "evaluate")}
 BENCH = load("bench/results.json")
-PARAMS = read_yaml((REPO / "params.yaml").read_text(encoding="utf-8"), "params.yaml")
-LOCK = read_yaml((REPO / "dvc.lock").read_text(encoding="utf-8"), "dvc.lock")
+PARAMS = read_yaml(committed("params.yaml"), "params.yaml")
+LOCK = read_yaml(committed("dvc.lock"), "dvc.lock")
 
 
 def page(name: str) -> str:
@@ -177,13 +179,21 @@ def readme_numbers() -> list[str]:
     ]
 
 
-def stage_times() -> str:
-    """performance.md's sentence of the committed run's stage times."""
+def stage_times() -> tuple[str, ...]:
+    """performance.md's sentence of the committed run's stage times, from the committed
+    records where they hold the times (a run made before they went to the git-ignored
+    machine record, ``lorasent.artifacts.MACHINE_FACTS``); else the facts of it that
+    git keeps: the steps and the trainable parameters (the times are then stamped with
+    the commit they were measured at)."""
+    train = PROVENANCE["train"]
+    if "wall_time_s" not in train:
+        return (f"({TRAIN['step']} steps, ", f"{train['trainable_parameters']:,} trainable "
+                "parameters), evaluate")
+
     def busy(stage: str, *more: str) -> str:
         said = ["busy"] if PROVENANCE[stage]["machine_load"]["busy"] else []
         return f" ({'; '.join([*said, *more])})" if said or more else ""
 
-    train = PROVENANCE["train"]
     steps = TRAIN["step"]
     return (f"baseline {duration(PROVENANCE['baseline']['wall_time_s'])}{busy('baseline')}, "
             f"train {duration(train['wall_time_s'])}"
@@ -191,13 +201,13 @@ def stage_times() -> str:
                             f"in Trainer's runtime, {train['trainable_parameters']:,} "
                             "trainable parameters")
             + f", evaluate {duration(PROVENANCE['evaluate']['wall_time_s'])}"
-            + busy("evaluate"))
+            + busy("evaluate"),)
 
 
 def performance_run_numbers() -> list[str]:
     return [run_machine(), *headline(), *calibration_numbers()[1:],
             f"({EVAL['intervals']['resamples']:,} resamples",
-            stage_times(),
+            *stage_times(),
             f"`INFO lorasent.stages.train: train.share_prefix: the "
             f"{PROVENANCE['train']['shared_start_tokens']} tokens every prompt starts with",
             f"(the {PROVENANCE['train']['shared_start_tokens']} tokens every default prompt "

@@ -247,7 +247,8 @@ def test_a_params_error_in_an_experiment_says_the_value_stays_and_the_way_back(
         "  DVC experiment lucky-run: `dvc exp run -S` has already written its values into "
         "params.yaml (params.yaml differs from HEAD in train.lora.r: 8 -> -3), and the next "
         "run would use them: fix the value (`dvc exp run -S key=value`), or go back to HEAD's "
-        "params with `git checkout params.yaml`\n")
+        "params and to the outputs DVC removed before the stage ran with `git checkout "
+        "params.yaml && dvc checkout`\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == [".git", "params.yaml"]
 
 
@@ -301,3 +302,25 @@ def test_a_rejected_dvc_exp_run_set_does_not_pass_silently_into_the_next_run(tmp
 def _head(root: Path) -> str:
     return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, check=True,
                           capture_output=True, text=True).stdout.strip()
+
+
+@pytest.mark.slow
+def test_make_exp_with_a_rejected_value_leaves_params_and_outputs_as_they_were(tmp_path):
+    import sys
+
+    root = copy_repo(tmp_path)
+    for argv in (["git", "init", "-q"], ["git", "add", "-A"], [*GIT, "commit", "-q", "-m", "x"]):
+        subprocess.run(argv, cwd=root, check=True)
+    before = (root / "params.yaml").read_bytes()
+    done = subprocess.run(["make", "exp", "SET=train.lora.r=-3", "STAMP=",
+                           f"BIN={Path(sys.executable).parent}"], cwd=root, env=tiny_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "train.lora.r: input should be greater than 0 (got -3)" in done.stderr
+    assert done.stderr.rstrip().splitlines()[-2] == (
+        "make exp: the experiment failed (above); params.yaml and the outputs are back as "
+        "they were before it")
+    assert (root / "params.yaml").read_bytes() == before
+    assert not (root / ".params.yaml.before-exp").exists()
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True,
+                          text=True, check=True).stdout == ""

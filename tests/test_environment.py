@@ -147,6 +147,32 @@ def test_doctor_fails_on_rocm_params_with_this_cpu_wheel(tmp_path, monkeypatch):
     assert "FAIL: base.device is rocm but torch" in result.output
 
 
+def test_doctor_fails_on_an_extra_test_set_whose_file_is_missing(tmp_path, monkeypatch):
+    _params_with(tmp_path, "source: packaged:reviews-zh", "source: data/sources/mine.csv")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["doctor"])
+    assert result.exit_code == 1
+    assert ("FAIL: evaluate.test_sets.reviews-zh.source: 'data/sources/mine.csv' is neither "
+            "a file nor a known source") in result.output
+
+
+def test_doctor_fails_on_a_local_test_set_that_is_not_a_dependency(tmp_path, monkeypatch):
+    _params_with(tmp_path, "source: packaged:reviews-zh", "source: mine.csv")
+    text = (tmp_path / "params.yaml").read_text(encoding="utf-8")
+    (tmp_path / "params.yaml").write_text(text.replace("size: 400", "size: 0"),
+                                          encoding="utf-8")
+    (tmp_path / "mine.csv").write_text("text,label\na,negative\nb,positive\n",
+                                       encoding="utf-8")
+    (tmp_path / "dvc.yaml").write_text((REPO / "dvc.yaml").read_text(encoding="utf-8"),
+                                       encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["doctor"])
+    assert result.exit_code == 1
+    assert ("FAIL: evaluate.test_sets.reviews-zh.source: mine.csv is not among the deps of "
+            "the evaluate stage in dvc.yaml") in result.output
+    assert result.output.count("FAIL") == 1  # the set itself reads fine
+
+
 def test_train_checks_the_environment_before_loading_the_model(params, tmp_path, monkeypatch):
     from lorasent.stages.train import run_train
 

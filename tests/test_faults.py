@@ -63,7 +63,9 @@ def test_failed_stage_records_its_failure_and_keeps_the_metrics(tmp_path, monkey
     result = CliRunner().invoke(main, ["train"])
     assert result.exit_code == 1
     assert "data/split/train.jsonl: not found; run the earlier stages first" in result.output
-    record = json.loads((tmp_path / "metrics/provenance/train.json").read_text())
+    # the failure goes to the git-ignored machine record; tracked files stay as they were
+    assert not (tmp_path / "metrics/provenance/train.json").exists()
+    record = json.loads((tmp_path / "metrics/provenance/machine/train.json").read_text())
     assert record["status"] == "failed" and record["stage"] == "train"
     assert record["error"] == ("FileNotFoundError: [Errno 2] No such file or directory: "
                                "'data/split/train.jsonl'")
@@ -145,3 +147,53 @@ def test_machine_load_reads_the_average_that_fits_in_the_stage(monkeypatch, wall
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     assert machine_load(wall_time_s) == {"load_average": load, "window_s": window_s,
                                          "cpu_cores": 2, "busy": busy}
+
+
+def test_a_provenance_record_is_split_into_what_defines_the_result_and_machine_facts(tmp_path):
+    from lorasent.artifacts import (
+        machine_path,
+        read_provenance,
+        split_record,
+        with_machine_facts,
+        write_provenance,
+    )
+
+    record = {"stage": "train", "wall_time_s": 12.5, "git": {"commit": "ab", "dirty": False},
+              "machine_load": {"busy": True}, "platform": "Linux-6", "params": {"r": 8},
+              "training_speed": {"train_runtime": 10.0},
+              "device": {"device": "cpu", "memory_free_bytes": 7, "memory_total_bytes": 9,
+                         "visible_devices": {}}}
+    tracked, machine = split_record(record)
+    assert tracked == {"stage": "train", "params": {"r": 8},
+                       "device": {"device": "cpu", "memory_total_bytes": 9}}
+    assert machine == {"wall_time_s": 12.5, "git": {"commit": "ab", "dirty": False},
+                       "machine_load": {"busy": True}, "platform": "Linux-6",
+                       "training_speed": {"train_runtime": 10.0},
+                       "device": {"memory_free_bytes": 7, "visible_devices": {}}}
+    path = tmp_path / "provenance" / "train.json"
+    path.parent.mkdir()
+    write_provenance(path, record)
+    assert json.loads(path.read_text()) == tracked
+    assert machine_path(path) == tmp_path / "provenance" / "machine" / "train.json"
+    assert read_provenance(path) == record
+    # a second run with other times rewrites the tracked file byte for byte
+    before = path.read_bytes()
+    write_provenance(path, {**record, "wall_time_s": 99.0, "machine_load": {"busy": False}})
+    assert path.read_bytes() == before and read_provenance(path)["wall_time_s"] == 99.0
+    # machine facts of another record are not joined to this one; an old record keeps its own
+    assert with_machine_facts(json.dumps({"stage": "train", "params": {"r": 4}}),
+                              machine_path(path)) == {"stage": "train", "params": {"r": 4}}
+    assert with_machine_facts(json.dumps(record), tmp_path / "absent.json") == record
+
+
+def test_trainer_speed_figures_go_to_the_machine_record_not_to_the_history():
+    from lorasent.stages.train import MACHINE_SPEED, training_speed
+
+    history = [{"loss": 1.2, "step": 1}, {"eval_runtime": 2.0, "eval_accuracy": 0.5, "step": 2},
+               {"train_runtime": 30.0, "train_samples_per_second": 3.2,
+                "train_steps_per_second": 0.4, "train_loss": 1.1, "total_flos": 5.0}]
+    assert training_speed(history) == {"eval_runtime": 2.0, "train_runtime": 30.0,
+                                       "train_samples_per_second": 3.2,
+                                       "train_steps_per_second": 0.4}
+    assert [key for record in history for key in record if not MACHINE_SPEED.search(key)] == [
+        "loss", "step", "eval_accuracy", "step", "train_loss", "total_flos"]

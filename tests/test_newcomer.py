@@ -67,8 +67,10 @@ def test_failed_model_stage_with_params_elsewhere_records_in_the_project(project
     result = CliRunner().invoke(main, ["baseline", "--params", str(project / "params.yaml")])
     assert result.exit_code == 1
     assert "data/split/train.jsonl: not found; run the earlier stages first" in result.output
-    assert list(elsewhere.iterdir()) == []  # no stray metrics/provenance/baseline.json
-    record = json.loads((project / "metrics/provenance/baseline.json").read_text())
+    assert list(elsewhere.iterdir()) == []  # no stray metrics/provenance/machine/baseline.json
+    # the failure is recorded in the git-ignored machine record, not the tracked one
+    assert not (project / "metrics/provenance/baseline.json").exists()
+    record = json.loads((project / "metrics/provenance/machine/baseline.json").read_text())
     assert record["status"] == "failed"
 
 

@@ -137,19 +137,38 @@ def test_nothing_goes_into_git_or_dvc_data_even_new_and_forced(repo, monkeypatch
     assert not (repo / ".git" / "reports").exists() and not (repo / ".dvc" / "tmp").exists()
 
 
-def test_tracked_and_dvc_folders_are_refused_unless_forced(repo):
+def test_tracked_folders_are_refused_unless_forced_and_dvc_folders_always(repo):
     assert _refused("docs") == (
         f"--out docs: refusing to replace a folder holding files tracked by git (1 file, "
         f"e.g. docs/params.md); {FORCE}")
+    check_output_folder("docs", command="export", force=True)
     (repo / "data" / "split").mkdir(parents=True)
-    assert _refused("data") == (
-        "--out data: refusing to replace a folder holding the DVC-tracked output data/split "
-        f"(declared in dvc.yaml, stage split); {FORCE}")
-    assert _refused("data/split/export") == (
-        "--out data/split/export: refusing to replace a folder inside the DVC-tracked "
-        f"output data/split (declared in dvc.yaml, stage split); {FORCE}")
-    for path in ("docs", "data", "data/split/export"):
-        check_output_folder(path, command="export", force=True)
+    for force in (False, True):  # dvc checkout and dvc repro own them (issue 41)
+        assert _refused("data", force=force) == (
+            "--out data: refusing to replace a folder holding the DVC-tracked output "
+            f"data/split (declared in dvc.yaml, stage split); {NEVER}")
+        assert _refused("data/split/export", force=force) == (
+            "--out data/split/export: refusing to replace a folder inside the DVC-tracked "
+            f"output data/split (declared in dvc.yaml, stage split); {NEVER}")
+
+
+def test_a_folder_that_cannot_be_written_is_refused_in_one_line(repo, monkeypatch):
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != repo)
+    assert _refused("reports/a-vs-b", force=True, option="the report folder") == (
+        f"the report folder reports/a-vs-b: {repo} is not writable here (a read-only "
+        "checkout or filesystem); give a folder you can write with --out")
+    (repo / "reports").mkdir()
+    check_output_folder("reports/a-vs-b", command="compare", force=False)
+
+
+def test_force_never_replaces_the_commands_own_inputs(repo):
+    inputs = [("--adapter", "out/adapter"), ("--base", "base")]
+    for given, said in (("out", "holds --adapter out/adapter"), ("base", "is --base base"),
+                        ("out/adapter", "is --adapter out/adapter"),
+                        ("base/merged", "is inside --base base")):
+        assert _refused(given, force=True, inputs=inputs) == (
+            f"--out {given}: {said}, which export reads; {NEVER}")
+    check_output_folder("exported", command="export", force=True, inputs=inputs)
 
 
 def test_a_foreign_folder_is_refused_and_its_own_output_replaced(repo):

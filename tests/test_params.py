@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from conftest import CASES, REPO
+from conftest import CASES, REPO, committed
 from lorasent.params import (
     ParamsError,
     apply_preset,
@@ -303,7 +303,7 @@ def test_dvc_set_param_changes_only_its_key(tmp_path, repo_params_raw, override,
     from dvc.utils.hydra import apply_overrides
 
     path = tmp_path / "params.yaml"
-    shutil.copy(REPO / "params.yaml", path)
+    path.write_text(committed("params.yaml"), encoding="utf-8")  # as repo_params_raw
     before = path.read_text(encoding="utf-8")
     apply_overrides(path, [override])
     after = path.read_text(encoding="utf-8")

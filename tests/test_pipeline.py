@@ -64,7 +64,7 @@ def test_metrics_have_every_key_in_range(repo):
                                                              "test": 24}
 
 
-def test_outputs_and_provenance(repo):
+def test_outputs_and_provenance(repo, tiny_run):
     adapter = repo / "models" / "adapter"
     assert {"adapter_model.safetensors", "adapter_config.json", "lorasent.json"} <= {
         p.name for p in adapter.iterdir()}
@@ -77,10 +77,21 @@ def test_outputs_and_provenance(repo):
     train = read(repo, "metrics/provenance/train.json")
     assert train["status"] == "ok" and train["steps"] == 3
     assert 0 < train["trainable_parameters"] < train["total_parameters"]
-    assert len(train["git"]["commit"]) == 40
     assert train["packages"]["transformers"] and train["packages"]["peft"]
-    assert train["device"]["device"] == "cpu" and train["wall_time_s"] > 0
-    assert train["device"]["hip"] is None and "arch" in train["device"]
+    assert train["device"]["device"] == "cpu" and train["device"]["hip"] is None
+    assert "arch" in train["device"]
+    # the machine facts: in the git-ignored record beside it (in the checkout that ran it,
+    # not in a clone), joined back by its hash
+    assert not {"wall_time_s", "machine_load", "git", "platform", "training_speed"} & set(train)
+    assert "memory_free_bytes" not in train["device"]
+    from lorasent.artifacts import read_provenance
+
+    assert read_provenance(repo / "metrics/provenance/train.json") == train
+    whole = read_provenance(tiny_run / "metrics/provenance/train.json")
+    assert len(whole["git"]["commit"]) == 40 and whole["wall_time_s"] > 0
+    assert whole["training_speed"]["train_runtime"] > 0
+    assert whole["device"]["memory_free_bytes"] > 0 and whole["machine_load"]["cpu_cores"] > 0
+    assert "runtime" not in read(repo, "metrics/train/metrics.json")["train"]
     assert set(read(repo, "metrics/provenance/evaluate.json")["inputs"]) == {
         "model", "adapter", "test.jsonl", "test_sets.reviews-zh"}
 
@@ -154,12 +165,18 @@ def test_running_twice_gives_identical_metrics(repo):
     before = {name: (repo / name).read_bytes() for name in
               ("metrics/baseline.json", "metrics/eval.json", "metrics/predictions.csv")}
     adapter = {p.name: p.read_bytes() for p in (repo / "models/adapter").iterdir()}
-    for stage in ("baseline", "train", "evaluate"):
-        run(repo, "dvc", "repro", "--force", "--single-item", stage)
+    lock = (repo / "dvc.lock").read_bytes()
+    assert run(repo, "git", "status", "--porcelain") == ""
+    run(repo, "dvc", "repro", "--force")  # the whole pipeline a second time
     assert {name: (repo / name).read_bytes() for name in before} == before
     # every file of the adapter, adapter_config.json too (peft keeps a set in it)
     assert {p.name: p.read_bytes() for p in (repo / "models/adapter").iterdir()} == adapter
     assert json.loads(run(repo, "dvc", "status", "--json")) == {}
+    # reproduced means clean: the times, load and speed went to the git-ignored records
+    assert run(repo, "git", "status", "--porcelain") == ""
+    assert (repo / "dvc.lock").read_bytes() == lock
+    assert sorted(p.name for p in (repo / "metrics/provenance/machine").iterdir()) == [
+        "baseline.json", "evaluate.json", "train.json"]
 
 
 def test_failed_stage_keeps_the_last_good_metrics(repo):
@@ -175,9 +192,8 @@ def test_failed_stage_keeps_the_last_good_metrics(repo):
     assert "train.lora.rank: unknown key" in failed.stdout + failed.stderr
     assert {name: (repo / name).read_bytes() for name in kept} == before
     (repo / "params.yaml").write_text(original, encoding="utf-8")
-    run(repo, "dvc", "repro")  # retrains: same adapter, same metrics, new wall time
-    assert {name: (repo / name).read_bytes() for name in kept if "provenance" not in name} == {
-        name: data for name, data in before.items() if "provenance" not in name}
+    run(repo, "dvc", "repro")  # retrains: same adapter, same metrics, same provenance
+    assert {name: (repo / name).read_bytes() for name in kept} == before
     assert json.loads(run(repo, "dvc", "status", "--json")) == {}
 
 

@@ -174,3 +174,45 @@ def test_a_mistyped_revision_through_make_compare(repo, monkeypatch):
 def test_compare_outside_a_git_repository(tmp_path):
     with pytest.raises(LorasentError, match="is not in a git repository"):
         compare("HEAD", "workspace", repo=tmp_path)
+
+
+@pytest.mark.slow  # dvc exp list in a subprocess
+def test_an_unknown_revision_in_a_shallow_clone_says_the_clone_is_shallow(tmp_path):
+    source = tmp_path / "source"
+    source.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com",
+           "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q"], cwd=source, check=True)
+    for n in (1, 2):
+        (source / "f.txt").write_text(f"{n}\n", encoding="utf-8")
+        subprocess.run(["git", "add", "f.txt"], cwd=source, check=True)
+        subprocess.run([*git, "commit", "-q", "-m", f"c{n}"], cwd=source, check=True)
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{source}", str(clone)],
+                   check=True)
+    check_revisions(source, {"A": ["HEAD~1"]})  # the full history knows it
+    with pytest.raises(LorasentError) as err:
+        check_revisions(clone, {"A": ["HEAD~1"]})
+    assert str(err.value).startswith("compare: unknown revision 'HEAD~1' (A): not a commit, ")
+    assert str(err.value).endswith(
+        "(`git log --oneline` lists the commits). This clone is shallow: it lacks the older "
+        "commits; `git fetch --unshallow` fetches them")
+
+
+def test_predict_while_train_runs_says_train_is_writing_the_adapter(tmp_path, monkeypatch):
+    from lorasent.artifacts import atomic_dir, being_written
+    from lorasent.tools.predict import AdapterFolderError, check_adapter_folder
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(AdapterFolderError, match="no such folder"):
+        check_adapter_folder("models/adapter")
+    with atomic_dir(Path("metrics/train")):  # as train holds its loss history while it runs
+        assert being_written("metrics/train") and not being_written("models/adapter")
+        with pytest.raises(AdapterFolderError) as err:
+            check_adapter_folder("models/adapter")
+        assert str(err.value) == (
+            "models/adapter: not there yet: a train run is writing it now (DVC removed the "
+            "last adapter when the run started); wait until it finishes, then run again")
+        with pytest.raises(AdapterFolderError, match="no such folder"):  # another folder
+            check_adapter_folder(tmp_path / "elsewhere")
+    assert not being_written("metrics/train")

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from conftest import REPO
+from conftest import committed
 from lorasent.contracts import EvalMetrics
 from lorasent.metrics import Predictions
 from lorasent.review.verdict import Side, Stale, delta_text, group_review, judge, p_text
@@ -88,10 +88,10 @@ def test_differences_and_p_values_as_the_verdict_words_them():
 
 
 def test_two_groups_of_seeds_get_welchs_test_and_each_runs_warnings():
-    committed = json.loads((REPO / "metrics" / "eval.json").read_text(encoding="utf-8"))
+    evals_json = json.loads(committed("metrics/eval.json"))
 
     def run(rev: str, accuracy: float, macro_f1: float) -> Side:
-        evals = EvalMetrics.model_validate({**committed, "accuracy": accuracy,
+        evals = EvalMetrics.model_validate({**evals_json, "accuracy": accuracy,
                                             "macro_f1": macro_f1})
         return Side(rev, evals, None, None, None, None)
 

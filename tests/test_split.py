@@ -192,6 +192,20 @@ def test_class_too_small_to_stratify_names_the_counts(tmp_path):
     assert not (tmp_path / "split").exists()
 
 
+def test_a_split_that_leaves_one_spare_row_says_which_train_sizes_work(tmp_path):
+    raw = _synthetic(tmp_path)  # 100 rows, 3 classes
+    with pytest.raises(SplitError) as err:
+        _split(tmp_path, raw, {"train": 59, "validation": 20, "test": 20})
+    assert str(err.value) == (
+        "split.train_size 59 leaves 1 of the 60 rows the test and validation splits left "
+        "unused, too few to leave out stratified (one per class, 3); set split.train_size to "
+        "60 (all of them) or at most 57")
+    assert not (tmp_path / "split").exists()
+    for train in (60, 57):
+        assert _split(tmp_path, raw, {"train": train, "validation": 20, "test": 20}
+                      ).report["split_rows"]["train"] == train
+
+
 def test_test_split_does_not_depend_on_the_train_size(tmp_path):
     raw = _synthetic(tmp_path)
     _split(tmp_path, raw, {"train": 30, "validation": 10, "test": 20}, seed=3)

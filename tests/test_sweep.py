@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from click.testing import CliRunner
 
-from conftest import REPO
+from conftest import REPO, committed
 from lorasent.cli import main
 from lorasent.contracts import EvalMetrics, parse
 from lorasent.errors import LorasentError
@@ -87,9 +87,9 @@ def test_each_runs_params_are_checked_before_anything_runs():
 
 
 def _evals(accuracy: float, macro_f1: float) -> EvalMetrics:
-    committed = parse(EvalMetrics, json.loads((REPO / "metrics/eval.json").read_text()),
-                      "metrics/eval.json", "")
-    return committed.model_copy(update={"accuracy": accuracy, "macro_f1": macro_f1})
+    found = parse(EvalMetrics, json.loads(committed("metrics/eval.json")),
+                  "metrics/eval.json", "")
+    return found.model_copy(update={"accuracy": accuracy, "macro_f1": macro_f1})
 
 
 def _run(name: str, seed: int, accuracy: float | None, devices: dict[str, str]) -> SweepRun:
@@ -179,3 +179,24 @@ def test_a_sweep_of_a_changed_checkout_is_refused_before_ray_starts(tmp_path):
         sweep(name="s", sets=["train.lora.r=4,8"], repo=tmp_path)
     assert str(err.value).endswith("and README.md, params.yaml differ from it: commit them "
                                    "(or `git stash`), or give the params changes as -S")
+
+
+def test_an_address_where_nothing_answers_is_refused_in_one_line_at_once():
+    import socket
+
+    from lorasent.review.sweep import CONNECT_TIMEOUT_S, _reachable
+
+    with socket.socket() as listening:  # a port that answers, then one that no longer does
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        _reachable(f"127.0.0.1:{port}")
+    with pytest.raises(LorasentError) as err:
+        _reachable(f"127.0.0.1:{port}")
+    assert str(err.value) == (
+        f"sweep: no Ray cluster answers at --address 127.0.0.1:{port} (Connection refused, "
+        f"within {CONNECT_TIMEOUT_S:g} s): start one there with `ray start --head`, use "
+        "--address auto for the one `ray start` started on this machine, or leave --address "
+        "out for a local cluster")
+    with pytest.raises(LorasentError, match=r"\('x' is not a port number, within 10 s\)"):
+        _reachable("head:x")

@@ -178,6 +178,24 @@ def test_an_adapter_without_calibration_json_reads_as_none(tmp_path):
         read_temperature_scaling(tmp_path)
 
 
+@pytest.mark.parametrize(("value", "why"), [
+    ("0", "greater than 0"), ("-1.5", "greater than 0"), ("NaN", "a finite number"),
+    ("Infinity", "a finite number")])
+def test_a_temperature_that_is_not_positive_and_finite_is_refused_when_read(tmp_path, value, why):
+    record = dump(TemperatureScaling(
+        method="m", fitted_on="validation", validation_rows=8, temperature=1.5, note=None,
+        ece_bins=10, nll_before=1.0, nll_after=0.9, ece_before=0.1, ece_after=0.05,
+        brier_before=0.5, brier_after=0.4, risk_coverage=[]))
+    text = json.dumps(record).replace('"temperature": 1.5', f'"temperature": {value}')
+    (tmp_path / "calibration.json").write_text(text, encoding="utf-8")
+    with pytest.raises(LorasentError) as err:
+        read_temperature_scaling(tmp_path)
+    assert str(err.value) == (
+        f"{tmp_path / 'calibration.json'}: not the TemperatureScaling lorasent writes: "
+        f"temperature: input should be {why}; retrain the adapter (dvc repro) to write it "
+        "again, or delete it to use the raw probabilities")
+
+
 # ---------------------------------------------------------------------------- predict
 
 
@@ -352,3 +370,24 @@ def test_the_card_of_an_adapter_without_a_temperature_says_so(run):
     unfitted = read_temperature_scaling(run / "adapter").model_copy(  # type: ignore[union-attr]
         update={"temperature": None, "note": NO_VALIDATION_NOTE})
     assert f"No temperature: {NO_VALIDATION_NOTE}." in calibration_section(unfitted)
+
+
+def test_train_says_before_training_that_no_validation_split_means_no_temperature(tmp_path,
+                                                                                    caplog):
+    from lorasent.artifacts import atomic_write_text, jsonl_text
+    from lorasent.stages.train import _setup_data
+
+    atomic_write_text(tmp_path / "train.jsonl", jsonl_text([{"text": "a", "label_id": 0}]))
+    atomic_write_text(tmp_path / "validation.jsonl", "")
+    with caplog.at_level("WARNING", logger="lorasent.stages.train"):
+        data = _setup_data(split_dir=tmp_path, eval_strategy="no")
+    assert data.calibration == []
+    assert caplog.messages == [
+        "train: no validation split (split.validation_size: 0): temperature scaling not "
+        "fitted; predict uses the raw probabilities; set split.validation_size (e.g. 200) "
+        "and rerun split to fit one"]
+    caplog.clear()
+    atomic_write_text(tmp_path / "validation.jsonl", jsonl_text([{"text": "b", "label_id": 0}]))
+    with caplog.at_level("WARNING", logger="lorasent.stages.train"):
+        _setup_data(split_dir=tmp_path, eval_strategy="no")
+    assert caplog.messages == []

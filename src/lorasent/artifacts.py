@@ -108,6 +108,25 @@ def remove_stale_temporaries(path: str | Path) -> list[Path]:
     return stale
 
 
+def being_written(path: str | Path) -> bool:
+    """Whether a running process is writing ``path`` now: a temporary sibling of it
+    (``.<name>.*.tmp``) whose exclusive ``flock`` is held (:func:`atomic_open`,
+    :func:`atomic_dir`; a killed run's leftover holds none)."""
+    path = Path(path)
+    for p in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        try:
+            fd = os.open(p, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        finally:
+            os.close(fd)
+    return False
+
+
 def _temporary(path: Path, *, folder: bool) -> tuple[int, str, int]:
     """A new temporary file or folder beside ``path`` (``.<name>.*.tmp``), with an
     exclusive ``flock`` held on it: ``(file descriptor or -1, its path, lock
@@ -316,6 +335,53 @@ def dvc_outputs(root: Path) -> dict[Path, str]:
     return found
 
 
+# The params whose value may name a local file or folder a stage reads, and the stage:
+# each such file must be among that stage's deps in dvc.yaml, so that `dvc status` sees
+# an edit (:func:`require_deps`). Not checked: base.model (a model folder of
+# gigabytes, hashed by fetch into models/base/manifest.json) and train.accelerate_config
+# (configs/accelerate/: the launch setting, not the result's).
+FILE_PARAMS = {"data.source": "fetch", "evaluate.test_sets.<name>.source": "evaluate"}
+NOT_FILES = ("packaged:", "hf:")  # the source kinds of lorasent.stages.fetch that are not files
+
+
+def stage_deps(root: Path, stage: str) -> list[Path] | None:
+    """The resolved paths of ``stage``'s ``deps`` in ``root``'s dvc.yaml (relative to its
+    ``wdir``); None without a dvc.yaml that has that stage (a stage run outside a DVC
+    pipeline)."""
+    data = _yaml(root / "dvc.yaml") if (root / "dvc.yaml").is_file() else None
+    stages = data.get("stages") if isinstance(data, dict) else None
+    spec = stages.get(stage) if isinstance(stages, dict) else None
+    if not isinstance(spec, dict):
+        return None
+    wdir = root / str(spec.get("wdir", "."))
+    return [(wdir / dep).resolve() for dep in _out_paths(spec.get("deps"))]
+
+
+def require_deps(stage: str, files: dict[str, str], root: Path = Path(".")) -> None:
+    """Check that each local file of ``files`` (``{param key: value}``; ``packaged:`` and
+    ``hf:`` sources are not files; a file that is not there is left to the stage that
+    reads it, whose error names it) is among ``stage``'s deps in ``root``'s dvc.yaml, itself
+    or a folder holding it. Nothing to check without a dvc.yaml that has the stage.
+
+    Raises:
+        LorasentError: the first file that is not a dep, in one line: the key, the file,
+            and the two ways out.
+    """
+    deps = stage_deps(root, stage)
+    if deps is None:
+        return
+    for key, value in files.items():
+        path = (root / value).resolve()
+        if value.startswith(NOT_FILES) or not path.exists():  # the reading stage says so
+            continue
+        if not any(_within(path, dep) for dep in deps):
+            raise LorasentError(
+                f"{key}: {value} is not among the deps of the {stage} stage in dvc.yaml, so "
+                f"`dvc status` would not see an edit of it and its metrics would go stale "
+                f"silently; move it into data/sources/ (a dep of fetch and evaluate) and "
+                f"set {key}: data/sources/{Path(value).name}, or add it to {stage}'s deps")
+
+
 def _contents(folder: Path) -> tuple[list[Path], list[Path], list[Path]]:
     """``(files, nested repositories, .dvc files)`` below ``folder``, sorted, at most
     :data:`LISTED_FILES` files looked at."""
@@ -335,16 +401,20 @@ def _contents(folder: Path) -> tuple[list[Path], list[Path], list[Path]]:
 
 
 def check_output_folder(path: str | Path, *, command: str, force: bool,
-                        option: str = "--out") -> None:
+                        option: str = "--out",
+                        inputs: Iterable[tuple[str, str | Path]] = ()) -> None:
     """Refuse, before any work is done, an output folder whose replacement would destroy
     what is there (``lorasent <command>`` replaces the whole folder, :func:`output_dir`).
 
     Refused even with ``force``: the current folder or one holding it, the filesystem
     root, ``$HOME`` or a folder holding it, a repository root (a folder with ``.git`` or
     ``.dvc``: the current folder's, the output's, or one inside the output) or a folder
-    holding one, a folder in such a root's ``.git`` or ``.dvc``, a symbolic link, a file.
-    Refused unless ``force``: a folder holding a git-tracked path or a DVC output (or
-    inside one: ``dvc.yaml``, ``dvc.lock``, ``.dvc`` files), and a non-empty folder
+    holding one, a folder in such a root's ``.git`` or ``.dvc``, a symbolic link, a file,
+    a folder this process cannot write (or make: its nearest existing parent),
+    one of the command's own ``inputs`` (``(option, folder)``), a folder holding one or
+    inside one, and a DVC output, a folder holding one or inside one (``dvc.yaml``,
+    ``dvc.lock``, ``.dvc`` files: ``dvc checkout`` and ``dvc repro`` own it).
+    Refused unless ``force``: a folder holding a git-tracked path, and a non-empty folder
     without the :data:`OUTPUT_MARKER` of ``command``. A folder that does not exist yet,
     or an empty one, is fine.
 
@@ -383,10 +453,32 @@ def check_output_folder(path: str | Path, *, command: str, force: bool,
     if meta is not None:
         raise OutputPathError(f"{where}: inside {meta}, the repository's own {meta.name} "
                               f"data; {never}")
+    if not os.access(existing, os.W_OK):
+        raise OutputPathError(f"{where}: {existing} is not writable here (a read-only "
+                              "checkout or filesystem); give a folder you can write with "
+                              "--out")
     files, repos, dvc_files = _contents(full) if full.is_dir() else ([], [], [])
     if repos:
         raise OutputPathError(f"{where}: refusing to replace a folder holding the repository "
                               f"{repos[0]}; {never}")
+    for name, given in inputs:
+        source = Path(given).resolve()
+        if _within(source, full) or _within(full, source):
+            what = ("is" if source == full else "holds" if _within(source, full)
+                    else "is inside")
+            raise OutputPathError(f"{where}: {what} {name} {given}, which {command} reads; "
+                                  f"{never}")
+    for root in roots:
+        for out, declared in dvc_outputs(root).items():
+            if _within(out, full) or _within(full, out):
+                inside = "holding" if _within(out, full) else "inside"
+                raise OutputPathError(
+                    f"{where}: refusing to replace a folder {inside} the DVC-tracked output "
+                    f"{out.relative_to(root) if _within(out, root) else out} (declared in "
+                    f"{declared}); {never}")
+    if dvc_files:
+        raise OutputPathError(f"{where}: refusing to replace a folder holding the DVC file "
+                              f"{dvc_files[0]} (a DVC-tracked path); {never}")
     if force:
         return
     overridable = "choose a new folder, or pass --force to replace it"
@@ -397,16 +489,6 @@ def check_output_folder(path: str | Path, *, command: str, force: bool,
             raise OutputPathError(
                 f"{where}: refusing to replace a folder holding files tracked by git "
                 f"({_files(len(tracked))}, e.g. {tracked[0]}); {overridable}")
-        for out, declared in dvc_outputs(root).items():
-            if _within(out, full) or _within(full, out):
-                inside = "holding" if _within(out, full) else "inside"
-                raise OutputPathError(
-                    f"{where}: refusing to replace a folder {inside} the DVC-tracked output "
-                    f"{out.relative_to(root) if _within(out, root) else out} (declared in "
-                    f"{declared}); {overridable}")
-    if dvc_files:
-        raise OutputPathError(f"{where}: refusing to replace a folder holding the DVC file "
-                              f"{dvc_files[0]} (a DVC-tracked path); {overridable}")
     marker = full / OUTPUT_MARKER
     ours = marker.is_file() and marker.read_text(encoding="utf-8", errors="replace"
                                                  ).split("\n", 1)[0] == f"lorasent {command}"
@@ -554,7 +636,8 @@ def machine_load(wall_time_s: float) -> dict[str, Any]:
 def provenance(*, stage: str, params: dict[str, Any], device: torch.device | str | None,
                wall_time_s: float, inputs: dict[str, str],
                extra: dict[str, Any] | None = None, status: str = "ok") -> dict[str, Any]:
-    """The record written beside a stage's metrics.
+    """The whole record of a stage's run, machine facts and all (:func:`write_provenance`
+    splits it in two).
 
     Args:
         stage: the stage's name.
@@ -580,16 +663,109 @@ def provenance(*, stage: str, params: dict[str, Any], device: torch.device | str
     }
 
 
+# The keys of a provenance record (a path of keys into it) that describe the machine and
+# the moment of a run, not its result: they differ between two runs that give the same
+# bytes, so they go to the git-ignored machine record (:func:`write_provenance`), not to
+# the tracked one that git and dvc.lock hash. What defines the result stays tracked: the
+# params, the inputs' hashes, the package versions, Python, the device type and build
+# (torch, hip, cuda, bf16, attention, the CPU or GPU name, cores, total memory), the
+# processes, the steps. A new key goes on the machine side when it changes from one run
+# to the next on the same machine (times, load, free memory, host names, container or
+# process ids, the commit a run started at), else on the tracked side.
+MACHINE_FACTS: tuple[tuple[str, ...], ...] = (
+    ("wall_time_s",), ("machine_load",), ("git",), ("platform",), ("training_speed",),
+    ("device", "memory_free_bytes"), ("device", "visible_devices"),
+)
+MACHINE_DIR_NAME = "machine"  # <provenance_dir>/machine/<stage>.json (git-ignored)
+
+
+def split_record(record: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(tracked, machine)``: ``record`` less the :data:`MACHINE_FACTS`, and those facts
+    (nested as in ``record``; a key it lacks is left out)."""
+    tracked = json.loads(json.dumps(record))
+    machine: dict[str, Any] = {}
+    for path in MACHINE_FACTS:
+        *parents, key = path
+        source, target = tracked, machine
+        for parent in parents:
+            source = source.get(parent) if isinstance(source, dict) else None
+            target = target.setdefault(parent, {})
+        if isinstance(source, dict) and key in source:
+            target[key] = source.pop(key)
+    return tracked, machine
+
+
+def _merge(into: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
+    for key, value in facts.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+    return into
+
+
+def machine_path(provenance_path: str | Path) -> Path:
+    """The machine record of the tracked record at ``provenance_path``:
+    ``<its folder>/machine/<its name>``."""
+    path = Path(provenance_path)
+    return path.parent / MACHINE_DIR_NAME / path.name
+
+
+def write_provenance(path: str | Path, record: dict[str, Any]) -> None:
+    """Write :func:`provenance`'s ``record`` in two: at ``path`` what defines the result
+    (tracked by git, an output in dvc.lock), at :func:`machine_path` the
+    :data:`MACHINE_FACTS` (git-ignored, no DVC output), with ``record_sha256``, the SHA-256
+    of the tracked file's bytes, so that a reader joins them only to that record
+    (:func:`read_provenance`). A rerun that reproduces a result rewrites the tracked file
+    byte for byte: ``git status`` stays clean and ``dvc.lock`` unchanged."""
+    tracked, machine = split_record(record)
+    text = json_text(tracked)
+    atomic_write_text(path, text)
+    machine_file = machine_path(path)
+    machine_file.parent.mkdir(parents=True, exist_ok=True)
+    write_json(machine_file, {"record_sha256": hashlib.sha256(text.encode()).hexdigest(),
+                              **machine})
+
+
+def machine_facts(tracked_text: str, machine_file: str | Path) -> dict[str, Any]:
+    """The machine facts of ``machine_file`` (:func:`write_provenance`) when they belong to
+    the tracked record ``tracked_text`` (its SHA-256 matches), else ``{}``: a record made
+    elsewhere, or a file that is absent or damaged."""
+    try:
+        machine = json.loads(Path(machine_file).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(machine, dict) or machine.pop("record_sha256", None) != hashlib.sha256(
+            tracked_text.encode()).hexdigest():
+        return {}
+    return machine
+
+
+def with_machine_facts(tracked_text: str, machine_file: str | Path) -> dict[str, Any]:
+    """The record ``tracked_text`` with its machine facts joined back in
+    (:func:`machine_facts`); a record written before the split holds them itself."""
+    return _merge(json.loads(tracked_text), machine_facts(tracked_text, machine_file))
+
+
+def read_provenance(path: str | Path) -> dict[str, Any]:
+    """The whole record at ``path``: the tracked file with its machine facts
+    (:func:`with_machine_facts`)."""
+    return with_machine_facts(Path(path).read_text(encoding="utf-8"), machine_path(path))
+
+
 def record_failure(stage: str, params: dict[str, Any], error: BaseException,
                    wall_time_s: float, provenance_dir: str | Path = PROVENANCE_DIR) -> None:
-    """Replace ``<provenance_dir>/<stage>.json`` with a ``status: failed`` record naming
-    the error. Metrics are not touched. Never raises: a failure to record is logged and
-    the original error goes on."""
+    """Write a ``status: failed`` record naming the error at the machine record of
+    ``<provenance_dir>/<stage>.json`` (:func:`machine_path`; git-ignored): the tracked
+    record and the metrics of the last good run are not touched. Never raises: a failure
+    to record is logged and the original error goes on."""
     import logging
 
     message = str(error) or "interrupted"
     try:
-        write_json(Path(provenance_dir) / f"{stage}.json", provenance(
+        path = machine_path(Path(provenance_dir) / f"{stage}.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, provenance(
             stage=stage, params=params, device=None, wall_time_s=wall_time_s, inputs={},
             status="failed", extra={"error": f"{type(error).__name__}: {message}"}))
     except Exception as err:  # noqa: BLE001 - the stage's own error matters more

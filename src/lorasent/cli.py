@@ -16,13 +16,16 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import click
 
-from lorasent.artifacts import record_failure
+from lorasent.artifacts import record_failure, require_deps
 from lorasent.errors import LorasentError
 from lorasent.params import Params, load_params
+
+if TYPE_CHECKING:
+    from lorasent.environment import Finding
 
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 # transformers' own deprecation notice, raised inside peft on every model load.
@@ -154,6 +157,7 @@ def fetch(params: Params) -> str:
     """Fetch the corpus into data/raw and the base model into models/base."""
     from lorasent.stages.fetch import run_fetch
 
+    require_deps("fetch", {"data.source": params.data.source})
     result = run_fetch(data_source=params.data.source, text_column=params.data.text_column,
                        label_column=params.data.label_column, encoding=params.data.encoding,
                        hf_split=params.data.hf_split, separator=params.data.separator,
@@ -201,12 +205,12 @@ def train(params: Params) -> str:
 
     result = run_train(base=params.base, prompt=params.prompt, train=params.train,
                        params_record=_record(params))
-    from lorasent.artifacts import read_json
+    from lorasent.artifacts import read_provenance
     from lorasent.launch import is_main
     from lorasent.paths import PROVENANCE_DIR
 
     # the main process wrote the record; the others' summaries are never printed
-    load = (read_json(PROVENANCE_DIR / "train.json").get("machine_load") or {}
+    load = (read_provenance(PROVENANCE_DIR / "train.json").get("machine_load") or {}
             if is_main() else {})
     busy = (f"\nWARNING: the machine was busy (load {load['load_average']} over the last "
             f"{load['window_s'] // 60} min on {load['cpu_cores']} cores): this run's wall "
@@ -220,6 +224,8 @@ def evaluate(params: Params) -> str:
     """Base model + adapter on the test split; writes metrics/eval.json."""
     from lorasent.stages.evaluate import run_evaluate
 
+    require_deps("evaluate", {f"evaluate.test_sets.{name}.source": test_set.source
+                              for name, test_set in params.evaluate.test_sets.items()})
     result = run_evaluate(base=params.base, prompt=params.prompt, evaluate=params.evaluate,
                           mode=params.train.mode, params_record=_record(params))
     return result.summary()
@@ -366,7 +372,8 @@ def export(adapter_dir: Path, base_dir: Path, out_dir: Path, force: bool, metric
     from lorasent.modeling import load_trained_model, read_adapter_record
     from lorasent.tools.predict import adapter_evaluation, check_adapter_folder, export_merged
 
-    check_output_folder(out_dir, command="export", force=force)
+    check_output_folder(out_dir, command="export", force=force,
+                        inputs=[("--adapter", adapter_dir), ("--base", base_dir)])
     check_adapter_folder(adapter_dir)
     evaluation = adapter_evaluation(adapter_dir, read_adapter_record(adapter_dir), metrics_path)
     scaling = read_temperature_scaling(adapter_dir)
@@ -436,6 +443,7 @@ def doctor(params_path: Path, as_json: bool) -> None:
         choice = params_choice(device=base.device, precision=base.precision,
                                attn_implementation=base.attn_implementation,
                                num_processes=base.num_processes)
+        findings += _test_set_findings(params, params_path.parent)
     disk = disk_report(params_path.parent)
     if params is not None:
         findings += disk_findings(disk)
@@ -705,6 +713,28 @@ def compare(rev_a: str, rev_b: str, out_dir: Path | None, force: bool) -> None:
     out = write_report(rev_a, rev_b, folder)
     click.echo((out / VERDICT_MD).read_text(encoding="utf-8").strip())
     click.echo(f"wrote {out / REPORT_MD} and {out / REPORT_HTML}")
+
+
+def _test_set_findings(params: Params, folder: Path) -> list[Finding]:
+    """``doctor``'s check of ``evaluate.test_sets`` (sources read from ``folder``, the
+    params file's): each bad set a ``fail`` (:func:`lorasent.stages.test_sets.
+    check_test_sets`), so that it is found before a training, not after; and of each local
+    file a param names that is not among its stage's deps
+    (:func:`lorasent.artifacts.require_deps`)."""
+    from lorasent.environment import Finding  # noqa: F811 - at run time, not only for mypy
+    from lorasent.stages.test_sets import check_test_sets
+
+    with contextlib.chdir(folder):
+        problems = check_test_sets(params.evaluate.test_sets, labels=params.base.labels,
+                                   aliases=params.base.label_aliases, seed=params.base.seed)
+        for stage, files in (("fetch", {"data.source": params.data.source}),
+                             ("evaluate", {f"evaluate.test_sets.{name}.source": spec.source
+                                           for name, spec in params.evaluate.test_sets.items()})):
+            try:
+                require_deps(stage, files)
+            except LorasentError as err:
+                problems.append(str(err))
+    return [Finding("fail", problem) for problem in problems]
 
 
 @click.command("pr-comment")

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lorasent.errors import LorasentError
 from lorasent.modes import ModeName
@@ -104,7 +104,10 @@ class TemperatureScaling(_Contract):
     method: str                   # how T was fitted, with its sources
     fitted_on: Literal["validation"]
     validation_rows: int          # rows T was fitted on (0: none)
-    temperature: float | None     # T > 0; None: not fitted (``note`` says why)
+    # T > 0 and finite (0, a negative, NaN or infinity would give NaN probabilities to every
+    # user of the adapter: refused when read, before a model loads); None: not fitted
+    # (``note`` says why)
+    temperature: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None
     note: str | None              # None when fitted
     ece_bins: int                 # equal-width confidence bins of the ECE
     # on the validation rows: before (raw softmax) and after scaling; None when not fitted

@@ -234,8 +234,12 @@ class TestSetParams(_Section):
     hf_split: str = "train"
 
 
-# A test set's name: it names the set in the metrics and may name files.
-TEST_SET_NAME = re.compile(r"[a-z0-9_-]+")
+# A test set's name: it names the set in the metrics and the folder
+# metrics/test_sets/<name>/, so it must be a file name on every OS: at most 64 characters
+# (a path stays well under Windows' 260), and none of Windows' device names (CON, NUL,
+# COM1, ...: "Naming Files, Paths, and Namespaces", Microsoft's Win32 documentation).
+TEST_SET_NAME = re.compile(r"[a-z0-9_-]{1,64}")
+WINDOWS_DEVICE_NAME = re.compile(r"(con|prn|aux|nul|com[0-9]|lpt[0-9])")
 
 
 class EvaluateParams(_Section):
@@ -262,10 +266,18 @@ class EvaluateParams(_Section):
         for name, spec in value.items():
             if not isinstance(name, str):
                 raise ValueError(_not_a_string("evaluate.test_sets", "key", name))
+            if len(name) > 64 and TEST_SET_NAME.fullmatch(name[:64]):
+                raise ValueError(
+                    f"evaluate.test_sets: {name[:20]!r}... is {len(name)} characters; it "
+                    "names a folder of metrics/test_sets/, so give it at most 64")
             if not TEST_SET_NAME.fullmatch(name):
                 raise ValueError(
                     f"evaluate.test_sets: {name!r} is not a test set name; use lowercase "
                     "letters, digits, '-' and '_' (e.g. reviews-zh)")
+            if WINDOWS_DEVICE_NAME.fullmatch(name):
+                raise ValueError(
+                    f"evaluate.test_sets: {name!r} is a device name on Windows, where no "
+                    f"folder can have it; give the set another name (e.g. {name}-set)")
             if name == "test":
                 raise ValueError(
                     "evaluate.test_sets: 'test' names the split's own test split; give the "
@@ -588,7 +600,8 @@ def experiment_params_advice(path: str | Path) -> str:
     """What a params error adds inside a DVC experiment ("" outside one): ``dvc exp run -S``
     wrote its values into ``path`` before the stage read it, so a workspace run leaves the
     bad value there for the next run; the line names the keys that differ from HEAD
-    (:func:`params_changes`) and the way back (fix the value, or ``git checkout``). A
+    (:func:`params_changes`) and the way back (fix the value, or ``git checkout`` and
+    ``dvc checkout``: DVC removes a stage's outputs before it runs the stage). A
     queued or ``--temp`` experiment runs in a copy under ``.dvc/tmp`` and leaves the
     workspace's file as it was, and the line says so."""
     experiment = _experiment()
@@ -607,8 +620,8 @@ def experiment_params_advice(path: str | Path) -> str:
                 f"workspace's {path.name} is unchanged: run it again with a valid value")
     return (f"\n  DVC experiment {name}: `dvc exp run -S` has already written its values "
             f"into {path}{differ}, and the next run would use them: fix the value "
-            f"(`dvc exp run -S key=value`), or go back to HEAD's params with "
-            f"`git checkout {path}`")
+            f"(`dvc exp run -S key=value`), or go back to HEAD's params and to the outputs "
+            f"DVC removed before the stage ran with `git checkout {path} && dvc checkout`")
 
 
 def apply_preset(preset_path: str | Path, params_path: str | Path = "params.yaml") -> Params:

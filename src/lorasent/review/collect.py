@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lorasent.artifacts import machine_path, with_machine_facts
 from lorasent.contracts import EvalMetrics, parse
 from lorasent.errors import LorasentError
 from lorasent.metrics import (
@@ -141,8 +142,27 @@ def read_side(repo: Path, rev: str, commits: dict[str, str]) -> Side:
             for name in (evals.test_sets if evals else {})}
     return Side(rev, evals, read_json(BASELINE_METRICS),
                 *_predictions_at(repo, at, rev, EVAL_PREDICTIONS),
-                read_json(PROVENANCE_DIR / "train.json"),
+                _train_record(repo, at, rev),
                 _label_issues_at(repo, at, rev, EVAL_LABEL_ISSUES), sets)
+
+
+def _train_record(repo: Path, at: str, rev: str) -> dict[str, Any] | None:
+    """Train's provenance record at ``at`` with the machine facts this checkout holds for
+    it (:func:`lorasent.artifacts.with_machine_facts`: its time, speed and load, when the
+    last train run here wrote that same record); None when ``rev`` has none.
+
+    Raises:
+        LorasentError: the record is not JSON.
+    """
+    path = PROVENANCE_DIR / "train.json"
+    text = read_at(repo, at, path.as_posix())
+    if not text:
+        return None
+    try:
+        return with_machine_facts(text, machine_path(repo / path))
+    except json.JSONDecodeError as err:
+        raise LorasentError(f"compare: {rev}:{path}: not valid JSON ({err}); rerun its "
+                            "stage at that revision (dvc repro) and commit it") from None
 
 
 def _test_set(repo: Path, at: str, rev: str, folder: Path) -> Side:
@@ -237,7 +257,10 @@ def read_predictions_strict(text: str, source: str) -> Predictions:
 
 def expand_group(repo: Path, spec: str) -> list[str]:
     """The revisions of one side: ``spec`` split at commas, patterns expanded against the
-    experiments' names (``dvc exp list --all-commits --name-only``)."""
+    experiments' names (``dvc exp list --all-commits --name-only``); a ``spec`` that git
+    resolves whole (a tag or branch whose name holds a comma) is that one revision."""
+    if "," in spec and spec in resolve_commits(repo, spec):
+        return [spec]
     revs: list[str] = []
     names: list[str] | None = None
     for part in filter(None, (p.strip() for p in spec.split(","))):
@@ -438,7 +461,8 @@ def check_revisions(repo: Path, sides: dict[str, list[str]]) -> None:
         LorasentError: ``repo`` is not in a git repository; a revision is neither a
             commit, branch or tag (``git rev-parse --verify``) nor an experiment (``dvc
             exp list --all-commits --name-only``): the message gives the close matches
-            first, then the experiments, branches and tags.
+            first, then the experiments, branches and tags, and says when the clone is
+            shallow (``git fetch --unshallow``).
     """
     revs = {rev: side for side, group in sides.items() for rev in group if rev != WORKSPACE}
     unknown = [rev for rev in revs if rev not in resolve_commits(repo, *revs)]
@@ -465,10 +489,13 @@ def check_revisions(repo: Path, sides: dict[str, list[str]]) -> None:
         parts.append(f"unknown revision {rev!r} ({revs[rev]})" + (
             f"; did you mean {' or '.join(repr(name) for name in close)}?" if close else
             ": not a commit, branch, tag or experiment here."))
+    shallow = (git_lines(repo, "rev-parse", "--is-shallow-repository") or [""])[0] == "true"
     raise LorasentError(
         "compare: " + "; ".join(parts) + f" Experiments: {_listing(experiments)}; "
         f"branches: {_listing(branches)}; tags: {_listing(tags)} (`git log --oneline` "
-        "lists the commits)")
+        "lists the commits)" + (
+            ". This clone is shallow: it lacks the older commits; `git fetch --unshallow` "
+            "fetches them" if shallow else ""))
 
 
 def _listing(names: list[str], limit: int = 20) -> str:

@@ -83,9 +83,12 @@ TRAINING = [
     ("metrics/train/metrics.json", "train.loss", "mean training loss"),
     ("metrics/train/metrics.json", "loss", "last logged loss"),
     ("metrics/train/metrics.json", "step", "optimiser steps"),
-    ("metrics/train/metrics.json", "train.runtime", "training time (s)"),
-    ("metrics/train/metrics.json", "train.samples_per_second", "examples per second"),
 ]
+# (key of train's provenance ``training_speed``, dvclive's key in a revision made before
+# the speed went to the machine record, name): machine facts, found for a side whose
+# record this checkout's last train run wrote (lorasent.artifacts.with_machine_facts).
+SPEED = [("train_runtime", "train.runtime", "training time (s)"),
+         ("train_samples_per_second", "train.samples_per_second", "examples per second")]
 
 
 def report_folder(rev_a: str, rev_b: str, out_dir: str | Path | None = None,
@@ -355,6 +358,8 @@ def _markdown(c: Comparison, images: dict[str, list[str]], texts: dict[str, str]
     for name, judged in review.sets.items():
         lines += set_section(name, judged, sides)
     training = [(name, metrics.get(file, {}).get(key)) for file, key, name in TRAINING]
+    training += [(name, _speed(sides, key) or metrics.get(TRAINING[0][0], {}).get(old))
+                 for key, old, name in SPEED]
     if any(v for _, v in training):
         lines += ["## Training (dvclive)", ""]
         lines += table(["metric", "A", "B", "Δ"], ([name, *_row(v)] for name, v in training if v))
@@ -533,6 +538,16 @@ def clip(text: str, limit: int = 200) -> str:
     :func:`~lorasent.review.markup.md_text` (at most ``limit`` characters, markup shown
     as written, nothing live)."""
     return md_text(" ".join(text.split()), limit)
+
+
+def _speed(sides: Sequence[Side], key: str) -> dict[str, Any] | None:
+    """A ``dvc metrics diff`` entry of ``training_speed.<key>`` in the sides' train
+    records (None: neither has it)."""
+    old, new = (((s.train or {}).get("training_speed") or {}).get(key) for s in sides)
+    if old is None and new is None:
+        return None
+    diff = new - old if isinstance(old, int | float) and isinstance(new, int | float) else None
+    return {"old": old, "new": new, "diff": diff}
 
 
 def _row(diff: dict[str, Any] | None) -> list[str]:

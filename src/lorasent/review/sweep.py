@@ -525,13 +525,18 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
     commit, url = _check_repo(repo, runs, git_remote)
     cache = _dvc(repo, "cache", "dir").strip()
     sweep_id = f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    stop = signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the runs as Ctrl-C does
+    if address not in (None, "auto"):
+        _reachable(address)
+    stop = signal.getsignal(signal.SIGTERM)
     try:
         try:
             resources, described = _cluster(address, num_gpus, git_remote, cpus_per_run)
         except ConnectionError as err:
             raise LorasentError(f"sweep: no Ray cluster at --address {address}: "
                                 f"{' '.join(str(err).split())}") from None
+        # after ray.init, which sets its own SIGTERM handler (sys.exit: a crash dump, no
+        # summary, the clones left): `kill` stops the runs as Ctrl-C does
+        signal.signal(signal.SIGTERM, _interrupt)
         source = Source(url, commit, ray.get_runtime_context().get_node_id(), cache, cache_dir,
                         sweep_id)
         progress(f"sweep: {len(runs)} run{'s' * (len(runs) > 1)} of commit {commit[:7]} on Ray "
@@ -546,6 +551,36 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
     return SweepResult([SweepRun(spec, results[spec.name],
                                  read_side(repo, spec.name, commits)
                                  if spec.name in commits else None) for spec in runs])
+
+
+CONNECT_TIMEOUT_S = 10.0  # an --address that does not answer in this time is refused
+RAY_DEFAULT_PORT = 6379   # the GCS port of `ray start --head` (Ray's docs)
+
+
+def _reachable(address: str) -> None:
+    """Refuse, in one line and within :data:`CONNECT_TIMEOUT_S`, an ``--address``
+    (``host[:port]``, port :data:`RAY_DEFAULT_PORT` when left out) where nothing accepts
+    a TCP connection; Ray itself would retry for minutes.
+
+    Raises:
+        LorasentError: naming the address, why, and what to do.
+    """
+    import socket
+
+    bare = address.removeprefix("ray://")
+    host, _, port = bare.rpartition(":") if ":" in bare else (bare, "", str(RAY_DEFAULT_PORT))
+    try:
+        with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S):
+            return
+    except ValueError:
+        why = f"{port!r} is not a port number"
+    except OSError as err:
+        why = err.strerror or type(err).__name__
+    raise LorasentError(
+        f"sweep: no Ray cluster answers at --address {address} ({why}, within "
+        f"{CONNECT_TIMEOUT_S:g} s): start one there with `ray start --head`, use "
+        "--address auto for the one `ray start` started on this machine, or leave --address "
+        "out for a local cluster")
 
 
 def _interrupt(signum: int, frame: Any) -> None:

@@ -288,7 +288,26 @@ def side_warnings(a: Side, b: Side) -> tuple[list[str], list[str]]:
                 for kind, text in mine.items() if kind not in other]
     notes = [f"A and B alike, so not this change: {alike(in_a[kind], text)}"
              for kind, text in in_b.items() if kind in in_a]
-    return [*_other_references(a, b), *warnings], notes
+    return [*_disagreeing(a, b), *_other_references(a, b), *warnings], notes
+
+
+def _disagreeing(a: Side, b: Side) -> list[str]:
+    """A warning for each side whose eval.json and predictions.csv are not of one run:
+    other test rows, or another accuracy than the file's predictions give (beyond
+    float rounding): the metrics are not those of the predictions that are paired."""
+    found = []
+    for side, s in (("A", a), ("B", b)):
+        if s.evals is None or s.predictions is None:
+            continue
+        p = s.predictions
+        rows, accuracy = len(p.ids), float(np.mean(p.actual == p.predicted))
+        if rows != s.evals.test_rows or abs(accuracy - s.evals.accuracy) > 1e-9:
+            found.append(
+                f"{side} ({s.rev}): its eval.json (accuracy {s.evals.accuracy:.3f} over "
+                f"{s.evals.test_rows} test rows) and predictions.csv ({accuracy:.3f} over "
+                f"{rows}) are not of one run; rerun evaluate there (dvc repro) and commit "
+                "both")
+    return found
 
 
 def _other_references(a: Side, b: Side) -> list[str]:

@@ -52,6 +52,7 @@ from lorasent.artifacts import (
     read_jsonl,
     sha256_file,
     write_json,
+    write_provenance,
 )
 from lorasent.launch import is_main
 from lorasent.metrics import (
@@ -157,7 +158,7 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
         atomic_write_text(calibrated_predictions_path, predictions_csv(
             [r["id"] for r in test], y_test, calibrated, labels))
         write_json(confusion_path, confusion_records(matrix, labels, source))
-        write_json(provenance_dir / "baseline.json", provenance(
+        write_provenance(provenance_dir / "baseline.json", provenance(
             stage="baseline", params=params_record, device=device,
             wall_time_s=time.perf_counter() - started,
             inputs={"model": read_json(model_dir / MANIFEST)["sha256"],

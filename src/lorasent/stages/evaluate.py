@@ -60,6 +60,7 @@ from lorasent.artifacts import (
     read_jsonl,
     sha256_file,
     write_json,
+    write_provenance,
 )
 from lorasent.calibration import (
     LabelIssues,
@@ -244,7 +245,7 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
         atomic_write_text(label_issues_path, files["label_issues.csv"])
         write_json(reliability_path, _reliability_records(sets[0], scaling))
         write_json(metrics_path, dump(result))
-        write_json(provenance_dir / "evaluate.json", provenance(
+        write_provenance(provenance_dir / "evaluate.json", provenance(
             stage="evaluate", params=params_record, device=device,
             wall_time_s=time.perf_counter() - started,
             inputs={"model": record.base_model.sha256,

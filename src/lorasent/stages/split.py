@@ -192,8 +192,15 @@ def stratified_split(rows: Sequence[dict[str, Any]], counts: Mapping[str, int], 
     validation: list[dict[str, Any]] = []
     if counts["validation"]:
         rest, validation = cut(rest, counts["validation"], None, "validation")
+    spare, classes = len(rest) - counts["train"], len({r["label_id"] for r in rest})
+    if 0 < spare < classes:  # the rows left out are drawn stratified too: one per class
+        raise SplitError(
+            f"split.train_size {counts['train']} leaves {spare} of the {len(rest)} rows the "
+            f"test and validation splits left unused, too few to leave out stratified (one "
+            f"per class, {classes}); set split.train_size to {len(rest)} (all of them) or "
+            f"at most {len(rest) - classes}")
     if counts["train"] < len(rest):
-        train, _ = cut(rest, len(rest) - counts["train"], counts["train"], "train")
+        train, _ = cut(rest, spare, counts["train"], "train")
     else:
         train = rest
     return {"train": train, "validation": validation, "test": test}

@@ -121,7 +121,7 @@ def load_test_set(name: str, spec: TestSetParams, *, labels: Sequence[str],
         TestSetError: the source is unknown or missing (the message gives its absolute
             path) or breaks the table rules; a label is neither in ``labels`` nor in
             ``aliases`` (naming it and its rows); ``size`` asks for more rows than remain
-            after cleaning (naming how many do).
+            after cleaning (naming how many do); fewer than 2 rows remain.
         FileNotFoundError: ``split_dir`` lacks ``train.jsonl`` or ``test.jsonl``.
     """
     return _load(name, spec, labels=labels, aliases=aliases, seed=seed,
@@ -140,6 +140,11 @@ def _load(name: str, spec: TestSetParams, *, labels: Sequence[str],
     unique, duplicates = deduplicate(cleaned)
     dropped.update(duplicates)
     drawn = _draw(unique, spec.size, seed, key, spec.source)
+    if len(drawn) < 2:  # no interval, no reference comparison can be drawn from 0 or 1 row
+        raise TestSetError(
+            f"{key} ({spec.source}): {len(drawn)} row{'' if len(drawn) == 1 else 's'} after "
+            "cleaning; a test set needs at least 2 rows for its metrics' intervals: add rows "
+            f"(or size: 0 for all of them), or remove the set from evaluate.test_sets")
     texts = [normalise_text(r["text"]) for r in drawn]
     report = {
         "source": spec.source,
@@ -157,6 +162,25 @@ def _load(name: str, spec: TestSetParams, *, labels: Sequence[str],
     rows = [{"id": row_id(r["text"]), "text": r["text"], "label": r["label"],
              "label_id": r["label_id"]} for r in drawn]
     return TestSet(name, rows, report)
+
+
+def check_test_sets(test_sets: Mapping[str, TestSetParams], *, labels: Sequence[str],
+                    aliases: Mapping[str, str], seed: int) -> list[str]:
+    """What is wrong with each set of ``evaluate.test_sets`` that can be read here without
+    the network (``hf:`` sets are left to evaluate), one line per bad set: a missing or
+    unreadable source, an unknown label, a size larger than the set, fewer than 2 rows
+    (the checks of :func:`load_test_set`, without the split's overlap counts). Empty when
+    all are fine; for ``lorasent doctor``, before any stage runs."""
+    problems = []
+    for name, spec in test_sets.items():
+        if spec.source.startswith("hf:"):
+            continue
+        try:
+            _load(name, spec, labels=labels, aliases=aliases, seed=seed,
+                  split_keys={"train": set(), "test": set()})
+        except TestSetError as err:
+            problems.append(str(err))
+    return problems
 
 
 def _read(key: str, spec: TestSetParams) -> tuple[list[dict[str, Any]], dict[str, Any]]:

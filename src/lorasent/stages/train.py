@@ -49,6 +49,7 @@ import inspect
 import json
 import logging
 import os
+import re
 import shutil
 import time
 import zipfile
@@ -81,6 +82,7 @@ from lorasent.artifacts import (
     read_jsonl,
     sha256_file,
     write_json,
+    write_provenance,
 )
 from lorasent.calibration import (
     ECE_BINS,
@@ -361,9 +363,22 @@ class LogLastStep(TrainerCallback):
         return control
 
 
+# Trainer's log keys of the machine's speed (``train_runtime``, ``eval_samples_per_second``,
+# ...): they differ between two runs that give the same weights, so they go to the machine
+# record (:func:`training_speed`), not to the history git and dvc.lock hash.
+MACHINE_SPEED = re.compile(r"_(runtime|per_second)$")
+
+
+def training_speed(log_history: list[dict[str, Any]]) -> dict[str, float]:
+    """Trainer's speed figures of a run (:data:`MACHINE_SPEED` keys of its log history,
+    the last of each: ``train_runtime`` in seconds, ``train_samples_per_second``, ...)."""
+    return {key: value for record in log_history for key, value in record.items()
+            if MACHINE_SPEED.search(key)}
+
+
 def _step_aligned_dvclive(live: Live) -> TrainerCallback:
     """transformers' dvclive callback, logging at the optimiser step, and the whole run
-    when it resumes from a checkpoint.
+    when it resumes from a checkpoint. Speed figures (:data:`MACHINE_SPEED`) are left out.
 
     The stock callback counts log events (0, 1, 2, ...); a loss curve's x axis should be
     the optimiser step, so each event is logged at its ``step``. A resumed run's history
@@ -390,8 +405,9 @@ def _step_aligned_dvclive(live: Live) -> TrainerCallback:
         def _log_at(self, step: int, args: TrainingArguments, state: TrainerState,
                     control: TrainerControl, logs: dict[str, float] | None) -> None:
             live.step = step
+            kept = {k: v for k, v in (logs or {}).items() if not MACHINE_SPEED.search(k)}
             super().on_log(  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
-                args, state, control, logs=logs)
+                args, state, control, logs=kept)
 
     return StepAlignedDVCLiveCallback(live=live)
 
@@ -838,6 +854,9 @@ def _setup_data(*, split_dir: Path, eval_strategy: str) -> TrainingData:
     it has rows) and for the Trainer's validation when ``eval_strategy`` (the slice
     ``train.eval_strategy``) scores it.
 
+    Logs a warning, before any training, when the validation split has no rows: no
+    temperature will be fitted.
+
     Raises:
         LorasentError: an empty training split, or an empty validation split that
             ``eval_strategy`` needs.
@@ -851,6 +870,9 @@ def _setup_data(*, split_dir: Path, eval_strategy: str) -> TrainingData:
     if eval_strategy != "no" and not calibration:
         raise LorasentError(f"{validation_path}: no rows, but "
                             "train.eval_strategy needs them; check split.validation_size")
+    if not calibration:  # said before training, not found later in calibration.json
+        log.warning("train: %s; set split.validation_size (e.g. 200) and rerun split to "
+                    "fit one", NO_VALIDATION_NOTE)
     validation = calibration if eval_strategy != "no" else []
     return TrainingData(train_path, rows, validation_path, validation, calibration)
 
@@ -1165,7 +1187,8 @@ def _write_provenance(path: Path, *, trainer: LorasentTrainer, params_record: di
     (``trainer``'s state) and the one resumed from, the shared prompt start, the rows,
     the effective batch (``batch_per_process``: examples per device times accumulation
     steps, times the processes), the final loss, the best validation epoch and the
-    ``temperature`` fitted on the validation split (None: not fitted)."""
+    ``temperature`` fitted on the validation split (None: not fitted); Trainer's speed
+    figures (:func:`training_speed`) go to the machine record."""
     trainable, total = parameters
     extra = {"trainable_parameters": trainable, "total_parameters": total,
              "steps": trainer.state.global_step,
@@ -1174,7 +1197,8 @@ def _write_provenance(path: Path, *, trainer: LorasentTrainer, params_record: di
              "effective_batch_size": batch_per_process * trainer.args.world_size,
              "final_loss": final_loss, "best_validation_accuracy": trainer.state.best_metric,
              "best_checkpoint_step": _checkpoint_step(trainer.state.best_model_checkpoint),
-             "temperature": temperature}
+             "temperature": temperature,
+             "training_speed": training_speed(trainer.state.log_history)}
     with writing("the provenance record", path):
-        write_json(path, provenance(stage="train", params=params_record, device=device,
-                                    wall_time_s=wall_time_s, inputs=inputs, extra=extra))
+        write_provenance(path, provenance(stage="train", params=params_record, device=device,
+                                          wall_time_s=wall_time_s, inputs=inputs, extra=extra))

@@ -48,13 +48,19 @@ from typing import Any, TextIO
 import numpy as np
 from tqdm.auto import tqdm
 
-from lorasent.artifacts import output_dir, read_json, sha256_file, write_json
+from lorasent.artifacts import being_written, output_dir, read_json, sha256_file, write_json
 from lorasent.calibration import apply_temperature
 from lorasent.contracts import AdapterRecord, EvalMetrics, TemperatureScaling, dump, parse
 from lorasent.errors import LorasentError
 from lorasent.metrics import probabilities
 from lorasent.modes import MODES, no_zero_shot_cell
-from lorasent.paths import ADAPTER_DIR, ADAPTER_RECORD, CALIBRATION_RECORD, EVAL_METRICS
+from lorasent.paths import (
+    ADAPTER_DIR,
+    ADAPTER_RECORD,
+    CALIBRATION_RECORD,
+    EVAL_METRICS,
+    TRAIN_LIVE_DIR,
+)
 from lorasent.scoring import Encoder, score_texts
 from lorasent.statistics import with_interval
 from lorasent.tables import PREDICT_SETTINGS, Table
@@ -85,13 +91,19 @@ def restore_adapter() -> str:
 
 
 def check_adapter_folder(adapter_dir: str | Path) -> None:
-    """Refuse, before any model is loaded, an ``--adapter`` that is missing, empty, a file,
-    or a folder without lorasent's record (``lorasent.json``).
+    """Refuse, before any model is loaded, an ``--adapter`` that is missing (saying when a
+    train run is writing it now), empty, a file, or a folder without lorasent's record
+    (``lorasent.json``).
 
     Raises:
         AdapterFolderError: naming which of these it is, and the way out.
     """
     path = Path(adapter_dir)
+    if not path.exists() and path.resolve() == ADAPTER_DIR.resolve() and (
+            being_written(TRAIN_LIVE_DIR) or being_written(ADAPTER_DIR)):
+        raise AdapterFolderError(
+            f"{path}: not there yet: a train run is writing it now (DVC removed the last "
+            f"adapter when the run started); wait until it finishes, then run again")
     if not path.exists():
         raise AdapterFolderError(
             f"{path}: no such folder. The train stage writes the adapter to {ADAPTER_DIR}, "

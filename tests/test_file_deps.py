@@ -1,0 +1,140 @@
+"""Every file a stage reads is a dependency (issue 41, item 3): a local file a param names
+is among its stage's deps in dvc.yaml, so that `dvc status` sees an edit of it; a stage
+refuses one outside them before any work (:func:`lorasent.artifacts.require_deps`)."""
+
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from conftest import REPO
+from lorasent.artifacts import FILE_PARAMS, require_deps, stage_deps
+from lorasent.errors import LorasentError
+from lorasent.params import Params
+
+# Every string param that names no file, a model folder or a launch setting aside: a new
+# string param must be put in FILE_PARAMS (and its file among its stage's deps) or here.
+NOT_FILES = {"data.text_column", "data.label_column", "data.separator", "data.encoding",
+             "data.hf_split", "prompt.template", "train.mode", "train.lr_scheduler_type",
+             "train.class_weighting", "train.resume", "train.eval_strategy",
+             "base.device", "base.precision", "base.attn_implementation", "evaluate.reference",
+             *(f"evaluate.test_sets.<name>.{key}" for key in (
+                 "text_column", "label_column", "separator", "encoding", "hf_split"))}
+# Names a file or folder, but not checked (lorasent.artifacts.FILE_PARAMS says why).
+UNCHECKED = {"base.model", "train.accelerate_config"}
+
+
+def string_params(model: type[BaseModel], prefix: str = "") -> set[str]:
+    """The keys of ``model``'s string (or optional string, or literal) fields, walked
+    through its sections and the values of its mappings of sections (``<name>``)."""
+    found = set()
+    for name, field in model.model_fields.items():
+        key, kind = f"{prefix}{name}", field.annotation
+        origin, args = typing.get_origin(kind), typing.get_args(kind)
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            found |= string_params(kind, f"{key}.")
+        elif origin is dict and isinstance(args[1], type) and issubclass(args[1], BaseModel):
+            found |= string_params(args[1], f"{key}.<name>.")
+        elif kind is str or origin is typing.Literal or (
+                origin in (typing.Union, types.UnionType) and str in args):
+            found.add(key)
+    return found
+
+
+def test_every_string_param_is_a_checked_file_or_named_as_no_file():
+    found = string_params(Params)
+    assert found - NOT_FILES - UNCHECKED == set(FILE_PARAMS), (
+        "a string param that may name a file: add it to lorasent.artifacts.FILE_PARAMS "
+        "(and its file to the stage's deps) or to NOT_FILES here")
+
+
+def test_the_folder_of_local_sources_is_a_dep_of_each_stage_that_reads_one():
+    for key, stage in FILE_PARAMS.items():
+        deps = stage_deps(REPO, stage)
+        assert deps is not None and (REPO / "data/sources").resolve() in deps, (key, stage)
+    assert (REPO / "data/sources/README.md").is_file()
+
+
+def _project(root: Path, deps: list[str]) -> Path:
+    root.mkdir(exist_ok=True)
+    (root / "dvc.yaml").write_text("stages:\n  evaluate:\n    cmd: lorasent evaluate\n"
+                                   "    deps:\n" + "".join(f"      - {d}\n" for d in deps),
+                                   encoding="utf-8")
+    return root
+
+
+@pytest.mark.parametrize(("source", "ok"), [
+    ("data/sources/mine.csv", True), ("data/sources/sub/mine.csv", True),
+    ("./data/sources/mine.csv", True), ("extra.csv", True), ("packaged:reviews-zh", True),
+    ("hf:owner/set", True), ("data/mine.csv", False), ("data/sources-old/mine.csv", False),
+    ("../elsewhere/mine.csv", False)])
+def test_a_local_test_set_outside_evaluates_deps_is_refused_in_one_line(tmp_path, source, ok):
+    root = _project(tmp_path / "project", ["data/sources", "extra.csv"])
+    if not source.startswith(("packaged:", "hf:")):
+        (root / source).parent.mkdir(parents=True, exist_ok=True)
+        (root / source).write_text("text,label\n", encoding="utf-8")
+    files: dict[str, Any] = {"evaluate.test_sets.mine.source": source}
+    if ok:
+        require_deps("evaluate", files, root)
+        return
+    with pytest.raises(LorasentError) as err:
+        require_deps("evaluate", files, root)
+    assert str(err.value) == (
+        f"evaluate.test_sets.mine.source: {source} is not among the deps of the evaluate "
+        "stage in dvc.yaml, so `dvc status` would not see an edit of it and its metrics "
+        "would go stale silently; move it into data/sources/ (a dep of fetch and evaluate) "
+        "and set evaluate.test_sets.mine.source: data/sources/mine.csv, or add it to "
+        "evaluate's deps")
+
+
+def test_a_stage_run_outside_a_dvc_pipeline_has_no_deps_to_check(tmp_path):
+    (tmp_path / "mine.csv").write_text("text,label\n", encoding="utf-8")
+    require_deps("evaluate", {"evaluate.test_sets.mine.source": "mine.csv"}, tmp_path)
+    _project(tmp_path, [])
+    require_deps("fetch", {"data.source": "mine.csv"}, tmp_path)  # no fetch stage
+    # a file that is not there: the stage that reads it says so, naming it
+    require_deps("evaluate", {"evaluate.test_sets.mine.source": "typo.csv"}, tmp_path)
+    with pytest.raises(LorasentError, match="not among the deps of the evaluate stage"):
+        require_deps("evaluate", {"evaluate.test_sets.mine.source": "mine.csv"}, tmp_path)
+
+
+def test_the_evaluate_command_refuses_it_before_loading_anything(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from lorasent.cli import main
+    from lorasent.params import update_params
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text(
+        (REPO / "params.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    update_params({"evaluate": {"test_sets": {"mine": {"source": "data/mine.csv", "size": 0}}}},
+                  tmp_path / "params.yaml")
+    (tmp_path / "dvc.yaml").write_text((REPO / "dvc.yaml").read_text(encoding="utf-8"),
+                                       encoding="utf-8")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/mine.csv").write_text("text,label\nfine,positive\n", encoding="utf-8")
+    result = CliRunner().invoke(main, ["evaluate"])
+    assert result.exit_code == 1
+    assert ("evaluate.test_sets.mine.source: data/mine.csv is not among the deps of the "
+            "evaluate stage in dvc.yaml") in result.output
+    # nothing written but the failure's record, in the git-ignored machine folder
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")
+                  if p.is_file()) == ["data/mine.csv", "dvc.yaml",
+                                      "metrics/provenance/machine/evaluate.json", "params.yaml"]
+
+
+@pytest.mark.slow
+def test_dvc_status_sees_an_edit_of_a_local_test_set(tiny_copy):
+    import json
+
+    from tiny_repo import run
+
+    root = tiny_copy
+    assert json.loads(run(root, "dvc", "status", "--json")) == {}
+    (root / "data/sources/mine.csv").write_text("text,label\nfine,positive\n", encoding="utf-8")
+    status = json.loads(run(root, "dvc", "status", "--json"))
+    assert sorted(status) == ["evaluate", "fetch"]
+    assert {"changed deps": {"data/sources": "modified"}} in status["evaluate"]
