@@ -53,7 +53,8 @@ SUM_TOLERANCE = 1e-5  # how far a row of probs may sum from 1 (float32 softmax)
 STRATUM_ROWS = 50
 INTERVAL_METHOD = (
     "percentile bootstrap over test rows (95%, 10,000 resamples, seed 0) from per-stratum "
-    f"sufficient statistics: the rows are grouped by (confidence bin, right or wrong); each "
+    f"sufficient statistics: the rows are grouped by (confidence bin, right or wrong), by "
+    f"both sides' confidence bins for a paired difference; each "
     f"resample draws the strata's row counts multinomially, and the sum of a stratum of at "
     f"least {STRATUM_ROWS} rows from a normal with its mean and covariance times its count "
     f"(central limit theorem); smaller strata are resampled row by row")
@@ -292,7 +293,7 @@ def calibration_deltas(y: ClassIds, probs_a: npt.ArrayLike, probs_b: npt.ArrayLi
     Returns:
         ``delta_nll``, ``delta_nll_ci95_low``, ``delta_nll_ci95_high``, the same for
         ``brier`` and ``ece``: negative means B is better calibrated. The bootstrap
-        resamples the same rows for A and B, stratified by both sides' (bin, right)
+        resamples the same rows for A and B, stratified by (A's bin, B's bin)
         (:data:`INTERVAL_METHOD`).
     """
     (ids, a), (_, b) = _checked(y, probs_a), _checked(y, probs_b)
@@ -301,11 +302,12 @@ def calibration_deltas(y: ClassIds, probs_a: npt.ArrayLike, probs_b: npt.ArrayLi
     (values_a, stratum_a), (values_b, stratum_b) = _strata(ids, a), _strata(ids, b)
 
     def statistic(sums: np.ndarray, counts: np.ndarray, key: np.ndarray) -> np.ndarray:
-        return (_three(sums[..., 3:], counts, key[:, 2])
+        return (_three(sums[..., 3:], counts, key[:, 1])
                 - _three(sums[..., :3], counts, key[:, 0]))
 
     values = np.concatenate([values_a, values_b], axis=1)
-    stratum = np.concatenate([stratum_a, stratum_b], axis=1)
+    # (bin A, bin B): 225 strata at most, not 900 (the ECE needs only each side's bin)
+    stratum = np.stack([stratum_a[:, 0], stratum_b[:, 0]], axis=1)
     low, high = _strata_bootstrap(values, stratum, statistic)
     points = statistic(values, np.ones(len(values)), stratum)
     out = {}
