@@ -24,6 +24,11 @@ same run, so the ratios hold on a noisy machine:
      batch, every example whole, no LM head and no loss: what no step that computes
      every example's every token can beat. Sharing the prefix computes fewer.
 
+   - ``project_bf16`` and ``floor_bf16`` (a CPU with native bf16 only, ``lorasent
+     doctor``'s ``cpu_bf16``): the same two under ``torch.autocast`` in bf16 over the fp32
+     weights, what ``base.precision: bf16`` trains with on such a CPU; the summary gives
+     its step time against fp32's and against both floors.
+
    Then the long-template part: the project's two ways and the floor again, on prompts
    of :data:`LONG_TEMPLATE` (an instruction of 70 tokens), where the shared start is
    most of each example.
@@ -220,6 +225,16 @@ def _vocab_safe(ids: torch.Tensor, model: PreTrainedModel) -> torch.Tensor:
     return ids % model.config.vocab_size
 
 
+def _autocast_bf16(loss_fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+    """``loss_fn`` under ``torch.autocast("cpu", torch.bfloat16)``: the forward in bf16
+    where autocast casts (matrix products), the weights and their gradients fp32, as the
+    train stage does with ``base.precision: bf16`` on a CPU (accelerate's autocast)."""
+    def run() -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return loss_fn()
+    return run
+
+
 # ------------------------------------------------------------------------------ parts
 
 def bench_train(model_name: str, device: torch.device, batch_size: int, warmup: int,
@@ -231,6 +246,7 @@ def bench_train(model_name: str, device: torch.device, batch_size: int, warmup: 
     """
     from peft import LoraConfig, get_peft_model
 
+    from lorasent.environment import bf16_supported
     from lorasent.scoring import label_token_loss, training_prefix
 
     base_model, tokenizer, encoder = _load(model_name, device, template)
@@ -295,6 +311,11 @@ def bench_train(model_name: str, device: torch.device, batch_size: int, warmup: 
               "seed002": seed002["input_ids"].numel(), "plain_trainer": plain["input_ids"].numel()}
     if template:
         losses = {name: losses[name] for name in ("project", "project_unshared", "floor")}
+    elif device.type == "cpu" and bf16_supported(device):
+        # base.precision bf16 on a CPU with native bf16: autocast over the fp32 weights
+        for name in ("project", "floor"):
+            losses[f"{name}_bf16"] = _autocast_bf16(losses[name])
+            tokens[f"{name}_bf16"], padded[f"{name}_bf16"] = tokens[name], padded[name]
     # The project goes first, so the peak memory after its first step is its own.
     times, _ = _interleaved({name: step(name, fn) for name, fn in losses.items()}, steps,
                             device, warmup)
@@ -504,6 +525,11 @@ def summarise(results: dict[str, Any], device: torch.device,
                          "train_speedup_vs_plain_trainer": w["plain_trainer"] / w["project"],
                          "train_time_vs_floor": w["project"] / w["floor"],
                          "train_unshared_time_vs_floor": w["project_unshared"] / w["floor"]}
+        if "project_bf16" in w:
+            ratios[model]["train_bf16_speedup_vs_fp32"] = w["project"] / w["project_bf16"]
+            ratios[model]["train_bf16_time_vs_floor"] = w["project_bf16"] / w["floor"]
+            ratios[model]["train_bf16_time_vs_bf16_floor"] = (w["project_bf16"]
+                                                              / w["floor_bf16"])
         long = results.get("train_long_template", {}).get(model)
         if long:
             w = {k: v["seconds_per_step"] for k, v in long["ways"].items()}
