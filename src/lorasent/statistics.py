@@ -157,17 +157,15 @@ def macro_f1(y_true: np.ndarray, y_pred: np.ndarray, num_labels: int,
     zero_division=0)`` (a class with no true and no predicted row counts 0), for all
     resamples at once.
     """
-    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
-    w = np.ones(len(y_true)) if weights is None else weights
-    f1 = []
-    for c in range(num_labels):
-        true_c, pred_c = y_true == c, y_pred == c
-        tp = w @ (true_c & pred_c).astype(np.float64)
-        wrong = w @ (true_c ^ pred_c).astype(np.float64)  # false positives + negatives
-        denominator = 2 * tp + wrong
-        f1.append(np.divide(2 * tp, denominator, out=np.zeros(np.shape(tp)),
-                            where=denominator > 0))
-    return np.mean(f1, axis=0)
+    classes = np.arange(num_labels)
+    true_c = np.asarray(y_true)[:, None] == classes  # (C, K)
+    pred_c = np.asarray(y_pred)[:, None] == classes
+    w = np.ones(len(true_c)) if weights is None else np.asarray(weights, dtype=np.float64)
+    tp = w @ (true_c & pred_c).astype(np.float64)  # (..., K), one matrix product
+    wrong = w @ (true_c ^ pred_c).astype(np.float64)  # false positives + negatives
+    denominator = 2 * tp + wrong
+    f1 = np.divide(2 * tp, denominator, out=np.zeros(np.shape(tp)), where=denominator > 0)
+    return np.asarray(np.mean(f1, axis=-1))
 
 
 def _finite(value: float) -> float | None:
