@@ -29,7 +29,6 @@ from lorasent.calibration import (
     reliability_bins,
     risk_coverage,
 )
-from lorasent.metrics import read_predictions
 from lorasent.statistics import RESAMPLES
 
 # Four rows, K = 3, three of them with a confidence on a bin edge of the 15 bins
@@ -203,9 +202,9 @@ def test_the_committed_run_s_calibration_intervals_move_less_than_0_005():
     pinned = {"nll": (0.5967945067354744, 0.7088058737032181),
               "brier": (0.34799887716945144, 0.42097728643168464),
               "ece": (0.03126782111277021, 0.07952120852063413)}
-    text = subprocess.run(["git", "show", "86c64df:metrics/predictions.csv"], cwd=REPO,
-                          check=True, capture_output=True, text=True).stdout
-    run = read_predictions(text, "86c64df:metrics/predictions.csv")
+    from test_statistics import read_committed
+
+    run = read_committed("metrics/predictions.csv")
     found = calibration_metrics(run.actual, run.probabilities)
     for name, (low, high) in pinned.items():
         assert found[f"{name}_ci95_low"] == pytest.approx(low, abs=0.005), name

@@ -29,9 +29,11 @@ COMMITTED_RUN = "86c64df"  # the run whose intervals the count bootstrap must ke
 def read_committed(path):
     """A predictions file as committed at :data:`COMMITTED_RUN` (through git, not the
     workspace: a rerun changes the workspace's)."""
-    text = subprocess.run(["git", "show", f"{COMMITTED_RUN}:{path}"], cwd=REPO, check=True,
-                          capture_output=True, text=True).stdout
-    return read_predictions(text, f"{COMMITTED_RUN}:{path}")
+    done = subprocess.run(["git", "show", f"{COMMITTED_RUN}:{path}"], cwd=REPO,
+                          capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"no commit {COMMITTED_RUN} here (a shallow clone or an archive)")
+    return read_predictions(done.stdout, f"{COMMITTED_RUN}:{path}")
 
 
 def _predictions(n=600, right=0.7, seed=1):
