@@ -266,3 +266,15 @@ def train_in(folder: Path, params: Params, model_dir: Path, split_dir: Path) -> 
                      split_dir=split_dir, adapter_dir=folder / "adapter",
                      live_dir=folder / "live", provenance_dir=folder / "provenance",
                      checkpoint_dir=folder / "checkpoints")
+
+
+def monte_carlo_error(resampled: Any, q: float, resamples: int = 10_000) -> float:
+    """How far the q-quantile of ``resamples`` bootstrap draws may move between two
+    independent bootstraps: the spread of the quantiles 4 standard errors of q either side
+    (the order-statistic error of a quantile), plus one step of a discrete statistic."""
+    import numpy as np
+
+    s = np.sqrt(q * (1 - q) / resamples)
+    lo, hi = np.quantile(resampled, [max(q - 4 * s, 0), min(q + 4 * s, 1)])
+    steps = np.diff(np.unique(resampled))
+    return float(hi - lo + (steps.max() if len(steps) else 0.0))

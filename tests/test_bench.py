@@ -3,7 +3,17 @@
 import pytest
 import torch
 
-from lorasent.tools.bench import LONG_TEMPLATE, bench_eval, bench_train, main, markdown, summarise
+from lorasent.environment import bf16_supported
+from lorasent.tools.bench import (
+    LONG_TEMPLATE,
+    bench_eval,
+    bench_scale,
+    bench_train,
+    main,
+    markdown,
+    scale_table,
+    summarise,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
@@ -25,7 +35,12 @@ def tokenizer_once(one_tokenizer, monkeypatch):
 def test_train_ways_on_a_tiny_gemma(tokenizer_once):
     result = bench_train("tiny", torch.device("cpu"), batch_size=8, warmup=0, steps=1)
     ways = result["ways"]
-    assert list(ways) == ["project", "project_unshared", "seed002", "plain_trainer", "floor"]
+    native_bf16 = ["project_bf16", "floor_bf16"] if bf16_supported(torch.device("cpu")) else []
+    assert list(ways) == ["project", "project_unshared", "seed002", "plain_trainer", "floor",
+                          *native_bf16]
+    for name in native_bf16:  # autocast: the same batch, the fp32 way's positions
+        assert ways[name]["tokens_in_batch"] == ways[name.removesuffix("_bf16")][
+            "tokens_in_batch"]
     assert ways["seed002"]["tokens_in_batch"] == 8 * 256          # padded to max_length
     assert ways["plain_trainer"]["tokens_in_batch"] < 8 * 256     # dynamic padding
     width, shared = result["width"], result["shared_prefix_tokens"]
@@ -115,6 +130,30 @@ def test_summary_ratios_and_verdicts():
                                  "load_average_1min_before": 1.0},
                      "results": results, "summary": summary})
     assert "**Warning: the machine was busy** (1-minute load average 1.0 on 2 cores" in busy
+
+
+@pytest.mark.integration  # every review statistic once (tens of seconds on a busy machine)
+def test_the_scale_part_times_every_review_step_and_checks_the_targets():
+    part = bench_scale(300)
+    assert part["rows"] == 300 and part["classes"] == 3
+    assert list(part["seconds"]) == ["evaluate_intervals", "evaluate_calibration",
+                                     "evaluate_label_issues", "compare_paired",
+                                     "compare_calibration_deltas"]
+    assert part["evaluate_s"] == pytest.approx(sum(
+        v for k, v in part["seconds"].items() if k.startswith("evaluate")))
+    assert part["peak_rss_bytes"] >= part["added_rss_bytes"] >= 0
+    big = {"rows": 100_000, "classes": 3, "evaluate_s": 5.0, "compare_s": 4.0,
+           "seconds": {**part["seconds"], "evaluate_intervals": 0.6, "compare_paired": 0.3},
+           "peak_rss_bytes": 2**29, "added_rss_bytes": 2**27}
+    checks = summarise({"scale": [part, big]}, torch.device("cpu"), None)["checks"]["scale"]
+    assert checks == {"100,000 rows: intervals and paired test < 1 s": True,
+                      "100,000 rows: whole review < 10 s": True,
+                      "100,000 rows: peak RSS < 1 GiB": True}
+    slow = summarise({"scale": [{**big, "compare_s": 6.0}]}, torch.device("cpu"), None)
+    assert slow["checks"]["scale"]["100,000 rows: whole review < 10 s"] is False
+    table = scale_table([big])
+    assert table[4].startswith("| 100,000 | 0.60 |")
+    assert table[4].endswith("| 5.00 | 4.00 | 0.50 GiB (128 MiB) |")
 
 
 def test_gpu_asked_of_a_torch_without_one(monkeypatch, capsys):

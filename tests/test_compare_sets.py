@@ -65,7 +65,7 @@ def test_two_revisions_of_issue_30_get_a_verdict_per_set(sets_repo, tmp_path):
     assert verdict[0].endswith("The test sets disagree: B is better on the test split, worse "
                                "on reviews-zh and not detectably different on news.**")
     assert verdict[2:5] == [
-        "- test split (40 rows): better, Δ accuracy +0.300 [+0.175, +0.450]",
+        "- test split (40 rows): better, Δ accuracy +0.300 [+0.150, +0.450]",
         "- reviews-zh (30 rows): worse, Δ accuracy −0.333 [−0.500, −0.167]",
         "- news (20 rows): no detectable difference, Δ accuracy +0.000 [+0.000, +0.000]"]
     assert verdict[6:] == [

@@ -73,6 +73,38 @@ def test_flash_attention_without_flash_attn_fails_and_says_sdpa(monkeypatch):
     assert check(attn_implementation="flash_attention_2") == []
 
 
+@pytest.mark.parametrize(("flags", "found"), [
+    ("fpu sse2 avx512f avx512_bf16 avx512_vnni", ["avx512_bf16"]),
+    ("fpu sse2 amx_bf16 amx_tile avx512_bf16", ["avx512_bf16", "amx_bf16"]),
+    ("fpu sse2 avx2 avx512f", []),
+])
+def test_cpu_bf16_flags_are_read_from_cpuinfo(tmp_path, flags, found):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: {flags}\n")
+    assert environment.cpu_bf16_flags(cpuinfo) == found
+    assert environment.cpu_bf16_flags(tmp_path / "absent") == []
+
+
+def test_bf16_on_a_cpu_is_autocast_over_fp32_weights_or_refused_in_one_line(monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(environment, "cpu_bf16_flags", lambda *a: ["avx512_bf16"])
+    assert check(precision="bf16") == []
+    assert environment.resolve_dtype("bf16", cpu) == torch.bfloat16
+    assert environment.weights_dtype(torch.bfloat16, cpu) == torch.float32
+    assert environment.resolve_dtype("auto", cpu) == torch.float32  # reproducible anywhere
+    assert environment_report("cpu")["cpu_bf16"] == "native (avx512_bf16)"
+    monkeypatch.setattr(environment, "cpu_bf16_flags", lambda *a: [])
+    monkeypatch.setattr(environment, "cpu_model", lambda: "Intel Xeon E5-2680")
+    [finding] = check(precision="bf16")
+    assert finding.level == "fail" and "\n" not in finding.message
+    assert finding.message == (
+        "base.precision is bf16 but this CPU (Intel Xeon E5-2680) has no native bf16 (none "
+        "of avx512_bf16, amx_bf16 in /proc/cpuinfo): emulated bf16 is slower than fp32; set "
+        "base.precision: auto or fp32")
+    assert check(precision="auto") == []
+    assert environment_report("cpu")["cpu_bf16"].startswith("not native")
+
+
 def test_bf16_on_a_gpu_without_it_fails(fake_gpu):
     fake_gpu(False)
     [finding] = check(device="cuda", precision="bf16")

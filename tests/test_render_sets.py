@@ -115,7 +115,7 @@ def test_the_metrics_table_gives_each_sides_calibration(tmp_path):
 
 def test_the_paired_table_has_the_calibration_deltas(tmp_path):
     _, lines = _report(tmp_path)
-    at = lines.index("| Δ macro-F1 | +0.300 | [+0.175, +0.451] |")
+    at = lines.index("| Δ macro-F1 | +0.300 | [+0.171, +0.451] |")
     assert lines[at + 1:at + 4] == _deltas(REVIEW.calibration)
     # by hand (test_verdict_sets): ECE 0.2 -> 0.1, NLL and Brier of 0.9-sure rows
     assert [line.split(" | ")[1] for line in lines[at + 1:at + 4]] == [
@@ -154,7 +154,7 @@ def test_each_extra_set_has_its_section(tmp_path):
         "+0.133", "+0.732", "+0.533"]
     assert "## Test set news" in lines and "## Test set only-a" not in lines
     # the per-set lines and the warning on the set only A has, at the top
-    assert lines[4:7] == ["- test split (40 rows): better, Δ accuracy +0.300 [+0.175, +0.450]",
+    assert lines[4:7] == ["- test split (40 rows): better, Δ accuracy +0.300 [+0.150, +0.450]",
                           "- reviews-zh (30 rows): worse, Δ accuracy −0.333 [−0.500, −0.167]",
                           "- news (20 rows): no detectable difference, Δ accuracy +0.000 "
                           "[+0.000, +0.000]"]
@@ -204,8 +204,8 @@ def test_the_comment_has_one_line_per_test_set():
     lines = text.splitlines()
     assert lines[3:9] == [
         f"**{REVIEW.verdict}**", "",
-        "- test split (40 rows): better, Δ accuracy +0.300 [+0.175, +0.450]",
+        "- test split (40 rows): better, Δ accuracy +0.300 [+0.150, +0.450]",
         "- reviews-zh (30 rows): worse, Δ accuracy −0.333 [−0.500, −0.167]",
         "- news (20 rows): no detectable difference, Δ accuracy +0.000 [+0.000, +0.000]", ""]
-    at = lines.index("| Δ macro-F1 | +0.300 | [+0.175, +0.451] |")
+    at = lines.index("| Δ macro-F1 | +0.300 | [+0.171, +0.451] |")
     assert lines[at + 1:at + 4] == _deltas(REVIEW.calibration)

@@ -1,23 +1,39 @@
 """Intervals, paired tests and seed spread, with exact values where they are knowable."""
 
+import subprocess
+
 import numpy as np
 import pytest
 from scipy import stats
 from sklearn.metrics import f1_score
 
+from conftest import REPO, monte_carlo_error
+from lorasent.metrics import read_predictions
 from lorasent.review.verdict import group_verdict, paired_verdict
 from lorasent.statistics import (
-    BOOTSTRAP_SEED,
     RESAMPLES,
     PairedComparison,
+    cells,
     group_comparison,
     intervals,
     macro_f1,
     mcnemar_exact,
     paired_comparison,
+    resampled_counts,
 )
 
 LABELS = ["negative", "neutral", "positive"]
+COMMITTED_RUN = "86c64df"  # the run whose intervals the count bootstrap must keep
+
+
+def read_committed(path):
+    """A predictions file as committed at :data:`COMMITTED_RUN` (through git, not the
+    workspace: a rerun changes the workspace's)."""
+    done = subprocess.run(["git", "show", f"{COMMITTED_RUN}:{path}"], cwd=REPO,
+                          capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"no commit {COMMITTED_RUN} here (a shallow clone or an archive)")
+    return read_predictions(done.stdout, f"{COMMITTED_RUN}:{path}")
 
 
 def _predictions(n=600, right=0.7, seed=1):
@@ -34,12 +50,128 @@ def test_mcnemar_exact_p():
     assert mcnemar_exact(0, 0) == 1.0
 
 
-def test_macro_f1_equals_scikit_learn_on_every_row_of_a_batch():
+def test_macro_f1_equals_scikit_learn_on_every_resample_of_a_batch():
     y, pred = _predictions(n=50)
-    batch_y, batch_pred = np.stack([y, y[::-1], y]), np.stack([pred, pred, np.zeros(50, int)])
-    expected = [f1_score(a, b, labels=[0, 1, 2], average="macro", zero_division=0)
-                for a, b in zip(batch_y, batch_pred, strict=True)]
-    np.testing.assert_allclose(macro_f1(batch_y, batch_pred, 3), expected, rtol=1e-12)
+    weights = np.stack([np.ones(50, int), np.arange(50) % 3, (np.arange(50) < 10) * 4])
+    expected = [f1_score(y, pred, labels=[0, 1, 2], average="macro", zero_division=0,
+                         sample_weight=w) for w in weights]
+    np.testing.assert_allclose(macro_f1(y, pred, 3, weights), expected, rtol=1e-12)
+    assert macro_f1(y, pred, 3) == pytest.approx(expected[0], rel=1e-12)
+
+
+def test_cells_are_the_distinct_rows_and_their_counts():
+    values, counts = cells(np.array([2, 0, 2, 2]), np.array([1, 0, 1, 0]))
+    assert values.tolist() == [[0, 2, 2], [0, 0, 1]]
+    assert counts.tolist() == [1, 1, 2]
+
+
+@pytest.mark.parametrize("counts", [[300, 200, 100], [1] * 40])
+def test_resampled_counts_sum_to_the_rows_and_average_the_counts(counts):
+    """Both draws (multinomial over few cells, row by row over many) keep N per resample,
+    and each cell's mean count is its count, within Monte Carlo error."""
+    drawn = np.concatenate(list(resampled_counts(np.array(counts))))
+    assert drawn.shape == (RESAMPLES, len(counts))
+    assert set(drawn.sum(axis=1).tolist()) == {sum(counts)}
+    n = sum(counts)
+    p = np.array(counts) / n
+    error = np.sqrt(n * p * (1 - p) / RESAMPLES)
+    assert np.all(np.abs(drawn.mean(axis=0) - counts) < 5 * error)
+
+
+def _row_bootstrap(y, pred, reference, k, seed=7):
+    """Today's way, kept here as the yardstick: resample rows (indices), score each
+    resample with plain numpy on the (B, N) arrays."""
+    idx = np.random.default_rng(seed).integers(len(y), size=(RESAMPLES, len(y)))
+    yy, pp, rr = y[idx], pred[idx], reference[idx]
+    acc, ref_acc = np.mean(yy == pp, axis=1), np.mean(yy == rr, axis=1)
+    f1 = []
+    for c in range(k):
+        tp = np.sum((yy == c) & (pp == c), axis=1)
+        wrong = np.sum((yy == c) ^ (pp == c), axis=1)
+        f1.append(np.divide(2 * tp, 2 * tp + wrong, out=np.zeros(len(tp)),
+                            where=2 * tp + wrong > 0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rer = np.where(ref_acc < 1, (acc - ref_acc) / (1 - ref_acc), np.nan)
+    return {"accuracy": acc, "macro_f1": np.mean(f1, axis=0), "relative_error_reduction": rer}
+
+
+@pytest.mark.parametrize(("n", "k", "right", "seed"),
+                         [(30, 2, 0.8, 1), (200, 3, 0.6, 2), (600, 3, 0.7, 3),
+                          (1000, 5, 0.5, 4), (800, 20, 0.4, 5)])
+def test_the_count_bootstrap_is_the_row_bootstrap(n, k, right, seed):
+    """Property: on random predictions, the intervals drawn as counts over cells are the
+    row bootstrap's quantiles within Monte Carlo error."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, k, n)
+    pred = np.where(rng.random(n) < right, y, rng.integers(0, k, n))
+    reference = np.where(rng.random(n) < right / 2, y, rng.integers(0, k, n))
+    ours = intervals(y, pred, k, reference)
+    for name, resampled in _row_bootstrap(y, pred, reference, k).items():
+        for end, q in (("low", 0.025), ("high", 0.975)):
+            expected = np.quantile(resampled, q)
+            assert ours[f"{name}_ci95_{end}"] == pytest.approx(
+                expected, abs=monte_carlo_error(resampled, q)), (name, end)
+
+
+def test_one_class_one_row_and_a_class_nobody_predicts():
+    """The bad cases: the intervals of the row bootstrap, or None with the reason."""
+    one = intervals([1], [1], 3, [0])
+    assert one == {"accuracy_ci95_low": 1.0, "accuracy_ci95_high": 1.0,
+                   "macro_f1_ci95_low": 1 / 3, "macro_f1_ci95_high": 1 / 3,
+                   "relative_error_reduction_ci95_low": 1.0,
+                   "relative_error_reduction_ci95_high": 1.0}
+    # a perfect reference: the ratio is undefined on every resample
+    assert intervals([1], [0], 3, [1])["relative_error_reduction_ci95_low"] is None
+    single_class = intervals([2] * 50, [2] * 40 + [0] * 10, 3)
+    assert single_class["accuracy_ci95_low"] == pytest.approx(0.7, abs=0.02)
+    # class 1 is never predicted nor true, class 0 never true: both count 0 in macro-F1
+    high = single_class["macro_f1_ci95_high"]
+    assert high is not None and high < 1 / 3
+
+
+def test_twenty_classes_on_100k_rows_stay_within_the_cells():
+    """No K^3 blow-up: only the observed cells are drawn (at most N of them)."""
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 20, 100_000)
+    a, b = (np.where(rng.random(len(y)) < 0.6, y, rng.integers(0, 20, len(y)))
+            for _ in range(2))
+    values, counts = cells(y, a, b)
+    assert values.shape[1] == len(counts) <= min(len(y), 20**3)
+    drawn = next(resampled_counts(counts))
+    assert drawn.shape == (500, len(counts))
+
+
+def test_the_committed_run_s_intervals_move_less_than_0_005():
+    """The intervals of the run committed at 86c64df (600 tweets), drawn as counts, are
+    that run's eval.json values (the row bootstrap of scipy) within 0.005."""
+    pinned = {  # metrics/eval.json at 86c64df: (low, high)
+        "accuracy": (0.665, 0.7383333333333333),
+        "macro_f1": (0.6248178445436147, 0.708963457864121),
+        "relative_error_reduction": (0.4338592465098489, 0.5601092896174864)}
+    pinned_references = {"majority": (0.41284403669724784, 0.5409356725146197),
+                         "zero_shot": (0.46556473829201095, 0.586736253180979)}
+    pinned_baseline = {"baseline_predictions.csv": {"accuracy": (0.33000000000000007,
+                                                                 0.4066666666666667),
+                                                    "macro_f1": (0.2799637266671704,
+                                                                 0.3333544412300129)}}
+    run = read_committed("metrics/predictions.csv")
+    calibrated = read_committed("metrics/baseline_calibrated_predictions.csv")
+    zero_shot = read_committed("metrics/baseline_predictions.csv")
+    y, k = run.actual, len(run.labels)
+    found = intervals(y, run.predicted, k, calibrated.predicted)
+    majority = np.zeros_like(y)  # "negative", metrics/eval.json's majority_class
+    for name, (low, high) in pinned.items():
+        assert found[f"{name}_ci95_low"] == pytest.approx(low, abs=0.005), name
+        assert found[f"{name}_ci95_high"] == pytest.approx(high, abs=0.005), name
+    for name, reference in (("majority", majority), ("zero_shot", zero_shot.predicted)):
+        found = intervals(y, run.predicted, k, reference)
+        low, high = pinned_references[name]
+        assert found["relative_error_reduction_ci95_low"] == pytest.approx(low, abs=0.005)
+        assert found["relative_error_reduction_ci95_high"] == pytest.approx(high, abs=0.005)
+    found = intervals(y, zero_shot.predicted, k)
+    for name, (low, high) in pinned_baseline["baseline_predictions.csv"].items():
+        assert found[f"{name}_ci95_low"] == pytest.approx(low, abs=0.005), name
+        assert found[f"{name}_ci95_high"] == pytest.approx(high, abs=0.005), name
 
 
 def test_interval_is_bit_identical_across_runs_and_holds_its_point():
@@ -53,29 +185,6 @@ def test_interval_is_bit_identical_across_runs_and_holds_its_point():
               "relative_error_reduction": (acc - ref) / (1 - ref)}
     for name, point in points.items():
         assert first[f"{name}_ci95_low"] < point < first[f"{name}_ci95_high"], name
-
-
-def test_intervals_agree_with_scipy_bootstrap_on_a_600_row_vector():
-    """Accuracy and macro-F1, resampled together, give what scipy gives for each alone,
-    from the same seed."""
-    y, pred = _predictions()
-    ours = intervals(y, pred, 3)
-
-    def scipy_interval(samples, statistic, **kwargs):
-        found = stats.bootstrap(samples, statistic, n_resamples=RESAMPLES, method="percentile",
-                                rng=np.random.default_rng(BOOTSTRAP_SEED), **kwargs)
-        return found.confidence_interval
-
-    accuracy = scipy_interval(((y == pred).astype(float),), np.mean)
-    # macro_f1 is scikit-learn's on every resample (the test above)
-    f1 = scipy_interval((y, pred), lambda a, b, axis: macro_f1(a, b, 3, axis), paired=True)
-    for name, expected in (("accuracy", accuracy), ("macro_f1", f1)):
-        assert ours[f"{name}_ci95_low"] == pytest.approx(expected.low, abs=1e-3)
-        assert ours[f"{name}_ci95_high"] == pytest.approx(expected.high, abs=1e-3)
-    # about ±0.035 around 0.75, as for the default run's 600 tweets
-    low, high = ours["accuracy_ci95_low"], ours["accuracy_ci95_high"]
-    assert low is not None and high is not None
-    assert high - low == pytest.approx(0.07, abs=0.01)
 
 
 def test_relative_error_reduction_interval_is_none_when_the_reference_is_perfect():

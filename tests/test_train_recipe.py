@@ -194,3 +194,20 @@ def test_a_run_killed_after_its_last_checkpoint_resumes_to_the_same_history(
     for name in ("adapter/adapter_model.safetensors", "live/plots/metrics/loss.tsv",
                  "live/plots/metrics/train/loss.tsv"):
         assert (tmp_path / "b" / name).read_bytes() == (tmp_path / "a" / name).read_bytes()
+
+
+@pytest.mark.parametrize(("dtype", "bf16", "fp16"), [(torch.bfloat16, True, False),
+                                                     (torch.float32, False, False)])
+def test_bf16_on_a_cpu_trains_under_autocast_with_fp32_master_weights(params, tmp_path,
+                                                                      dtype, bf16, fp16):
+    """``base.precision: bf16`` on a CPU: Trainer's bf16 (accelerate's autocast on the
+    CPU) while the weights load fp32 (``environment.weights_dtype``)."""
+    from lorasent.environment import weights_dtype
+    from lorasent.stages.train import _training_arguments
+
+    cpu = torch.device("cpu")
+    args = _training_arguments(train=params.train, seed=0, device=cpu, dtype=dtype,
+                               checkpoint_dir=tmp_path / "checkpoints")
+    assert (args.bf16, args.fp16, args.use_cpu) == (bf16, fp16, True)
+    assert weights_dtype(dtype, cpu) == torch.float32
+    assert weights_dtype(torch.bfloat16, torch.device("cuda")) == torch.bfloat16

@@ -56,8 +56,8 @@ A = side("main", MAIN_A,
 B = side("HEAD", MAIN_B,
          {"reviews-zh": predictions("z", 30, range(10)), "news": predictions("n", 20, range(2))},
          audit("r01", "r05"))
-MEASURED = ("accuracy +0.300 [+0.175, +0.450], McNemar p = < 0.001; macro-F1 +0.300 "
-            "[+0.175, +0.451]")
+MEASURED = ("accuracy +0.300 [+0.150, +0.450], McNemar p = < 0.001; macro-F1 +0.300 "
+            "[+0.171, +0.451]")
 
 
 def test_each_set_both_sides_have_gets_its_own_paired_verdict():
@@ -85,7 +85,7 @@ def test_sets_that_disagree_are_one_sentence_with_the_verdict():
         "split, worse on reviews-zh and not detectably different on news.")
     assert review.summary().splitlines()[:5] == [
         f"**{review.verdict}**", "",
-        "- test split (40 rows): better, Δ accuracy +0.300 [+0.175, +0.450]",
+        "- test split (40 rows): better, Δ accuracy +0.300 [+0.150, +0.450]",
         "- reviews-zh (30 rows): worse, Δ accuracy −0.333 [−0.500, −0.167]",
         "- news (20 rows): no detectable difference, Δ accuracy +0.000 [+0.000, +0.000]"]
     assert disagreement({"the test split": "better", "reviews-zh": "worse"}) == (

@@ -217,6 +217,9 @@ class Calibration(CalibrationScores):
     temperature: float | None              # None: not fitted (``temperature_note`` says why)
     temperature_note: str | None
     scaled: CalibrationScores | None       # after temperature scaling; None without one
+    # how the *_ci95_* bounds were drawn (``lorasent.calibration.INTERVAL_METHOD``); absent
+    # before issue 42, when they were ``intervals.method``'s row bootstrap
+    interval_method: str | None = None
 
 
 class LabelIssuesSummary(_Contract):

@@ -12,7 +12,8 @@ The pitfalls (seed 000, section 6):
    ``None`` although the params ask for ROCm (``base.device: rocm``).
 2. ``attn_implementation: flash_attention_2`` without flash-attn: on ROCm it must be
    compiled by hand; PyTorch's ``sdpa`` is fused already and needs nothing.
-3. bf16 asked on a GPU without bf16.
+3. bf16 asked on a GPU without bf16, or on a CPU without native bf16 (emulated bf16 is
+   slower than fp32; with it, bf16 on a CPU is autocast over fp32 weights).
 And a warning: fp16 with a Gemma model (its activations overflow fp16: NaN losses).
 """
 
@@ -105,28 +106,63 @@ def _resolve_device(name: str, setting: str, fix: str) -> torch.device:
     return torch.device(name)
 
 
+# x86 flags of native bf16 arithmetic (Linux /proc/cpuinfo): AVX512-BF16 (Intel Cooper
+# Lake and later, AMD Zen 4 and later) and AMX-BF16 (Intel Sapphire Rapids and later)
+CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
+    """The :data:`CPU_BF16_FLAGS` this CPU lists in ``cpuinfo`` (empty where it lists
+    none, or the file is absent: not Linux)."""
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines()
+                  if line.startswith(("flags", "Features"))), [])
+    return [flag for flag in CPU_BF16_FLAGS if flag in flags]
+
+
 def bf16_supported(device: torch.device) -> bool:
-    """Whether ``device`` computes in bf16 (GPUs from Ampere / CDNA on; CPUs emulate it)."""
+    """Whether ``device`` computes in bf16 natively: a GPU from Ampere / CDNA on
+    (``torch.cuda.is_bf16_supported``), a CPU with :data:`CPU_BF16_FLAGS` (elsewhere
+    torch emulates bf16, slower than fp32)."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        return bool(cpu_bf16_flags())
     return True
 
 
 def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
-    """The dtype for ``base.precision``: ``auto`` is bf16 on a GPU that has it (seed
-    000's choice), else fp32.
+    """The compute dtype for ``base.precision``: ``auto`` is bf16 on a GPU that has it
+    (seed 000's choice), else fp32 (on a CPU too, so that a committed run reproduces on
+    any CPU). On a CPU, bf16 is mixed precision: the weights stay fp32
+    (:func:`weights_dtype`) and training runs under ``torch.autocast`` in bf16.
 
     Raises:
-        EnvironmentProblem: bf16 asked on a GPU without it.
+        EnvironmentProblem: bf16 asked on a GPU or CPU without native bf16.
     """
     if precision == "auto":
         on_gpu_with_bf16 = device.type == "cuda" and bf16_supported(device)
         return torch.bfloat16 if on_gpu_with_bf16 else torch.float32
     if precision == "bf16" and not bf16_supported(device):
+        if device.type == "cpu":
+            raise EnvironmentProblem(
+                f"base.precision is bf16 but this CPU ({cpu_model()}) has no native bf16 "
+                f"(none of {', '.join(CPU_BF16_FLAGS)} in /proc/cpuinfo): emulated bf16 is "
+                "slower than fp32; set base.precision: auto or fp32")
         raise EnvironmentProblem(
             f"base.precision is bf16 but {torch.cuda.get_device_name(device)} does not "
             "support bf16; set base.precision: auto (fp32 there) or fp32")
     return _DTYPES[precision]
+
+
+def weights_dtype(dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """The dtype the model's weights load in for compute dtype ``dtype``: fp32 on a CPU
+    (bf16 there is autocast over fp32 master weights, the LoRA weights and the optimiser
+    state fp32 too), else ``dtype`` itself."""
+    return torch.float32 if device.type == "cpu" else dtype
 
 
 def flash_attn_available() -> bool:
@@ -262,6 +298,9 @@ def environment_report(device: torch.device | str | None = None) -> dict[str, An
         "device": str(device), "cpu": cpu_model(), "cpu_count": os.cpu_count(),
         "visible_devices": visible_devices(), "torch_threads": torch.get_num_threads(),
         "bf16": bf16_supported(device),
+        "cpu_bf16": (f"native ({', '.join(cpu_bf16_flags())})" if cpu_bf16_flags() else
+                     "not native (emulated, slower than fp32: base.precision bf16 is refused "
+                     "on this CPU)"),
         "attention": attention_backends(),
     }
     if device.type == "cuda":

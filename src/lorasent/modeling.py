@@ -23,7 +23,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from lorasent.artifacts import combined_sha256, read_json, sha256_file, write_json
 from lorasent.contracts import AdapterRecord, read
-from lorasent.environment import PARAMS_DEVICE, require_environment
+from lorasent.environment import PARAMS_DEVICE, require_environment, weights_dtype
 from lorasent.errors import LorasentError
 from lorasent.modes import DEFAULT_MODE, MODES
 from lorasent.params import BaseParams, PromptParams
@@ -132,7 +132,8 @@ def load_base_model(model_dir: str | Path, *, device: str, precision: str,
         model=model, model_dir=Path(model_dir))
     if tokenizer is None:
         tokenizer = load_tokenizer(model_dir, trust_remote_code)
-    kwargs = dict(dtype=dtype, attn_implementation=attn_implementation, device=torch_device,
+    kwargs = dict(dtype=weights_dtype(dtype, torch_device),
+                  attn_implementation=attn_implementation, device=torch_device,
                   pad_token_id=tokenizer.pad_token_id, trust_remote_code=trust_remote_code)
     if MODES[mode].head:
         loaded = load_seq_cls(model_dir, labels=list(labels or ()), quiet=for_adapter, **kwargs)

@@ -74,7 +74,8 @@ UNREAD = re.compile(r"_ci95_(low|high)$|(^|\.)confusion_matrix\.|^baseline\.|^in
                     # calibration's and the audit's fixed texts; of an extra test set, all
                     # but its headline, its ECE, its flagged rows and its warnings
                     r"|^references\.\w+\.(accuracy|relative_error_reduction_note)$"
-                    r"|^calibration\.(ece_bins|temperature_note)$|^label_issues\.(method|file)$"
+                    r"|^calibration\.(ece_bins|temperature_note|interval_method)$"
+                    r"|^label_issues\.(method|file)$"
                     r"|^test_sets\.[^.]+\.(?!(test_rows|accuracy|macro_f1|relative_error_reduction"
                     r"|reference|warnings|calibration\.(scaled\.)?ece|label_issues\.rows)$)")
 

@@ -63,6 +63,9 @@ from lorasent.artifacts import (
     write_provenance,
 )
 from lorasent.calibration import (
+    INTERVAL_METHOD as CALIBRATION_INTERVALS,
+)
+from lorasent.calibration import (
     LabelIssues,
     apply_temperature,
     calibration_metrics,
@@ -354,7 +357,7 @@ def _set_metrics(s: ScoredSet, *, labels: list[str], wanted: str,
             y, apply_temperature(s.scores, temperature)).items() if key != "ece_bins"}
     calibration = {**calibration_metrics(y, probs), "temperature": temperature,
                    "temperature_note": scaling.note if scaling else NO_SCALING,
-                   "scaled": scaled}
+                   "scaled": scaled, "interval_method": CALIBRATION_INTERVALS}
     out: dict[str, Any] = {}
     for name in ("accuracy", "macro_f1"):
         out[name] = metrics[name]

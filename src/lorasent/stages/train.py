@@ -101,7 +101,7 @@ from lorasent.contracts import (
     TemperatureScaling,
     dump,
 )
-from lorasent.environment import writing
+from lorasent.environment import resolve_dtype, writing
 from lorasent.errors import LorasentError
 from lorasent.launch import barrier, is_main, rank_and_world
 from lorasent.metrics import classification_metrics, probabilities
@@ -788,9 +788,13 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
                              mode=train.mode, encoder=encoder, model=model,
                              model_sha256=inputs["model"], params_record=params_record)
     main = is_main()
+    # the compute dtype: bf16 on a CPU is autocast over the fp32 weights model.dtype shows
+    dtype = resolve_dtype(base.precision, device)
     checkpoints, resume_from = _setup_checkpoints(
         checkpoint_dir=checkpoint_dir, base=base, prompt=prompt, train=train, inputs=inputs,
-        setting={"device": device.type, "dtype": str(model.dtype),
+        setting={"device": device.type,
+                 "dtype": str(model.dtype) if dtype == model.dtype
+                 else f"{model.dtype} weights, {dtype} autocast",
                  "processes": rank_and_world()[1]})
     # train: the loss history goes to a temporary folder that replaces metrics/train only
     # when the adapter is saved, so a failed run leaves the last good history and
@@ -799,7 +803,7 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
     with atomic_dir(live_dir) if main else contextlib.nullcontext() as live_tmp:
         try:
             args = _training_arguments(train=train, seed=base.seed, device=device,
-                                       dtype=model.dtype, checkpoint_dir=checkpoint_dir)
+                                       dtype=dtype, checkpoint_dir=checkpoint_dir)
             trainer = _setup_trainer(  # RNG step 4; steps 5 and 6 in trainer.train
                 model=model, args=args, examples=examples, validation=data.validation,
                 encoder=encoder, labels=labels, checkpoints=checkpoints, live_tmp=live_tmp,
@@ -1005,7 +1009,8 @@ def _training_arguments(*, train: TrainParams, seed: int, device: torch.device,
     """Trainer's arguments: the optimisation params of ``train`` (learning rate and its
     schedule, epochs or steps, batch and accumulation, weight decay, clipping), when to
     log, validate and save, ``seed`` (``base.seed``, also the data order's seed), and
-    the device and precision the model loaded with."""
+    the device and compute dtype (bf16 on a CPU: accelerate's autocast in bf16 over fp32
+    weights and optimiser state)."""
     return TrainingArguments(
         output_dir=str(checkpoint_dir), seed=seed, data_seed=seed,
         learning_rate=train.learning_rate, num_train_epochs=train.num_train_epochs,

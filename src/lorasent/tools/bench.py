@@ -24,6 +24,11 @@ same run, so the ratios hold on a noisy machine:
      batch, every example whole, no LM head and no loss: what no step that computes
      every example's every token can beat. Sharing the prefix computes fewer.
 
+   - ``project_bf16`` and ``floor_bf16`` (a CPU with native bf16 only, ``lorasent
+     doctor``'s ``cpu_bf16``): the same two under ``torch.autocast`` in bf16 over the fp32
+     weights, what ``base.precision: bf16`` trains with on such a CPU; the summary gives
+     its step time against fp32's and against both floors.
+
    Then the long-template part: the project's two ways and the floor again, on prompts
    of :data:`LONG_TEMPLATE` (an instruction of 70 tokens), where the shared start is
    most of each example.
@@ -36,6 +41,11 @@ same run, so the ratios hold on a noisy machine:
    device memory on a GPU.
 4. Pipeline overhead: wall time of a no-op ``dvc repro`` and of the rerun after changing
    ``evaluate.reference``, on a copy of the repo with tiny sizes.
+5. Scale (:func:`bench_scale`): the review statistics on :data:`SCALE_ROWS` synthetic
+   3-class rows, each size in its own process: evaluate's (three reference intervals,
+   calibration of the raw and the scaled probabilities, the label audit) and those
+   ``compare`` and ``pr-comment`` compute per test set (the paired comparison and the
+   calibration deltas); time and peak RSS. ``--only-scale`` runs this part alone.
 
 Writes ``<out>/results.json`` and ``<out>/results.md`` (the table the README quotes).
 
@@ -77,7 +87,11 @@ if TYPE_CHECKING:
 # floor itself is only about 2x faster than it on 2 CPU cores).
 TARGETS = {"train_vs_seed002": 10.0, "train_vs_floor_max": 0.75,
            "train_long_template_vs_floor_max": 0.6, "eval_vs_seed000_cpu": 2.5,
-           "eval_vs_seed000_gpu": 20.0, "noop_repro_s_max": 5.0}
+           "eval_vs_seed000_gpu": 20.0, "noop_repro_s_max": 5.0,
+           # issue 42: on 100k rows, on 2 cores
+           "scale_intervals_and_paired_s_max": 1.0, "scale_review_s_max": 10.0,
+           "scale_peak_rss_gib_max": 1.0}
+SCALE_ROWS = (1_000, 10_000, 100_000)
 # An instruction of 70 tokens in seed 000's style (the task, the only answers allowed,
 # how to read hard cases), in English: the shared start grows with the instruction.
 LONG_TEMPLATE = (
@@ -211,6 +225,16 @@ def _vocab_safe(ids: torch.Tensor, model: PreTrainedModel) -> torch.Tensor:
     return ids % model.config.vocab_size
 
 
+def _autocast_bf16(loss_fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+    """``loss_fn`` under ``torch.autocast("cpu", torch.bfloat16)``: the forward in bf16
+    where autocast casts (matrix products), the weights and their gradients fp32, as the
+    train stage does with ``base.precision: bf16`` on a CPU (accelerate's autocast)."""
+    def run() -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return loss_fn()
+    return run
+
+
 # ------------------------------------------------------------------------------ parts
 
 def bench_train(model_name: str, device: torch.device, batch_size: int, warmup: int,
@@ -222,6 +246,7 @@ def bench_train(model_name: str, device: torch.device, batch_size: int, warmup: 
     """
     from peft import LoraConfig, get_peft_model
 
+    from lorasent.environment import bf16_supported
     from lorasent.scoring import label_token_loss, training_prefix
 
     base_model, tokenizer, encoder = _load(model_name, device, template)
@@ -286,6 +311,11 @@ def bench_train(model_name: str, device: torch.device, batch_size: int, warmup: 
               "seed002": seed002["input_ids"].numel(), "plain_trainer": plain["input_ids"].numel()}
     if template:
         losses = {name: losses[name] for name in ("project", "project_unshared", "floor")}
+    elif device.type == "cpu" and bf16_supported(device):
+        # base.precision bf16 on a CPU with native bf16: autocast over the fp32 weights
+        for name in ("project", "floor"):
+            losses[f"{name}_bf16"] = _autocast_bf16(losses[name])
+            tokens[f"{name}_bf16"], padded[f"{name}_bf16"] = tokens[name], padded[name]
     # The project goes first, so the peak memory after its first step is its own.
     times, _ = _interleaved({name: step(name, fn) for name, fn in losses.items()}, steps,
                             device, warmup)
@@ -346,6 +376,64 @@ def bench_eval(model_name: str, device: torch.device, n: int, batch_size: int,
             "ways": out, **_peak_memory(device)}
 
 
+def bench_scale(rows: int, num_labels: int = 3) -> dict[str, Any]:
+    """The review statistics on ``rows`` synthetic rows of ``num_labels`` classes.
+
+    Gold ids uniform; two sides' scores N(0, 1) with 1.5 added to the gold class's (about
+    70% right), softmax probabilities; the references: the majority class, and two
+    predictions right about 40% of the time. Each step is timed once (seconds,
+    ``time.perf_counter``); ``peak_rss_bytes`` is this process's peak resident memory,
+    ``added_rss_bytes`` the peak less the resident memory before the first step (torch
+    and the libraries already imported).
+    """
+    import resource
+
+    import numpy as np
+
+    from lorasent.calibration import (
+        apply_temperature,
+        calibration_deltas,
+        calibration_metrics,
+        label_issues,
+    )
+    from lorasent.statistics import intervals, paired_comparison
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, num_labels, rows)
+    scores = []
+    for _ in range(2):
+        z = rng.normal(size=(rows, num_labels))
+        z[np.arange(rows), y] += 1.5
+        scores.append(z)
+    probs = [apply_temperature(z, 1.0) for z in scores]
+    pred_a, pred_b = (p.argmax(axis=1) for p in probs)
+    references = [np.zeros(rows, dtype=np.int64)] + [
+        np.where(rng.random(rows) < 0.4, y, rng.integers(0, num_labels, rows))
+        for _ in range(2)]
+    labels = [f"class{i}" for i in range(num_labels)]
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    steps: dict[str, Callable[[], object]] = {
+        "evaluate_intervals": lambda: [intervals(y, pred_a, num_labels, ref)
+                                       for ref in references],
+        "evaluate_calibration": lambda: [calibration_metrics(y, probs[0]),
+                                         calibration_metrics(y, apply_temperature(
+                                             scores[0], 1.3))],
+        "evaluate_label_issues": lambda: label_issues(y, probs[0]),
+        "compare_paired": lambda: paired_comparison(y, pred_a, pred_b, labels),
+        "compare_calibration_deltas": lambda: calibration_deltas(y, probs[0], probs[1]),
+    }
+    seconds = {}
+    for name, step in steps.items():
+        started = time.perf_counter()
+        step()
+        seconds[name] = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"rows": rows, "classes": num_labels, "seconds": seconds,
+            "evaluate_s": sum(v for k, v in seconds.items() if k.startswith("evaluate")),
+            "compare_s": sum(v for k, v in seconds.items() if k.startswith("compare")),
+            "peak_rss_bytes": peak, "added_rss_bytes": peak - before}
+
+
 def copy_tracked(repo: Path, dest: Path) -> None:
     """Copy the git-tracked files of ``repo`` into ``dest`` (an existing folder), without
     the committed run (``metrics/``, ``dvc.lock``), so that ``dvc repro`` there runs every
@@ -401,11 +489,13 @@ def no_gpu_message(flag: str = "--device cuda") -> str:
             "torch sees.")
 
 
-def _part(name: str, args: argparse.Namespace) -> dict[str, Any]:
+def _part(name: str, args: argparse.Namespace, rows: int | None = None) -> dict[str, Any]:
     """Run one part in a fresh process, so that its peak memory is its own."""
     cmd = [sys.executable, "-m", "lorasent.tools.bench", "--part", name, "--device", args.device,
-           "--model", args.model, "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--eval-examples", str(args.eval_examples)]
+           "--model", args.model or "gemma-3-270m", "--steps", str(args.steps),
+           "--warmup", str(args.warmup), "--eval-examples", str(args.eval_examples)]
+    if rows is not None:
+        cmd += ["--scale-rows", str(rows)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"bench part {name} failed:\n{done.stderr[-3000:]}")
@@ -427,13 +517,19 @@ def _machine(device: torch.device, load_before: float) -> dict[str, Any]:
 def summarise(results: dict[str, Any], device: torch.device,
               peak_tflops: float | None) -> dict[str, Any]:
     """Ratios against the references measured in the same run, and the targets' verdicts."""
-    ratios, checks = {}, {}
-    for model, part in results["train"].items():
+    ratios: dict[str, Any] = {}
+    checks: dict[str, dict[str, bool]] = {}
+    for model, part in results.get("train", {}).items():
         w = {k: v["seconds_per_step"] for k, v in part["ways"].items()}
         ratios[model] = {"train_speedup_vs_seed002": w["seed002"] / w["project"],
                          "train_speedup_vs_plain_trainer": w["plain_trainer"] / w["project"],
                          "train_time_vs_floor": w["project"] / w["floor"],
                          "train_unshared_time_vs_floor": w["project_unshared"] / w["floor"]}
+        if "project_bf16" in w:
+            ratios[model]["train_bf16_speedup_vs_fp32"] = w["project"] / w["project_bf16"]
+            ratios[model]["train_bf16_time_vs_floor"] = w["project_bf16"] / w["floor"]
+            ratios[model]["train_bf16_time_vs_bf16_floor"] = (w["project_bf16"]
+                                                              / w["floor_bf16"])
         long = results.get("train_long_template", {}).get(model)
         if long:
             w = {k: v["seconds_per_step"] for k, v in long["ways"].items()}
@@ -466,6 +562,17 @@ def summarise(results: dict[str, Any], device: torch.device,
     if "pipeline" in results:
         checks["pipeline"] = {f"no-op dvc repro < {TARGETS['noop_repro_s_max']:g} s":
                               results["pipeline"]["noop_repro_s"] < TARGETS["noop_repro_s_max"]}
+    largest = max(results.get("scale", []), key=lambda r: r["rows"], default=None)
+    if largest:
+        fast = largest["seconds"]["evaluate_intervals"] + largest["seconds"]["compare_paired"]
+        checks["scale"] = {
+            f"{largest['rows']:,} rows: intervals and paired test < "
+            f"{TARGETS['scale_intervals_and_paired_s_max']:g} s":
+                fast < TARGETS["scale_intervals_and_paired_s_max"],
+            f"{largest['rows']:,} rows: whole review < {TARGETS['scale_review_s_max']:g} s":
+                largest["evaluate_s"] + largest["compare_s"] < TARGETS["scale_review_s_max"],
+            f"{largest['rows']:,} rows: peak RSS < {TARGETS['scale_peak_rss_gib_max']:g} GiB":
+                largest["peak_rss_bytes"] < TARGETS["scale_peak_rss_gib_max"] * 2**30}
     return {"ratios": ratios, "targets": TARGETS, "checks": checks,
             "all_targets_met": all(v for c in checks.values() for v in c.values())}
 
@@ -493,6 +600,22 @@ def _train_table(title: str, part: dict[str, Any], largest: str) -> list[str]:
     return [*lines, ""]
 
 
+def scale_table(scale: list[dict[str, Any]]) -> list[str]:
+    """The scale part as a Markdown table: seconds per step and peak RSS per row count."""
+    names = list(scale[0]["seconds"])
+    lines = ["**Review statistics against the test set's size** (synthetic 3-class rows, "
+             "seconds; each size in its own process)", "",
+             "| rows | " + " | ".join(f"`{n}`" for n in names)
+             + " | evaluate | compare / pr-comment | peak RSS (added) |",
+             "|---" * (len(names) + 4) + "|"]
+    for r in scale:
+        lines.append(f"| {r['rows']:,} | " + " | ".join(f"{r['seconds'][n]:.2f}" for n in names)
+                     + f" | {r['evaluate_s']:.2f} | {r['compare_s']:.2f} | "
+                     f"{r['peak_rss_bytes'] / 2**30:.2f} GiB "
+                     f"({r['added_rss_bytes'] / 2**20:.0f} MiB) |")
+    return [*lines, ""]
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The table the README quotes."""
     m = report["machine"]
@@ -505,7 +628,7 @@ def markdown(report: dict[str, Any]) -> str:
                   "different factors, in either direction, so the ratios below are not "
                   "comparable with an idle machine's; rerun on an idle one.", ""]
     long_parts = report["results"].get("train_long_template", {})
-    for model, part in report["results"]["train"].items():
+    for model, part in report["results"].get("train", {}).items():
         lines += _train_table(f"Train step, {model}, batch {part['batch_size']}", part,
                               "with seed 002's way")
         if model in long_parts:
@@ -526,6 +649,8 @@ def markdown(report: dict[str, Any]) -> str:
                   f"- no-op `dvc repro`: {p['noop_repro_s']:.1f} s",
                   f"- rerun after changing `evaluate.reference`: "
                   f"{p['evaluate_param_rerun_s']:.1f} s", ""]
+    if report["results"].get("scale"):
+        lines += scale_table(report["results"]["scale"])
     lines += ["**Targets**", ""]
     for group, checks in report["summary"]["checks"].items():
         for name, ok in checks.items():
@@ -551,13 +676,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("bench"),
                         help="folder for results.json and results.md (default: bench, "
                              "the committed results)")
-    parser.add_argument("--part", choices=["train", "train_long_template", "eval"],
+    parser.add_argument("--only-scale", action="store_true",
+                        help="run only the scale part (review statistics on 1k-100k rows)")
+    parser.add_argument("--part", choices=["train", "train_long_template", "eval", "scale"],
                         help=argparse.SUPPRESS)
+    parser.add_argument("--scale-rows", type=int, default=SCALE_ROWS[0], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error(no_gpu_message())
 
+    if args.part == "scale":
+        print(json.dumps(bench_scale(args.scale_rows)))
+        return
     if args.part:  # a child process: one part, JSON on the last line of stdout
         model = args.model or "gemma-3-270m"
         result = (bench_eval(model, device, args.eval_examples, 16) if args.part == "eval"
@@ -571,7 +702,7 @@ def main(argv: list[str] | None = None) -> None:
     load_before = os.getloadavg()[0]  # before the bench loads the machine itself
     started = time.perf_counter()
     results: dict[str, Any] = {"train": {}, "train_long_template": {}, "eval": {}}
-    for model in models:
+    for model in [] if args.only_scale else models:
         args.model = model
         print(f"bench: training step, {model} ...", flush=True)
         results["train"][model] = _part("train", args)
@@ -579,7 +710,11 @@ def main(argv: list[str] | None = None) -> None:
         results["train_long_template"][model] = _part("train_long_template", args)
         print(f"bench: evaluation, {model} ...", flush=True)
         results["eval"][model] = _part("eval", args)
-    if not args.no_pipeline:
+    results["scale"] = []
+    for rows in SCALE_ROWS:
+        print(f"bench: review statistics, {rows:,} rows ...", flush=True)
+        results["scale"].append(_part("scale", args, rows))
+    if not (args.no_pipeline or args.only_scale):
         print("bench: pipeline overhead ...", flush=True)
         results["pipeline"] = bench_pipeline(CHECKOUT)
     report = {"machine": _machine(device, load_before), "results": results,
