@@ -1,0 +1,241 @@
+"""The container tier (``make test-container``): the images built and run.
+
+``docker/cpu/Dockerfile`` is built unchanged but for build arguments, on the real base or
+a stand-in made from Debian's packages (tests/container_tier.py, which says which); in
+it, torch is the build the Dockerfile installed, ``pip check`` is clean, ``lorasent
+doctor`` passes and the label names the commit built; the session's tiny run
+(tests/tiny_repo.py) made again in the container, without a network, as a non-root user,
+writes the venv's bytes. ``docker/rocm/Dockerfile`` on a stand-in base holding a CPU torch
+stops at its own check, and the lock resolves for its Python and glibc.
+
+Without a Docker engine, and no way to start one, the tier skips in one line; under
+``CI=true`` it fails instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from container_tier import (
+    CPU_DOCKERFILE,
+    ROCM_DOCKERFILE,
+    TEST_TAG,
+    CannotRun,
+    Engine,
+    TierError,
+    base_image,
+    build,
+    context_bytes,
+    cpu_base_tag,
+    differences,
+    differing_keys,
+    engine,
+    from_tag,
+    git_revision,
+    sh,
+)
+from tiny_repo import GIT, TINY, copy_repo, run, set_params
+
+pytestmark = pytest.mark.container
+
+CPU_IMAGE = f"{TEST_TAG}:cpu"
+# The user the container's run is made as when the tier runs as root (CI): not root.
+RUN_AS = "1000:1000"
+TORCH = re.search(r"^ARG TORCH_VERSION=(\S+)$", CPU_DOCKERFILE.read_text(), re.M)
+
+
+@dataclass
+class Built:
+    engine: Engine
+    image_id: str
+    output: str
+    work: Path
+
+
+def say(request: pytest.FixtureRequest, line: str) -> None:
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"container tier: {line}")
+
+
+@pytest.fixture(scope="module")
+def tier_engine(request: pytest.FixtureRequest,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    """The engine (tests/container_tier.py's :func:`engine`), or a skip in one line; under
+    ``CI=true`` a failure instead."""
+    log = tmp_path_factory.mktemp("container") / "tier.log"
+    try:
+        with engine(log) as eng:
+            say(request, f"engine {'started here' if eng.started else 'found'}; log {log}")
+            yield eng
+    except CannotRun as err:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the container tier cannot run under CI=true: {err}", pytrace=False)
+        pytest.skip(f"the container tier cannot run: {err}")
+
+
+@pytest.fixture(scope="module")
+def cpu_image(request: pytest.FixtureRequest, tier_engine: Engine) -> Built:
+    """``docker/cpu/Dockerfile`` built by ``make docker-build-cpu`` on its base, the
+    stand-in when the real one cannot be pulled (torch then from the package index pip
+    uses here, the CPU wheel from the stand-in's ``find-links``)."""
+    work = Path(tier_engine.log).parent
+    start = time.monotonic()
+    line = base_image(tier_engine, work)
+    say(request, f"{line} ({time.monotonic() - start:.0f} s)")
+    args = ["--force-rm"]
+    if "stand-in" in line:
+        args.append("--build-arg=TORCH_INDEX_URL=https://pypi.org/simple")
+    start = time.monotonic()
+    output = build(tier_engine, CPU_DOCKERFILE, CPU_IMAGE, args, work / "build-cpu.log")
+    image_id = tier_engine.image_id(CPU_IMAGE)
+    assert image_id
+    size = tier_engine.docker("image", "inspect", "--format", "{{.Size}}", CPU_IMAGE).strip()
+    say(request, f"built {CPU_IMAGE} in {time.monotonic() - start:.0f} s, "
+                 f"{int(size) / 1e9:.2f} GB")
+    return Built(tier_engine, image_id, output, work)
+
+
+def in_image(built: Built, *argv: str) -> str:
+    return built.engine.docker("run", "--rm", "--network", "none", CPU_IMAGE, *argv,
+                               what=f"{' '.join(argv)} in {CPU_IMAGE}")
+
+
+def test_build_context_holds_only_what_the_images_copy(cpu_image: Built) -> None:
+    """.dockerignore: the context is the lock, pyproject.toml, README.md and src/, not the
+    checkout's .venv, DVC cache and models (GBs after a run)."""
+    assert context_bytes(cpu_image.output) < 10_000_000
+
+
+def test_torch_is_the_build_the_dockerfile_installed(cpu_image: Built) -> None:
+    """The lock's --no-deps install replaced no torch: the CPU build, its full version."""
+    assert TORCH
+    out = in_image(cpu_image, "python3", "-c", "import torch; print(torch.__version__)")
+    assert out.strip() == f"{TORCH.group(1)}+cpu"
+
+
+def test_pip_check_is_clean(cpu_image: Built) -> None:
+    assert in_image(cpu_image, "python3", "-m", "pip", "check").strip() == \
+        "No broken requirements found."
+
+
+def test_image_names_the_commit_it_was_built_from(cpu_image: Built) -> None:
+    label = cpu_image.engine.docker(
+        "image", "inspect", "--format",
+        '{{index .Config.Labels "org.opencontainers.image.revision"}}', CPU_IMAGE).strip()
+    assert label == git_revision()
+    assert in_image(cpu_image, "printenv", "LORASENT_IMAGE_REVISION").strip() == label
+
+
+def test_doctor_passes_in_the_image(cpu_image: Built) -> None:
+    """``make docker-run-cpu DOCKER_CMD="lorasent doctor"`` on this checkout."""
+    out = sh(["make", "docker-run-cpu", f"CPU_IMAGE={CPU_IMAGE}", "DOCKER_CMD=lorasent doctor",
+              "DOCKER_ARGS=--network none"], cpu_image.engine.log, env=cpu_image.engine.env,
+             what="lorasent doctor in the image")
+    assert '"torch": "2.13.0+cpu"' in out or "2.13.0+cpu" in out
+
+
+def test_the_run_in_the_container_writes_the_venvs_bytes(cpu_image: Built, tiny_run: Path,
+                                                          tiny_gemma_dir: Path,
+                                                          tmp_path: Path) -> None:
+    """The session's tiny run made again by ``make docker-run-cpu`` (``make run`` in the
+    image) with ``--network none``, as a non-root user: eval.json, the predictions files
+    and every adapter file are the venv's bytes; the provenance names the image."""
+    root = copy_repo(tmp_path / "repo")
+    set_params(root, {**TINY, "base": {"model": str(tiny_gemma_dir)}})
+    run(root, "git", "init", "-q")
+    run(root, "git", "add", "-A")
+    run(root, *GIT, "commit", "-q", "-m", "tiny")
+    user = f"{os.getuid()}:{os.getgid()}"
+    if os.getuid() == 0:
+        user = RUN_AS
+        uid, gid = (int(x) for x in RUN_AS.split(":"))
+        for path in [root, *root.rglob("*")]:
+            os.chown(path, uid, gid, follow_symlinks=False)
+    start = time.monotonic()
+    sh(["make", "-C", str(root), "docker-run-cpu", f"CPU_IMAGE={CPU_IMAGE}",
+        "DOCKER_CMD=make run", f"DOCKER_USER={user}",
+        f"DOCKER_ARGS=--network none -v {tiny_gemma_dir}:{tiny_gemma_dir}:ro"],
+       cpu_image.engine.log, env=cpu_image.engine.env, what="make run in the image",
+       timeout_s=1200)
+    seconds = time.monotonic() - start
+    names = ["metrics/eval.json",
+             *(p.relative_to(tiny_run).as_posix() for p in sorted(
+                 [*(tiny_run / "metrics").glob("*predictions*.csv"),
+                  *(tiny_run / "models" / "adapter").rglob("*")]) if p.is_file())]
+    assert len(names) > 5, names
+    assert differences(tiny_run, root, names) == []
+    written = root / "metrics" / "eval.json"
+    assert f"{written.stat().st_uid}:{written.stat().st_gid}" == user
+    container = json.loads((root / "metrics/provenance/train.json").read_text())["device"][
+        "container"]
+    assert container == {"in_container": True, "image_id": cpu_image.image_id,
+                         "image_revision": git_revision(), "base_digest": container["base_digest"]}
+    venv = json.loads((tiny_run / "metrics/provenance/train.json").read_text())["device"]
+    assert venv["container"]["in_container"] is False
+    print(f"the run in the container: {seconds:.0f} s")
+
+
+def test_rocm_dockerfile_stops_at_its_own_check(cpu_image: Built) -> None:
+    """docker/rocm/Dockerfile on a stand-in base (the CPU image under a ``rocm/pytorch``
+    tag no real image has, through its own ARG): the build stops at the check that torch
+    is a ROCm build, saying so in one line; no image or container is left."""
+    args = {"ROCM_VERSION": "0.0-lorasent-stand-in"}
+    base = from_tag(ROCM_DOCKERFILE, args)
+    cpu_image.engine.tag(CPU_IMAGE, base)
+    tag = f"{TEST_TAG}:rocm"
+    with pytest.raises(TierError) as failed:
+        build(cpu_image.engine, ROCM_DOCKERFILE, tag, ["--force-rm", *(
+            f"--build-arg={k}={v}" for k, v in args.items())], cpu_image.work / "build-rocm.log",
+            make_vars={"ROCM_BASE": base})
+    assert "failed at `RUN python3 -m pip install --no-deps ." in str(failed.value)
+    log = (cpu_image.work / "build-rocm.log").read_text()
+    assert f"torch {TORCH.group(1) if TORCH else '?'}+cpu in this image is not a ROCm build" \
+        in log.splitlines()
+    assert cpu_image.engine.image_id(tag) is None
+    left = cpu_image.engine.docker("ps", "--all", "--quiet", "--filter", f"ancestor={base}")
+    assert left.strip() == ""
+
+
+# Ubuntu 24.04's glibc, the oldest manylinux tag pip still takes, and the ROCm image's Python.
+ROCM_GLIBC = (2, 39)
+ROCM_PYTHON = "3.12"
+
+
+def test_lock_installs_on_the_rocm_images_python_and_glibc(tmp_path: Path) -> None:
+    """pip's resolver, dry run: every pinned hash has a wheel (or an sdist) for CPython
+    3.12 on glibc 2.39 (pip takes each manylinux tag to expand by hand)."""
+    platforms = [f"manylinux_2_{minor}_x86_64" for minor in range(ROCM_GLIBC[1], 4, -1)]
+    argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
+            "--no-deps", "--require-hashes", "--python-version", ROCM_PYTHON,
+            "--implementation", "cp", *(f"--platform={p}" for p in platforms),
+            "--platform=linux_x86_64", "--target", str(tmp_path / "target"), "-r",
+            str(REPO / "requirements.lock")]
+    out = sh(argv, tmp_path / "pip.log", what=f"the lock's dry run for Python {ROCM_PYTHON}",
+             timeout_s=900)
+    assert "Would install" in out
+
+
+def test_differing_keys_name_the_first_differences() -> None:
+    assert differing_keys({"a": 1, "b": {"c": [1, 2]}, "d": 3},
+                          {"a": 1, "b": {"c": [1, 5]}, "e": 3}) == ["b.c[1]", "d", "e"]
+
+
+def test_from_tag_fills_the_dockerfiles_args() -> None:
+    assert cpu_base_tag() == "python:3.11.7-slim-bookworm"
+    assert from_tag(ROCM_DOCKERFILE) == \
+        "rocm/pytorch:rocm7.0_ubuntu24.04_py3.12_pytorch_release_2.8.0"
+    makefile = (REPO / "Makefile").read_text()
+    assert f"CPU_BASE := {cpu_base_tag()}\n" in makefile
+    assert f"ROCM_BASE := {from_tag(ROCM_DOCKERFILE)}\n" in makefile
+
