@@ -359,3 +359,76 @@ def differing_keys(a: object, b: object, prefix: str = "") -> list[str]:
         return [k for i, (x, y) in enumerate(zip(a, b, strict=True))
                 for k in differing_keys(x, y, f"{prefix}[{i}]")]
     return [] if a == b else [prefix or "(top)"]
+
+
+# ------------------------------------------------------------------ the lock elsewhere
+
+PYPI_SIMPLE = "https://pypi.org/simple"
+
+
+def lock_pins(lock: Path) -> dict[str, tuple[str, set[str]]]:
+    """``{name: (version, {sha256, ...})}`` of a ``pip --require-hashes`` lock."""
+    text = lock.read_text(encoding="utf-8").replace("\\\n", " ")
+    pins = {}
+    for line in text.splitlines():
+        if match := re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)\s+(.*)$", line):
+            pins[match.group(1)] = (match.group(2),
+                                    set(re.findall(r"--hash=sha256:([0-9a-f]{64})", line)))
+    return pins
+
+
+def lock_problems(lock: Path, python: tuple[int, int], glibc: tuple[int, int],
+                  index: str = PYPI_SIMPLE) -> list[str]:
+    """One line for each pin of ``lock`` that pip cannot install on CPython ``python``
+    with glibc ``glibc`` (x86_64): none of the files its hashes allow, as ``index``
+    lists them (PEP 691's JSON), is an sdist or a wheel whose tags that interpreter takes
+    (``packaging.tags``, as pip computes them) under a ``Requires-Python`` it meets.
+
+    What ``pip install --dry-run --python-version --platform --require-hashes`` decides,
+    from the index's listing alone: pip downloads each file to check its hash (a GB, minutes).
+    """
+    import json
+    import ssl
+    import urllib.error
+    import urllib.request
+    from concurrent.futures import ThreadPoolExecutor
+
+    from packaging.specifiers import SpecifierSet
+    from packaging.tags import compatible_tags, cpython_tags
+    from packaging.utils import canonicalize_name, parse_wheel_filename
+
+    platforms = [f"manylinux_{glibc[0]}_{minor}_x86_64" for minor in range(glibc[1], 4, -1)]
+    platforms += ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64",
+                  "linux_x86_64"]
+    tags = {*cpython_tags(python, platforms=platforms),
+            *compatible_tags(python, platforms=platforms)}
+    version = ".".join(map(str, python))
+    context = ssl.create_default_context(cafile=os.environ.get("SSL_CERT_FILE"))
+
+    def check(item: tuple[str, tuple[str, set[str]]]) -> str | None:
+        name, (pinned, hashes) = item
+        request = urllib.request.Request(f"{index}/{canonicalize_name(name)}/",
+                                         headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+        for attempt in range(3):  # a name lookup fails now and then under load
+            try:
+                with urllib.request.urlopen(request, timeout=60, context=context) as response:
+                    listing = json.load(response)["files"]
+                break
+            except urllib.error.URLError:
+                if attempt == 2:
+                    raise
+                time.sleep(2)
+        files = [f for f in listing if f.get("hashes", {}).get("sha256") in hashes]
+        if not files:
+            return f"{name}=={pinned}: none of its hashes is a file on {index}"
+        for f in files:
+            if f.get("requires-python") and version not in SpecifierSet(f["requires-python"]):
+                continue
+            if not f["filename"].endswith(".whl") or tags & parse_wheel_filename(f["filename"])[3]:
+                return None
+        return (f"{name}=={pinned}: no wheel for CPython {version} on glibc "
+                f"{glibc[0]}.{glibc[1]} among its hashes' files, and no sdist "
+                f"({', '.join(sorted(f['filename'] for f in files))[:200]})")
+
+    with ThreadPoolExecutor(4) as pool:
+        return [line for line in pool.map(check, sorted(lock_pins(lock).items())) if line]
