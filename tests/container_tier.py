@@ -166,8 +166,7 @@ def engine(log: Path) -> Iterator[Engine]:
                 raise CannotRun(f"dockerd did not start: {last_line(engine_log.read_text())}; "
                                 f"see {engine_log}")
             time.sleep(0.5)
-        with _cleanup(own):
-            yield own
+        yield own  # its images go with its data root, below
     finally:
         own.started.send_signal(signal.SIGTERM)
         try:

@@ -59,6 +59,7 @@ TORCH = re.search(r"^ARG TORCH_VERSION=(\S+)$", CPU_DOCKERFILE.read_text(), re.M
 class Built:
     engine: Engine
     image_id: str
+    revision: str  # git_revision() when the build started
     output: str
     work: Path
 
@@ -98,13 +99,14 @@ def cpu_image(request: pytest.FixtureRequest, tier_engine: Engine) -> Built:
     if "stand-in" in line:
         args.append("--build-arg=TORCH_INDEX_URL=https://pypi.org/simple")
     start = time.monotonic()
+    revision = git_revision()
     output = build(tier_engine, CPU_DOCKERFILE, CPU_IMAGE, args, work / "build-cpu.log")
     image_id = tier_engine.image_id(CPU_IMAGE)
     assert image_id
     size = tier_engine.docker("image", "inspect", "--format", "{{.Size}}", CPU_IMAGE).strip()
     say(request, f"built {CPU_IMAGE} in {time.monotonic() - start:.0f} s, "
                  f"{int(size) / 1e9:.2f} GB")
-    return Built(tier_engine, image_id, output, work)
+    return Built(tier_engine, image_id, revision, output, work)
 
 
 def in_image(built: Built, *argv: str) -> str:
@@ -134,7 +136,7 @@ def test_image_names_the_commit_it_was_built_from(cpu_image: Built) -> None:
     label = cpu_image.engine.docker(
         "image", "inspect", "--format",
         '{{index .Config.Labels "org.opencontainers.image.revision"}}', CPU_IMAGE).strip()
-    assert label == git_revision()
+    assert label == cpu_image.revision
     assert in_image(cpu_image, "printenv", "LORASENT_IMAGE_REVISION").strip() == label
 
 
@@ -181,7 +183,8 @@ def test_the_run_in_the_container_writes_the_venvs_bytes(cpu_image: Built, tiny_
     container = json.loads((root / "metrics/provenance/train.json").read_text())["device"][
         "container"]
     assert container == {"in_container": True, "image_id": cpu_image.image_id,
-                         "image_revision": git_revision(), "base_digest": container["base_digest"]}
+                         "image_revision": cpu_image.revision,
+                         "base_digest": container["base_digest"]}
     venv = json.loads((tiny_run / "metrics/provenance/train.json").read_text())["device"]
     assert venv["container"]["in_container"] is False
     print(f"the run in the container: {seconds:.0f} s")
