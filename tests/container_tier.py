@@ -293,13 +293,26 @@ def build(eng: Engine, dockerfile: Path, tag: str, docker_args: list[str], log: 
         done = subprocess.run(argv, cwd=REPO, env=eng.env, stdout=out, stderr=subprocess.STDOUT,
                               timeout=1500)
     eng.made.append(tag)
-    output = log.read_text(encoding="utf-8")
+    output = plain(log.read_text(encoding="utf-8"))
     if done.returncode != 0:
         steps = re.findall(r"^Step \d+/\d+ : (.*)$", output, flags=re.M)
         step = steps[-1][:160] if steps else "before its first step"
         raise TierError(f"docker build of {dockerfile.relative_to(REPO)} failed at `{step}`: "
-                        f"{last_line(output)}; see {log}")
+                        f"{step_error(output)}; see {log}")
     return output
+
+
+def plain(text: str) -> str:
+    """``text`` without the colour codes the legacy builder wraps a step's stderr in."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def step_error(output: str) -> str:
+    """The failed step's own last line: the line before the builder's "The command ...
+    returned a non-zero code" (and make's error), else the output's last line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    ends = [i for i, line in enumerate(lines) if line.startswith("The command '")]
+    return lines[ends[-1] - 1] if ends and ends[-1] > 0 else last_line(output)
 
 
 def context_bytes(build_output: str) -> int:

@@ -43,7 +43,9 @@ from container_tier import (
     git_revision,
     lock_pins,
     lock_problems,
+    plain,
     sh,
+    step_error,
 )
 from tiny_repo import GIT, TINY, copy_repo, run, set_params
 
@@ -202,10 +204,14 @@ def test_rocm_dockerfile_stops_at_its_own_check(cpu_image: Built) -> None:
         build(cpu_image.engine, ROCM_DOCKERFILE, tag, ["--force-rm", *(
             f"--build-arg={k}={v}" for k, v in args.items())], cpu_image.work / "build-rocm.log",
             make_vars={"ROCM_BASE": base})
-    assert "failed at `RUN python3 -m pip install --no-deps ." in str(failed.value)
-    log = (cpu_image.work / "build-rocm.log").read_text()
-    assert f"torch {TORCH.group(1) if TORCH else '?'}+cpu in this image is not a ROCm build" \
-        in log.splitlines()
+    assert TORCH
+    log = cpu_image.work / "build-rocm.log"
+    # The step (cut at 160 characters), then the Dockerfile's own one line.
+    assert str(failed.value).startswith(
+        "docker build of docker/rocm/Dockerfile failed at `RUN python3 -m pip install "
+        "--no-deps .  && python3 -c ")
+    assert str(failed.value).endswith(
+        f"`: torch {TORCH.group(1)}+cpu in this image is not a ROCm build; see {log}")
     assert cpu_image.engine.image_id(tag) is None
     left = cpu_image.engine.docker("ps", "--all", "--quiet", "--filter", f"ancestor={base}")
     assert left.strip() == ""
@@ -239,6 +245,15 @@ def test_lock_problems_names_a_pin_without_a_file_for_the_target(tmp_path: Path)
 def test_differing_keys_name_the_first_differences() -> None:
     assert differing_keys({"a": 1, "b": {"c": [1, 2]}, "d": 3},
                           {"a": 1, "b": {"c": [1, 5]}, "e": 3}) == ["b.c[1]", "d", "e"]
+
+
+def test_a_failed_build_is_named_by_its_steps_own_line() -> None:
+    """The legacy builder colours a step's stderr and ends with its own line; make adds one."""
+    output = plain("Step 3/4 : RUN false\n\x1b[91mboom: what to do\n\x1b[0mThe command "
+                   "'/bin/sh -c false' returned a non-zero code: 1\n"
+                   "make: *** [Makefile:1: docker-build] Error 1\n")
+    assert step_error(output) == "boom: what to do"
+    assert step_error("no such line\n") == "no such line"
 
 
 def test_from_tag_fills_the_dockerfiles_args() -> None:
