@@ -196,10 +196,12 @@ DOCKER_CMD ?= make run
 REMOTE_ENV ?= AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN AWS_DEFAULT_REGION \
 	AWS_ENDPOINT_URL AZURE_STORAGE_ACCOUNT AZURE_STORAGE_KEY AZURE_STORAGE_CONNECTION_STRING \
 	AZURE_STORAGE_SAS_TOKEN GOOGLE_CLOUD_PROJECT
-# DOCKER_USER: uid:gid the container runs as (default: yours). LORASENT_IMAGE_ID tells
-# the stages' provenance which image ran them (lorasent.environment.container_report).
+# DOCKER_USER: uid:gid the container runs as (default: yours). The image has no passwd
+# entry for it: USER names it for what asks (DVC's getpass.getuser(), which otherwise
+# fails with "getpwuid(): uid not found"). LORASENT_IMAGE_ID tells the stages'
+# provenance which image ran them (lorasent.environment.container_report).
 DOCKER_USER ?= $$(id -u):$$(id -g)
-DOCKER_RUN = docker run --rm --user "$(DOCKER_USER)" -e HOME=/tmp \
+DOCKER_RUN = docker run --rm --user "$(DOCKER_USER)" -e HOME=/tmp -e USER="$$(id -un)" \
 	--shm-size=16g -v "$(CURDIR)":/work -w /work $(foreach v,$(REMOTE_ENV),-e $(v)) \
 	$(if $(wildcard $(HF_CACHE)),-v "$(HF_CACHE)":/tmp/.cache/huggingface:ro) $(DOCKER_ARGS) \
 	-e LORASENT_IMAGE_ID="$$(docker image inspect --format '{{.Id}}' $(1))" $(1)
