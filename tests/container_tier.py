@@ -310,7 +310,8 @@ def plain(text: str) -> str:
 def step_error(output: str) -> str:
     """The failed step's own last line: the line before the builder's "The command ...
     returned a non-zero code" (and make's error), else the output's last line."""
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    lines = [line.strip() for line in output.splitlines()
+             if line.strip() and not line.startswith("Removing intermediate container")]
     ends = [i for i, line in enumerate(lines) if line.startswith("The command '")]
     return lines[ends[-1] - 1] if ends and ends[-1] > 0 else last_line(output)
 

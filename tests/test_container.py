@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -67,9 +68,10 @@ class Built:
 
 
 def say(request: pytest.FixtureRequest, line: str) -> None:
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(f"container tier: {line}")
+    """``line`` on the terminal as the tier goes (pytest's capture set aside)."""
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print(f"\ncontainer tier: {line}", flush=True)
 
 
 @pytest.fixture(scope="module")
@@ -150,9 +152,9 @@ def test_doctor_passes_in_the_image(cpu_image: Built) -> None:
     assert '"torch": "2.13.0+cpu"' in out or "2.13.0+cpu" in out
 
 
-def test_the_run_in_the_container_writes_the_venvs_bytes(cpu_image: Built, tiny_run: Path,
-                                                          tiny_gemma_dir: Path,
-                                                          tmp_path: Path) -> None:
+def test_the_run_in_the_container_writes_the_venvs_bytes(
+        request: pytest.FixtureRequest, cpu_image: Built, tiny_run: Path, tiny_gemma_dir: Path,
+        tmp_path: Path) -> None:
     """The session's tiny run made again by ``make docker-run-cpu`` (``make run`` in the
     image) with ``--network none``, as a non-root user: eval.json, the predictions files
     and every adapter file are the venv's bytes; the provenance names the image."""
@@ -161,16 +163,19 @@ def test_the_run_in_the_container_writes_the_venvs_bytes(cpu_image: Built, tiny_
     run(root, "git", "init", "-q")
     run(root, "git", "add", "-A")
     run(root, *GIT, "commit", "-q", "-m", "tiny")
+    # The model at the venv run's path (its adapter_config.json names it), in a copy the
+    # container's user can read (pytest's folders are its owner's alone).
+    model = shutil.copytree(tiny_gemma_dir, tmp_path / "tiny-gemma")
     user = f"{os.getuid()}:{os.getgid()}"
     if os.getuid() == 0:
         user = RUN_AS
         uid, gid = (int(x) for x in RUN_AS.split(":"))
-        for path in [root, *root.rglob("*")]:
+        for path in [root, *root.rglob("*"), model, *model.rglob("*")]:
             os.chown(path, uid, gid, follow_symlinks=False)
     start = time.monotonic()
     sh(["make", "-C", str(root), "docker-run-cpu", f"CPU_IMAGE={CPU_IMAGE}",
         "DOCKER_CMD=make run", f"DOCKER_USER={user}",
-        f"DOCKER_ARGS=--network none -v {tiny_gemma_dir}:{tiny_gemma_dir}:ro"],
+        f"DOCKER_ARGS=--network none -v {model}:{tiny_gemma_dir}:ro"],
        cpu_image.engine.log, env=cpu_image.engine.env, what="make run in the image",
        timeout_s=1200)
     seconds = time.monotonic() - start
@@ -189,7 +194,7 @@ def test_the_run_in_the_container_writes_the_venvs_bytes(cpu_image: Built, tiny_
                          "base_digest": container["base_digest"]}
     venv = json.loads((tiny_run / "metrics/provenance/train.json").read_text())["device"]
     assert venv["container"]["in_container"] is False
-    print(f"the run in the container: {seconds:.0f} s")
+    say(request, f"the run in the container: {seconds:.0f} s")
 
 
 def test_rocm_dockerfile_stops_at_its_own_check(cpu_image: Built) -> None:
@@ -249,7 +254,8 @@ def test_differing_keys_name_the_first_differences() -> None:
 
 def test_a_failed_build_is_named_by_its_steps_own_line() -> None:
     """The legacy builder colours a step's stderr and ends with its own line; make adds one."""
-    output = plain("Step 3/4 : RUN false\n\x1b[91mboom: what to do\n\x1b[0mThe command "
+    output = plain("Step 3/4 : RUN false\n\x1b[91mboom: what to do\n\x1b[0mRemoving "
+                   "intermediate container 79f86017ea0f\nThe command "
                    "'/bin/sh -c false' returned a non-zero code: 1\n"
                    "make: *** [Makefile:1: docker-build] Error 1\n")
     assert step_error(output) == "boom: what to do"
