@@ -175,6 +175,7 @@ def engine(log: Path) -> Iterator[Engine]:
             own.started.kill()
             own.started.wait()
         shutil.rmtree(ENGINE_ROOT, ignore_errors=True)
+        shutil.rmtree(run_dir, ignore_errors=True)  # its sockets and exec root
 
 
 @contextlib.contextmanager
