@@ -26,7 +26,7 @@ PYTEST_ARGS ?=
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run smoke test test-fast test-integration test-e2e bench device-check exp exp-show metrics seeds sweep compare browser lint lock lock-check \
+.PHONY: help setup run smoke test test-fast test-integration test-e2e test-container bench device-check exp exp-show metrics seeds sweep compare browser lint lock lock-check \
 	doctor clean \
 	docker-build docker-run docker-build-cpu docker-run-cpu
 
@@ -69,10 +69,10 @@ smoke: $(STAMP)  ## A 2-minute run of all five stages on a tiny split (configs/s
 
 # The tiers (pyproject.toml's markers, tests/conftest.py): fast, then integration, then
 # end to end; make stops at the first tier that fails. PYTEST_ARGS goes to each.
-FAST := -m "not integration and not slow"
+FAST := -m "not integration and not slow and not container"
 INTEGRATION := -m "integration and not slow"
 # Prerequisites run in the order given (no -j), and make stops at the first that fails.
-test: test-fast test-integration test-e2e  ## Set up if needed, then all three test tiers, fast first, stopping at the first that fails
+test: test-fast test-integration test-e2e test-container  ## Set up if needed, then all four test tiers, fast first, stopping at the first that fails
 
 test-fast: $(STAMP)  ## The fast tier: pure tests and mechanics on a tiny random Gemma (90 s budget)
 	$(BIN)/python -m pytest $(FAST) $(PYTEST_ARGS)
@@ -86,6 +86,12 @@ test-integration: $(STAMP)  ## The integration tier: the stages in-process on th
 E2E_PROCESSES ?= 2
 test-e2e: $(STAMP) browser  ## The end-to-end tier: dvc, make and Chromium in subprocesses on a tiny repo
 	$(BIN)/python -m pytest -m slow -n $(E2E_PROCESSES) --dist loadfile $(PYTEST_ARGS)
+
+# Builds docker/cpu/Dockerfile (and docker/rocm/Dockerfile against a stand-in base) in a
+# Docker engine, starting one (and installing Debian's docker.io) when none answers;
+# skips when it cannot, fails instead under CI=true (tests/container_tier.py).
+test-container: $(STAMP)  ## The container tier: the images built, checked and run; the run's bytes against the venv's
+	$(BIN)/python -m pytest -m container $(PYTEST_ARGS)
 
 # The report test opens report.html in headless Chromium. Debian's package; as root or
 # through sudo. CHROMIUM=/path/to/chrome uses another build instead.
@@ -203,24 +209,41 @@ DOCKER_CMD ?= make run
 REMOTE_ENV ?= AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN AWS_DEFAULT_REGION \
 	AWS_ENDPOINT_URL AZURE_STORAGE_ACCOUNT AZURE_STORAGE_KEY AZURE_STORAGE_CONNECTION_STRING \
 	AZURE_STORAGE_SAS_TOKEN GOOGLE_CLOUD_PROJECT
-DOCKER_RUN = docker run --rm --user "$$(id -u):$$(id -g)" -e HOME=/tmp \
+# DOCKER_USER: uid:gid the container runs as (default: yours). The image has no passwd
+# entry for it: USER names it for what asks (DVC's getpass.getuser(), which otherwise
+# fails with "getpwuid(): uid not found"). LORASENT_IMAGE_ID tells the stages'
+# provenance which image ran them (lorasent.environment.container_report).
+DOCKER_USER ?= $$(id -u):$$(id -g)
+DOCKER_RUN = docker run --rm --user "$(DOCKER_USER)" -e HOME=/tmp -e USER="$$(id -un)" \
 	--shm-size=16g -v "$(CURDIR)":/work -w /work $(foreach v,$(REMOTE_ENV),-e $(v)) \
-	$(if $(wildcard $(HF_CACHE)),-v "$(HF_CACHE)":/tmp/.cache/huggingface:ro) $(DOCKER_ARGS)
+	$(if $(wildcard $(HF_CACHE)),-v "$(HF_CACHE)":/tmp/.cache/huggingface:ro) $(DOCKER_ARGS) \
+	-e LORASENT_IMAGE_ID="$$(docker image inspect --format '{{.Id}}' $(1))" $(1)
+# The bases, as the Dockerfiles' FROM lines name them (tests/test_container.py checks).
+ROCM_BASE := rocm/pytorch:rocm7.0_ubuntu24.04_py3.12_pytorch_release_2.8.0
+CPU_BASE := python:3.11.7-slim-bookworm
+# DOCKER_BUILD_ARGS adds docker build options (e.g. --build-arg TORCH_INDEX_URL=...).
+# The image is labelled with the commit built and the base's digest (pulled first, as
+# docker build would; a base made here has no digest).
+DOCKER_BUILD_ARGS ?=
+DOCKER_BUILD = docker image inspect $(1) >/dev/null 2>&1 || docker pull $(1); \
+	docker build -f $(2) -t $(3) --build-arg VCS_REF="$$(git rev-parse HEAD)$$(git diff \
+	--quiet HEAD -- 2>/dev/null || echo -dirty)" --build-arg BASE_DIGEST="$$(docker image \
+	inspect --format '{{join .RepoDigests " "}}' $(1))" $(DOCKER_BUILD_ARGS) .
 
 docker-build:  ## Build the ROCm image (docker/rocm/Dockerfile)
-	docker build -f docker/rocm/Dockerfile -t $(IMAGE) .
+	$(call DOCKER_BUILD,$(ROCM_BASE),docker/rocm/Dockerfile,$(IMAGE))
 
 docker-run:  ## Run `make run` (or DOCKER_CMD) in the ROCm image on this machine's AMD GPUs
-	$(DOCKER_RUN) --device=/dev/kfd --device=/dev/dri --group-add video \
+	$(call DOCKER_RUN,$(IMAGE)) --device=/dev/kfd --device=/dev/dri --group-add video \
 		--security-opt seccomp=unconfined \
 		$(if $(HSA_OVERRIDE_GFX_VERSION),-e HSA_OVERRIDE_GFX_VERSION=$(HSA_OVERRIDE_GFX_VERSION)) \
-		$(IMAGE) $(DOCKER_CMD)
+		$(DOCKER_CMD)
 
 docker-build-cpu:  ## Build the CPU image (docker/cpu/Dockerfile)
-	docker build -f docker/cpu/Dockerfile -t $(CPU_IMAGE) .
+	$(call DOCKER_BUILD,$(CPU_BASE),docker/cpu/Dockerfile,$(CPU_IMAGE))
 
 docker-run-cpu:  ## Run `make run` in the CPU image
-	$(DOCKER_RUN) $(CPU_IMAGE) $(DOCKER_CMD)
+	$(call DOCKER_RUN,$(CPU_IMAGE)) $(DOCKER_CMD)
 
 clean:  ## Remove the environment and DVC's outputs (data/, models/); keeps the DVC cache
 	rm -rf $(VENV) data/raw data/split models/base models/adapter

@@ -69,19 +69,21 @@ def committed(path: str) -> str:
     return shown.stdout.decode("utf-8")
 
 
-TIERS = ("fast", "integration", "slow")
+TIERS = ("fast", "integration", "slow", "container")
 # Seconds a test of each tier may take, its fixtures' setup included (the first test of
-# a session fixture pays for it: the tiny repo's `dvc repro` takes minutes on 2 cores).
-TIME_LIMIT_S = {"fast": 60, "integration": 300, "slow": 1200}
+# a session fixture pays for it: the tiny repo's `dvc repro` takes minutes on 2 cores; the
+# container tier's first test starts an engine and builds the image).
+TIME_LIMIT_S = {"fast": 60, "integration": 300, "slow": 1200, "container": 1500}
 # The fixtures that belong to a later tier than the fast one.
 FIXTURE_TIER = {"packaged_model_dir": "integration", "gemma": "integration",
                 "minilm_dir": "integration", "tiny_run": "slow", "tiny_copy": "slow"}
 
 
 def tier(item: pytest.Item) -> str:
-    """``"slow"``, ``"integration"`` or ``"fast"``: the tier of a collected test."""
-    return next((name for name in ("slow", "integration") if item.get_closest_marker(name)),
-                "fast")
+    """``"container"``, ``"slow"``, ``"integration"`` or ``"fast"``: the tier of a
+    collected test."""
+    return next((name for name in ("container", "slow", "integration")
+                 if item.get_closest_marker(name)), "fast")
 
 
 @pytest.hookimpl(trylast=True)  # after -m and -k: a test not selected stops nothing

@@ -154,6 +154,24 @@ def test_the_report_records_the_gpu_a_scheduler_gave(monkeypatch):
                                                             "HIP_VISIBLE_DEVICES": "3"}
 
 
+def test_the_report_tells_a_container_run_and_its_image(monkeypatch, tmp_path):
+    """What provenance records: a venv run (no marker file, nothing passed), and a run in
+    an image that make docker-run-cpu started (Docker's /.dockerenv, the image's id, the
+    Dockerfile's commit and base digest)."""
+    for name in ("LORASENT_IMAGE_ID", "LORASENT_IMAGE_REVISION", "LORASENT_BASE_DIGEST"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(environment, "CONTAINER_MARKERS", (tmp_path / ".dockerenv",))
+    assert environment_report("cpu")["container"] == {
+        "in_container": False, "image_id": None, "image_revision": None, "base_digest": None}
+    (tmp_path / ".dockerenv").touch()
+    monkeypatch.setenv("LORASENT_IMAGE_ID", "sha256:" + "ab" * 32)
+    monkeypatch.setenv("LORASENT_IMAGE_REVISION", "86c64df-dirty")
+    monkeypatch.setenv("LORASENT_BASE_DIGEST", "")  # a base made locally has none
+    assert environment_report("cpu")["container"] == {
+        "in_container": True, "image_id": "sha256:" + "ab" * 32,
+        "image_revision": "86c64df-dirty", "base_digest": None}
+
+
 def _params_with(tmp_path, old, new):
     text = (REPO / "params.yaml").read_text(encoding="utf-8")
     assert old in text

@@ -278,6 +278,27 @@ def attention_backends() -> dict[str, Any]:
     return backends
 
 
+# Files a container runtime puts at the root of every container it starts.
+CONTAINER_MARKERS = (Path("/.dockerenv"), Path("/run/.containerenv"))
+
+
+def container_report() -> dict[str, Any]:
+    """Whether this process runs in a container, and which image, for provenance.
+
+    Returns:
+        ``in_container`` (Docker's ``/.dockerenv`` or Podman's ``/run/.containerenv``
+        exists), ``image_id`` (``sha256:...``, what ``make docker-run``/``docker-run-cpu``
+        pass as ``LORASENT_IMAGE_ID``), ``image_revision`` (the commit the image was
+        built from, ``-dirty`` when uncommitted changes were in it; the Dockerfiles'
+        ``VCS_REF``) and ``base_digest`` (the base image's ``name@sha256:...``; empty for
+        a base made locally): each None when not known.
+    """
+    return {"in_container": any(marker.exists() for marker in CONTAINER_MARKERS),
+            **{key: os.environ.get(var) or None for key, var in (
+                ("image_id", "LORASENT_IMAGE_ID"), ("image_revision", "LORASENT_IMAGE_REVISION"),
+                ("base_digest", "LORASENT_BASE_DIGEST"))}}
+
+
 def environment_report(device: torch.device | str | None = None) -> dict[str, Any]:
     """Facts about torch and the device, for ``lorasent doctor`` and provenance.
 
@@ -285,8 +306,9 @@ def environment_report(device: torch.device | str | None = None) -> dict[str, An
         torch version, ``hip`` / ``cuda`` versions, device type, name and architecture
         (gfx id on AMD, sm_XY on NVIDIA), the GPU variables set
         (:func:`lorasent.programs.visible_devices`: which GPU a sweep gave the run), torch's
-        CPU threads, bf16 support, attention backends and free memory in bytes (device
-        memory on a GPU, RAM on the CPU).
+        CPU threads, bf16 support, attention backends, the container and image it runs in
+        (:func:`container_report`) and free memory in bytes (device memory on a GPU, RAM on
+        the CPU).
     """
     import psutil
 
@@ -302,6 +324,7 @@ def environment_report(device: torch.device | str | None = None) -> dict[str, An
                      "not native (emulated, slower than fp32: base.precision bf16 is refused "
                      "on this CPU)"),
         "attention": attention_backends(),
+        "container": container_report(),
     }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)

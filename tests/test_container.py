@@ -1,0 +1,275 @@
+"""The container tier (``make test-container``): the images built and run.
+
+``docker/cpu/Dockerfile`` is built unchanged but for build arguments, on the real base or
+a stand-in made from Debian's packages (tests/container_tier.py, which says which); in
+it, torch is the build the Dockerfile installed, ``pip check`` is clean, ``lorasent
+doctor`` passes and the label names the commit built; the session's tiny run
+(tests/tiny_repo.py) made again in the container, without a network, as a non-root user,
+writes the venv's bytes. ``docker/rocm/Dockerfile`` on a stand-in base holding a CPU torch
+stops at its own check, and the lock resolves for its Python and glibc.
+
+Without a Docker engine, and no way to start one, the tier skips in one line; under
+``CI=true`` it fails instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from container_tier import (
+    CPU_DOCKERFILE,
+    ROCM_DOCKERFILE,
+    TEST_TAG,
+    CannotRun,
+    Engine,
+    TierError,
+    base_image,
+    build,
+    context_bytes,
+    cpu_base_tag,
+    differences,
+    differing_keys,
+    engine,
+    from_tag,
+    git_revision,
+    lock_pins,
+    lock_problems,
+    plain,
+    sh,
+    step_error,
+)
+from lorasent.environment import CONTAINER_MARKERS
+from tiny_repo import GIT, TINY, copy_repo, run, set_params
+
+pytestmark = pytest.mark.container
+
+CPU_IMAGE = f"{TEST_TAG}:cpu"
+# The user the container's run is made as when the tier runs as root (CI): not root.
+RUN_AS = "1000:1000"
+TORCH = re.search(r"^ARG TORCH_VERSION=(\S+)$", CPU_DOCKERFILE.read_text(), re.M)
+
+
+@dataclass
+class Built:
+    engine: Engine
+    image_id: str
+    revision: str  # git_revision() when the build started
+    output: str
+    work: Path
+
+
+def say(request: pytest.FixtureRequest, line: str) -> None:
+    """``line`` on the terminal as the tier goes (pytest's capture set aside)."""
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print(f"\ncontainer tier: {line}", flush=True)
+
+
+@pytest.fixture(scope="module")
+def tier_engine(request: pytest.FixtureRequest,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    """The engine (tests/container_tier.py's :func:`engine`), or a skip in one line; under
+    ``CI=true`` a failure instead."""
+    log = tmp_path_factory.mktemp("container") / "tier.log"
+    try:
+        with engine(log) as eng:
+            say(request, f"engine {'started here' if eng.started else 'found'}; log {log}")
+            yield eng
+    except CannotRun as err:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the container tier cannot run under CI=true: {err}", pytrace=False)
+        pytest.skip(f"the container tier cannot run: {err}")
+
+
+@pytest.fixture(scope="module")
+def cpu_image(request: pytest.FixtureRequest, tier_engine: Engine) -> Built:
+    """``docker/cpu/Dockerfile`` built by ``make docker-build-cpu`` on its base, the
+    stand-in when the real one cannot be pulled (torch then from the package index pip
+    uses here, the CPU wheel from the stand-in's ``find-links``)."""
+    work = Path(tier_engine.log).parent
+    start = time.monotonic()
+    line = base_image(tier_engine, work)
+    say(request, f"{line} ({time.monotonic() - start:.0f} s)")
+    args = ["--force-rm"]
+    if "stand-in" in line:
+        args.append("--build-arg=TORCH_INDEX_URL=https://pypi.org/simple")
+    start = time.monotonic()
+    revision = git_revision()
+    output = build(tier_engine, CPU_DOCKERFILE, CPU_IMAGE, args, work / "build-cpu.log")
+    image_id = tier_engine.image_id(CPU_IMAGE)
+    assert image_id
+    size = tier_engine.docker("image", "inspect", "--format", "{{.Size}}", CPU_IMAGE).strip()
+    say(request, f"built {CPU_IMAGE} in {time.monotonic() - start:.0f} s, "
+                 f"{int(size) / 1e9:.2f} GB")
+    return Built(tier_engine, image_id, revision, output, work)
+
+
+def in_image(built: Built, *argv: str) -> str:
+    return built.engine.docker("run", "--rm", "--network", "none", CPU_IMAGE, *argv,
+                               what=f"{' '.join(argv)} in {CPU_IMAGE}")
+
+
+def test_build_context_holds_only_what_the_images_copy(cpu_image: Built) -> None:
+    """.dockerignore: the context is the lock, pyproject.toml, README.md and src/, not the
+    checkout's .venv, DVC cache and models (GBs after a run)."""
+    assert context_bytes(cpu_image.output) < 10_000_000
+
+
+def test_torch_is_the_build_the_dockerfile_installed(cpu_image: Built) -> None:
+    """The lock's --no-deps install replaced no torch: the CPU build, its full version."""
+    assert TORCH
+    out = in_image(cpu_image, "python3", "-c", "import torch; print(torch.__version__)")
+    assert out.strip() == f"{TORCH.group(1)}+cpu"
+
+
+def test_pip_check_is_clean(cpu_image: Built) -> None:
+    assert in_image(cpu_image, "python3", "-m", "pip", "check").strip() == \
+        "No broken requirements found."
+
+
+def test_image_names_the_commit_it_was_built_from(cpu_image: Built) -> None:
+    label = cpu_image.engine.docker(
+        "image", "inspect", "--format",
+        '{{index .Config.Labels "org.opencontainers.image.revision"}}', CPU_IMAGE).strip()
+    assert label == cpu_image.revision
+    assert in_image(cpu_image, "printenv", "LORASENT_IMAGE_REVISION").strip() == label
+
+
+def test_doctor_passes_in_the_image(cpu_image: Built) -> None:
+    """``make docker-run-cpu DOCKER_CMD="lorasent doctor"`` on this checkout."""
+    out = sh(["make", "docker-run-cpu", f"CPU_IMAGE={CPU_IMAGE}", "DOCKER_CMD=lorasent doctor",
+              "DOCKER_ARGS=--network none"], cpu_image.engine.log, env=cpu_image.engine.env,
+             what="lorasent doctor in the image")
+    assert '"torch": "2.13.0+cpu"' in out or "2.13.0+cpu" in out
+
+
+def test_the_run_in_the_container_writes_the_venvs_bytes(
+        request: pytest.FixtureRequest, cpu_image: Built, tiny_run: Path, tiny_gemma_dir: Path,
+        tmp_path: Path) -> None:
+    """The session's tiny run made again by ``make docker-run-cpu`` (``make run`` in the
+    image) with ``--network none``, as a non-root user: eval.json, the predictions files
+    and every adapter file are the venv's bytes; the provenance names the image."""
+    root = copy_repo(tmp_path / "repo")
+    set_params(root, {**TINY, "base": {"model": str(tiny_gemma_dir)}})
+    run(root, "git", "init", "-q")
+    run(root, "git", "add", "-A")
+    run(root, *GIT, "commit", "-q", "-m", "tiny")
+    # The model at the venv run's path (its adapter_config.json names it), in a copy the
+    # container's user can read (pytest's folders are its owner's alone).
+    model = shutil.copytree(tiny_gemma_dir, tmp_path / "tiny-gemma")
+    user = f"{os.getuid()}:{os.getgid()}"
+    if os.getuid() == 0:
+        user = RUN_AS
+        uid, gid = (int(x) for x in RUN_AS.split(":"))
+        for path in [root, *root.rglob("*"), model, *model.rglob("*")]:
+            os.chown(path, uid, gid, follow_symlinks=False)
+    start = time.monotonic()
+    sh(["make", "-C", str(root), "docker-run-cpu", f"CPU_IMAGE={CPU_IMAGE}",
+        "DOCKER_CMD=make run", f"DOCKER_USER={user}",
+        f"DOCKER_ARGS=--network none -v {model}:{tiny_gemma_dir}:ro"],
+       cpu_image.engine.log, env=cpu_image.engine.env, what="make run in the image",
+       timeout_s=1200)
+    seconds = time.monotonic() - start
+    names = ["metrics/eval.json",
+             *(p.relative_to(tiny_run).as_posix() for p in sorted(
+                 [*(tiny_run / "metrics").glob("*predictions*.csv"),
+                  *(tiny_run / "models" / "adapter").rglob("*")]) if p.is_file())]
+    assert len(names) > 5, names
+    assert differences(tiny_run, root, names) == []
+    written = root / "metrics" / "eval.json"
+    assert f"{written.stat().st_uid}:{written.stat().st_gid}" == user
+    container = json.loads((root / "metrics/provenance/train.json").read_text())["device"][
+        "container"]
+    assert container == {"in_container": True, "image_id": cpu_image.image_id,
+                         "image_revision": cpu_image.revision,
+                         "base_digest": container["base_digest"]}
+    # The venv's run names no image (in_container: whether this machine is a container).
+    venv = json.loads((tiny_run / "metrics/provenance/train.json").read_text())["device"]
+    assert venv["container"] == {"in_container": any(m.exists() for m in CONTAINER_MARKERS),
+                                 "image_id": None, "image_revision": None, "base_digest": None}
+    say(request, f"the run in the container: {seconds:.0f} s")
+
+
+def test_rocm_dockerfile_stops_at_its_own_check(cpu_image: Built) -> None:
+    """docker/rocm/Dockerfile on a stand-in base (the CPU image under a ``rocm/pytorch``
+    tag no real image has, through its own ARG): the build stops at the check that torch
+    is a ROCm build, saying so in one line; no image or container is left."""
+    args = {"ROCM_VERSION": "0.0-lorasent-stand-in"}
+    base = from_tag(ROCM_DOCKERFILE, args)
+    cpu_image.engine.tag(CPU_IMAGE, base)
+    tag = f"{TEST_TAG}:rocm"
+    with pytest.raises(TierError) as failed:
+        build(cpu_image.engine, ROCM_DOCKERFILE, tag, ["--force-rm", *(
+            f"--build-arg={k}={v}" for k, v in args.items())], cpu_image.work / "build-rocm.log",
+            make_vars={"ROCM_BASE": base})
+    assert TORCH
+    log = cpu_image.work / "build-rocm.log"
+    # The step (cut at 160 characters), then the Dockerfile's own one line.
+    assert str(failed.value).startswith(
+        "docker build of docker/rocm/Dockerfile failed at `RUN python3 -m pip install "
+        "--no-deps .  && python3 -c ")
+    assert str(failed.value).endswith(
+        f"`: torch {TORCH.group(1)}+cpu in this image is not a ROCm build; see {log}")
+    assert cpu_image.engine.image_id(tag) is None
+    left = cpu_image.engine.docker("ps", "--all", "--quiet", "--filter", f"ancestor={base}")
+    assert left.strip() == ""
+
+
+# The ROCm image's Python and Ubuntu 24.04's glibc (docker/rocm/Dockerfile's base).
+ROCM_PYTHON = (3, 12)
+ROCM_GLIBC = (2, 39)
+
+
+def test_lock_installs_on_the_rocm_images_python_and_glibc() -> None:
+    """Every pin's hashes allow a file pip installs on CPython 3.12 with glibc 2.39 (a
+    wheel with a tag that interpreter takes, or an sdist): a lock resolved on Python 3.11
+    that cannot install in the ROCm image fails here, not on a user's GPU machine."""
+    assert lock_problems(REPO / "requirements.lock", ROCM_PYTHON, ROCM_GLIBC) == []
+
+
+def test_lock_problems_names_a_pin_without_a_file_for_the_target(tmp_path: Path) -> None:
+    """ray, which has wheels only (no sdist), on a Python none of them is for."""
+    version, hashes = lock_pins(REPO / "requirements.lock")["ray"]
+    lock = tmp_path / "requirements.lock"
+    lock.write_text(f"ray=={version} \\\n" + " \\\n".join(
+        f"    --hash=sha256:{sha}" for sha in sorted(hashes)) + "\n")
+    assert lock_pins(lock) == {"ray": (version, hashes)}
+    problems = lock_problems(lock, (3, 99), ROCM_GLIBC)
+    assert len(problems) == 1
+    assert problems[0].startswith(f"ray=={version}: no wheel for CPython 3.99 on glibc 2.39 "
+                                  "among its hashes' files, and no sdist (ray-")
+
+
+def test_differing_keys_name_the_first_differences() -> None:
+    assert differing_keys({"a": 1, "b": {"c": [1, 2]}, "d": 3},
+                          {"a": 1, "b": {"c": [1, 5]}, "e": 3}) == ["b.c[1]", "d", "e"]
+
+
+def test_a_failed_build_is_named_by_its_steps_own_line() -> None:
+    """The legacy builder colours a step's stderr and ends with its own line; make adds one."""
+    output = plain("Step 3/4 : RUN false\n\x1b[91mboom: what to do\n\x1b[0mRemoving "
+                   "intermediate container 79f86017ea0f\nThe command "
+                   "'/bin/sh -c false' returned a non-zero code: 1\n"
+                   "make: *** [Makefile:1: docker-build] Error 1\n")
+    assert step_error(output) == "boom: what to do"
+    assert step_error("no such line\n") == "no such line"
+
+
+def test_from_tag_fills_the_dockerfiles_args() -> None:
+    assert cpu_base_tag() == "python:3.11.7-slim-bookworm"
+    assert from_tag(ROCM_DOCKERFILE) == \
+        "rocm/pytorch:rocm7.0_ubuntu24.04_py3.12_pytorch_release_2.8.0"
+    makefile = (REPO / "Makefile").read_text()
+    assert f"CPU_BASE := {cpu_base_tag()}\n" in makefile
+    assert f"ROCM_BASE := {from_tag(ROCM_DOCKERFILE)}\n" in makefile
+
