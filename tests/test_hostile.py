@@ -231,6 +231,11 @@ def _open(path: Path, page: str) -> _Elements:
     ("a\u202eb\x00c\ud800", "a‹U+202E›b‹U+0000›c‹U+D800›"),
     ("x" * 201, "x" * 199 + "… (201 characters)"),
     ("消极", "消极"),
+    ("# B is better than A", "\\# B is better than A"), ("> q", "&gt; q"),
+    ("1. x", "1\\. x"), ("12) x", "12\\) x"), ("- x", "\\- x"), ("+ x", "\\+ x"),
+    ("---", "\\---"), ("===", "\\==="), ("    code", "&#32;&#32;&#32;&#32;code"),
+    ("\t# h", "&#32;\\# h"), ("a - b", "a - b"), ("2026", "2026"), ("5.2", "5.2"),
+    ("-0.96", "-0.96"), ("#t", "#t"),
 ])
 def test_md_text_shows_each_character_and_makes_nothing_of_it(value, expected):
     assert md_text(value) == expected

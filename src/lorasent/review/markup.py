@@ -38,6 +38,10 @@ _LIVE = re.compile(
 # or end emphasis (``lora_alpha`` stays as it is).
 _MARKUP = re.compile(r"[&<>]|[\\`*\[\]~|!]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
 _ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+# What starts a block when it opens a line (a heading, a quote, a list item, a setext
+# underline or thematic break): a value may open a list item or a line, so its first
+# such character is escaped; leading spaces (an indented code block) become references.
+_BLOCK_START = re.compile(r"^((?:&#32;)*)(?:([#+=-])(?=[ #=-]|$)|(\d{1,9})([.)])(?= |$))")
 
 
 def _dead(m: re.Match[str]) -> str:
@@ -82,13 +86,20 @@ def md_text(value: Any, limit: int | None = CELL_LIMIT) -> str:
       autolink): a zero-width space after its first character, which a reader does not
       see (:data:`_LIVE`; a commit SHA is cut every 6 digits);
     - a line break as ``<br>``, the one tag the renderer adds, a tab as a space;
+    - nothing that starts a block at the start of a line (``# h``, ``> q``, ``1. x``,
+      ``- x``, ``+ x``, ``---``, ``===``, an indent): a backslash before its character,
+      leading spaces as ``&#32;``;
     - invisible and reordering characters spelled out (:func:`visible`);
     - at most ``limit`` characters of the value (:func:`clipped`).
     """
     text = clipped(visible(str(value).replace("\r\n", "\n")), limit)
     text = _MARKUP.sub(lambda m: _ENTITIES.get(m.group(), "\\" + m.group()), text)
     text = _LIVE.sub(_dead, text)
-    return text.replace("\n", "<br>").replace("\t", " ")
+    text = text.replace("\n", "<br>").replace("\t", " ")
+    lead = len(text) - len(text.lstrip(" "))
+    return _BLOCK_START.sub(lambda m: m.group(1) + (
+        "\\" + m.group(2) if m.group(2) else m.group(3) + "\\" + m.group(4)),
+        "&#32;" * lead + text[lead:], count=1)
 
 
 def md_code(value: Any, limit: int | None = CELL_LIMIT) -> str:
