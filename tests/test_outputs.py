@@ -89,7 +89,8 @@ def test_missing_adapter_folder_says_how_to_get_it_back(tmp_path, monkeypatch, c
     assert result.exit_code == 1
     message = " ".join(result.stderr.split())
     assert "models/adapter: no such folder" in message
-    assert "DVC removes that folder when a train run is interrupted" in message
+    assert ("a fresh clone has none until `make run` (or `make smoke`, a tiny one) trains it, "
+            "and DVC removes that folder when a train run is interrupted") in message
     for way in ("`dvc checkout models/adapter` (from DVC's cache, if a train run finished "
                 "before)", "`dvc exp apply <name>`", "`dvc repro` (retrains)"):
         assert way in message

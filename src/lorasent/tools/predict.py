@@ -106,8 +106,9 @@ def check_adapter_folder(adapter_dir: str | Path) -> None:
             f"adapter when the run started); wait until it finishes, then run again")
     if not path.exists():
         raise AdapterFolderError(
-            f"{path}: no such folder. The train stage writes the adapter to {ADAPTER_DIR}, "
-            f"and DVC removes that folder when a train run is interrupted; "
+            f"{path}: no such folder. The train stage writes the adapter to {ADAPTER_DIR}: "
+            f"a fresh clone has none until `make run` (or `make smoke`, a tiny one) trains "
+            f"it, and DVC removes that folder when a train run is interrupted; "
             f"{restore_adapter()}")
     if not path.is_dir():
         raise AdapterFolderError(f"{path}: a file, not a folder; point --adapter at the "
