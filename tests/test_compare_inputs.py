@@ -171,7 +171,11 @@ SAME_ROWS = ("No detectable difference: accuracy +0.000 [+0.000, +0.000], McNema
 @pytest.mark.slow
 def test_a_file_with_its_columns_in_another_order_is_paired(cases_repo, tmp_path):
     out = compare("base6", "reordered", tmp_path / "r", repo=cases_repo)
-    assert _verdict(out) == f"**{SAME_ROWS}**\n"
+    # the case files hold 6 rows beside an eval.json of 40: compare says they are not of one run
+    assert _verdict(out) == f"**{SAME_ROWS}**\n\n" + "".join(
+        f"- ⚠ {side}: its eval.json (accuracy 1.000 over 40 test rows) and predictions.csv "
+        "(0.833 over 6) are not of one run; rerun evaluate there (dvc repro) and commit both\n"
+        for side in ("A (base6)", "B (reordered)"))
 
 
 @pytest.mark.parametrize(("a", "b", "message"), [
@@ -203,7 +207,9 @@ def test_rows_only_on_one_side_are_counted_and_named(cases_repo, tmp_path):
         "**No paired test: A and B were scored on different test rows, so only each side's "
         "own interval can be given (report.md's metrics table).**\n\n"
         "- ⚠ A and B were scored on different test rows (3 rows only in A, 0 only in B; only "
-        "in A: r37, r38, r39): other split params or data, so their metrics are not paired\n")
+        "in A: r37, r38, r39): other split params or data, so their metrics are not paired\n"
+        "- ⚠ B (fewer): its eval.json (accuracy 1.000 over 40 test rows) and predictions.csv "
+        "(1.000 over 37) are not of one run; rerun evaluate there (dvc repro) and commit both\n")
 
 
 @pytest.mark.slow
@@ -211,10 +217,13 @@ def test_a_pattern_matching_one_run_a_side_is_a_plain_pair_and_says_so(cases_rep
     out = compare("solo-a*", "solo-b*", tmp_path / "r", repo=cases_repo)
     assert _verdict(out) == (
         f"**{SAME_ROWS}**\n\n"
-        "- ⚠ A: 'solo-a*' matches one run, solo-a1, so A and B are compared as a plain pair, "
+        "- ⚠ A: 'solo-a\\*' matches one run, solo-a1, so A and B are compared as a plain pair, "
         "row by row; a comparison over seeds needs at least 2 runs on each side\n"
-        "- ⚠ B: 'solo-b*' matches one run, solo-b1, so A and B are compared as a plain pair, "
-        "row by row; a comparison over seeds needs at least 2 runs on each side\n")
+        "- ⚠ B: 'solo-b\\*' matches one run, solo-b1, so A and B are compared as a plain pair, "
+        "row by row; a comparison over seeds needs at least 2 runs on each side\n" + "".join(
+            f"- ⚠ {side}: its eval.json (accuracy 1.000 over 40 test rows) and predictions.csv "
+            "(0.833 over 6) are not of one run; rerun evaluate there (dvc repro) and commit "
+            "both\n" for side in ("A (solo-a1)", "B (solo-b1)")))
     assert (out / "report.md").read_text(encoding="utf-8").startswith(
         "# lorasent: solo-a1 vs solo-b1\n")
 

@@ -171,14 +171,14 @@ def test_a_push_after_the_first_gets_its_own_verdict_against_the_previous_head(p
     assert first.startswith(
         f"{marker(head4)}\n### lorasent: B, this pull request's head ({head4[:7]}), against A, "
         f"`main` ({main})\n\n**Not settled: accuracy −0.100 [−0.200, −0.025], McNemar p = "
-        "0.12; macro-F1 −0.100 [−0.202, −0.025]. The paired interval of Δ accuracy excludes 0, "
+        "0.12; macro-F1 −0.100 [−0.204, −0.025]. The paired interval of Δ accuracy excludes 0, "
         "but McNemar's p is not below 0.05: only both together call B worse, so more test rows "
         "are needed to tell.**\n\n| test split | A (main) | B (head) |\n|---|---|---|\n"
         "| accuracy [95% interval] | 1.0000 | 0.9000 |\n| macro-F1 [95% "
         "interval] | 1.0000 | 0.9000 |\n\nParams that differ (main → head): `wrong` 0 → 4."
         "\n\n| B − A | value | paired "
         "bootstrap 95% interval |\n|---|---|---|\n| Δ accuracy | −0.100 | [−0.200, −0.025] |\n"
-        "| Δ macro-F1 | −0.100 | [−0.202, −0.025] |\n"
+        "| Δ macro-F1 | −0.100 | [−0.204, −0.025] |\n"
         # 0.8-sure rows: ECE 0.2 -> 0.1; 4 of 40 rows wrong: NLL 0.1 * ln(0.8 / 0.2),
         # Brier 0.1 * (1.28 - 0.08)
         "| Δ ECE | −0.100 | [−0.200, −0.025] |\n| Δ NLL | +0.139 | [+0.035, +0.277] |\n"
