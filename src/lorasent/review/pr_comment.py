@@ -46,7 +46,7 @@ from lorasent.review.collect import (
 from lorasent.review.markup import md_code, md_text
 from lorasent.review.render import (
     REPORT_HTML,
-    cell,
+    diff_cells,
     paired_table,
     param_cell,
     slug,
@@ -255,8 +255,7 @@ def _section(c: Comparison, name_a: str, tables: bool = True) -> list[str]:
 def _metrics_diff(c: Comparison, base: str) -> list[str]:
     """``dvc metrics diff``'s changed keys as its Markdown table, less :data:`UNREAD`,
     sorted by file and key (DVC gives them in no fixed order)."""
-    rows = [[md_text(path), md_text(key), cell(v.get("old")), cell(v.get("new")),
-             cell(v.get("diff"), signed=True)]
+    rows = [[md_text(path), md_text(key), *diff_cells(v)]
             for path, keys in sorted(c.metrics.items()) for key, v in sorted(keys.items())
             if v.get("old") != v.get("new") and not UNREAD.search(key)
             and not isinstance(v.get("old", v.get("new")), list | dict | str)]

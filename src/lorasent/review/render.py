@@ -341,10 +341,12 @@ def _markdown(c: Comparison, images: dict[str, list[str]], texts: dict[str, str]
     lines += ["", "## Per class (test split)", ""]
     header = ["class"] + [f"{name} {side}" for _, name, delta in PER_CLASS
                           for side in ("A", "B", "Δ")[:3 if delta else 2]]
-    lines += table(header, ([md_text(label), *(value for key, _, delta in PER_CLASS
-                                       for value in _row(evals.get(f"per_class.{label}.{key}"))
-                                       [:3 if delta else 2])]
-                             for label in class_order(params, evals)))
+    def class_cells(label: str) -> list[str]:
+        return [value for key, _, delta in PER_CLASS for value in
+                diff_cells(evals.get(f"per_class.{label}.{key}"))[:3 if delta else 2]]
+
+    lines += table(header, ([md_text(label), *class_cells(label)]
+                            for label in class_order(params, evals)))
     lines += ["", "## Confusion matrices (test split; rows: actual, columns: predicted)", ""]
     for side, s in zip("AB", sides, strict=True):
         matrix = s.evals.confusion_matrix if s.evals else None
@@ -362,7 +364,8 @@ def _markdown(c: Comparison, images: dict[str, list[str]], texts: dict[str, str]
                  for key, old, name in SPEED]
     if any(v for _, v in training):
         lines += ["## Training (dvclive)", ""]
-        lines += table(["metric", "A", "B", "Δ"], ([name, *_row(v)] for name, v in training if v))
+        lines += table(["metric", "A", "B", "Δ"],
+                       ([name, *diff_cells(v)] for name, v in training if v))
         lines += [""] + [line for busy in busy(sides) for line in (busy, "")]
     lines += ["## Plots", ""]
     for title, names in images.items():
@@ -371,7 +374,7 @@ def _markdown(c: Comparison, images: dict[str, list[str]], texts: dict[str, str]
     lines += ["## Every metric (`dvc metrics diff --all`)", "", "<details>",
               "<summary>All keys of every metrics file</summary>", ""]
     lines += table(["Path", "Metric", "A", "B", "Change"],
-                   ([md_text(path), md_text(key), *_row(v)]
+                   ([md_text(path), md_text(key), *diff_cells(v)]
                     for path, keys in sorted(metrics.items()) for key, v in sorted(keys.items())))
     lines += ["", "</details>", ""]
     return "\n".join(lines)
@@ -470,7 +473,7 @@ def metrics_rows(keys: Sequence[tuple[str, str]],
             continue
         numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (a, b))
         diff = {"old": a, "new": b, "diff": b - a if numbers else None}  # as dvc metrics diff
-        rows.append([name, *_row(diff), *(interval_cell(v, key) for v in values)])
+        rows.append([name, *diff_cells(diff), *(interval_cell(v, key) for v in values)])
     return rows
 
 
@@ -550,7 +553,7 @@ def _speed(sides: Sequence[Side], key: str) -> dict[str, Any] | None:
     return {"old": old, "new": new, "diff": diff}
 
 
-def _row(diff: dict[str, Any] | None) -> list[str]:
+def diff_cells(diff: dict[str, Any] | None) -> list[str]:
     """``[A, B, Δ]`` cells of one ``dvc metrics diff`` entry."""
     if not diff:
         return ["—", "—", "—"]
