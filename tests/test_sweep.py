@@ -200,3 +200,21 @@ def test_an_address_where_nothing_answers_is_refused_in_one_line_at_once():
         "out for a local cluster")
     with pytest.raises(LorasentError, match=r"\('x' is not a port number, within 10 s\)"):
         _reachable("head:x")
+
+
+def test_an_address_without_a_port_is_tried_at_rays_default_port_for_its_scheme(monkeypatch):
+    import socket
+
+    from lorasent.review import sweep
+
+    tried: list[tuple[str, int]] = []
+
+    def connect(address: tuple[str, int], timeout: float) -> socket.socket:
+        tried.append(address)
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(socket, "create_connection", connect)
+    for address in ("head", "ray://head", "ray://head:4321"):
+        with pytest.raises(LorasentError):
+            sweep._reachable(address)
+    assert tried == [("head", 6379), ("head", 10001), ("head", 4321)]

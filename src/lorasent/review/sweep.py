@@ -555,12 +555,14 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
 
 CONNECT_TIMEOUT_S = 10.0  # an --address that does not answer in this time is refused
 RAY_DEFAULT_PORT = 6379   # the GCS port of `ray start --head` (Ray's docs)
+RAY_CLIENT_PORT = 10001   # the Ray Client server's port, for ray:// addresses (Ray's docs)
 
 
 def _reachable(address: str) -> None:
     """Refuse, in one line and within :data:`CONNECT_TIMEOUT_S`, an ``--address``
-    (``host[:port]``, port :data:`RAY_DEFAULT_PORT` when left out) where nothing accepts
-    a TCP connection; Ray itself would retry for minutes.
+    (``host[:port]``, port :data:`RAY_DEFAULT_PORT` when left out; ``ray://host[:port]``,
+    port :data:`RAY_CLIENT_PORT`) where nothing accepts a TCP connection; Ray itself would
+    retry for minutes.
 
     Raises:
         LorasentError: naming the address, why, and what to do.
@@ -568,7 +570,8 @@ def _reachable(address: str) -> None:
     import socket
 
     bare = address.removeprefix("ray://")
-    host, _, port = bare.rpartition(":") if ":" in bare else (bare, "", str(RAY_DEFAULT_PORT))
+    default = RAY_CLIENT_PORT if bare != address else RAY_DEFAULT_PORT
+    host, _, port = bare.rpartition(":") if ":" in bare else (bare, "", str(default))
     try:
         with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S):
             return
