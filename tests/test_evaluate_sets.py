@@ -109,6 +109,37 @@ def test_an_extra_set_validates_and_warns_about_overlap():
         "text): its accuracy is partly measured on rows the adapter trained on")
 
 
+def test_a_one_row_set_gets_its_metrics_and_no_interval():
+    # one row of class positive, predicted positive (probability 0.8); the majority class
+    # (negative) is wrong on it, the zero-shot right, the calibrated zero-shot wrong
+    scores = np.log(np.array([[0.1, 0.1, 0.8]])).astype(np.float32)
+    s = ScoredSet("one", ["r0"], np.array([2]), scores, {
+        "majority": np.zeros(1, dtype=np.int64), "zero_shot": np.array([2]),
+        "zero_shot_calibrated": np.array([1])}, None, {})
+    metrics, issues = _set_metrics(s, labels=LABELS, wanted="majority", scaling=None,
+                                   majority_class="negative", issues_file="f.csv")
+    parsed = contracts.TestSetMetrics(**metrics, source="one.csv", data={})
+    assert (parsed.accuracy, parsed.macro_f1, parsed.test_rows) == (1.0, 1 / 3, 1)
+    assert (parsed.reference, parsed.reference_accuracy, parsed.relative_error_reduction) == (
+        "majority", 0.0, 1.0)
+    assert parsed.interval("accuracy") == (1.0, None, None)
+    assert parsed.interval("macro_f1") == (1 / 3, None, None)
+    assert parsed.interval("relative_error_reduction") == (1.0, None, None)
+    assert parsed.references is not None
+    zero_shot = parsed.references["zero_shot"]
+    assert zero_shot is not None and zero_shot.relative_error_reduction is None
+    assert (zero_shot.relative_error_reduction_ci95_low,
+            zero_shot.relative_error_reduction_ci95_high) == (None, None)
+    cal = parsed.calibration
+    assert cal is not None and cal.nll == pytest.approx(-np.log(0.8))
+    assert (cal.nll_ci95_low, cal.nll_ci95_high, cal.ece_ci95_low, cal.brier_ci95_high) == (
+        None, None, None, None)
+    assert len(issues.indices) == 0
+    assert parsed.warnings == [
+        "no interval: 1 row in test set one, and a bootstrap over one row has no spread; "
+        "add rows to it for 95% intervals"]
+
+
 def test_label_issues_file_ranks_the_flagged_rows():
     s = scored()
     issues = label_issues(s.y, probabilities(s.scores))

@@ -115,6 +115,12 @@ from lorasent.stages.test_sets import TestSet, load_test_sets
 from lorasent.statistics import METHOD, intervals, with_interval
 
 REFERENCES = ("majority", "zero_shot", "zero_shot_calibrated")
+_INTERVAL_KEYS = [f"{name}_ci95_{end}" for name in
+                  ("accuracy", "macro_f1", "relative_error_reduction") for end in ("low", "high")]
+# A set of one row: its metrics, and this warning in place of the intervals (a bootstrap
+# over one row draws it every time: a spread of 0, which is no interval).
+ONE_ROW = ("no interval: 1 row in test set {name}, and a bootstrap over one row has no "
+           "spread; add rows to it for 95% intervals")
 NO_SCALING = ("the adapter has no calibration.json (trained before temperature scaling "
               "existed): retrain it to fit a temperature")
 
@@ -342,7 +348,8 @@ def _set_metrics(s: ScoredSet, *, labels: list[str], wanted: str,
             references[name] = None
             continue
         rer, note = relative_error_reduction(metrics["accuracy"], accuracies[name] or 0.0)
-        bounds[name] = intervals(y, predicted, k, pred)
+        bounds[name] = (intervals(y, predicted, k, pred) if len(y) > 1 else
+                        dict.fromkeys(_INTERVAL_KEYS))
         references[name] = {"accuracy": accuracies[name], "relative_error_reduction": rer,
                             **{f"relative_error_reduction_ci95_{end}":
                                bounds[name][f"relative_error_reduction_ci95_{end}"]
@@ -353,9 +360,9 @@ def _set_metrics(s: ScoredSet, *, labels: list[str], wanted: str,
     issues = label_issues(y, probs)
     temperature = scaling.temperature if scaling else None
     scaled = None if temperature is None else {
-        key: value for key, value in calibration_metrics(
+        key: value for key, value in _calibration(
             y, apply_temperature(s.scores, temperature)).items() if key != "ece_bins"}
-    calibration = {**calibration_metrics(y, probs), "temperature": temperature,
+    calibration = {**_calibration(y, probs), "temperature": temperature,
                    "temperature_note": scaling.note if scaling else NO_SCALING,
                    "scaled": scaled, "interval_method": CALIBRATION_INTERVALS}
     out: dict[str, Any] = {}
@@ -387,8 +394,17 @@ def _set_metrics(s: ScoredSet, *, labels: list[str], wanted: str,
                          "method": issues.method, "file": issues_file},
         "intervals": METHOD,
     })
-    out["warnings"] = run_warnings(out) + _overlap_warnings(s)
+    out["warnings"] = run_warnings(out) + _overlap_warnings(s) + (
+        [] if len(y) > 1 else [ONE_ROW.format(name=s.name)])
     return out, issues
+
+
+def _calibration(y: np.ndarray, probs: np.ndarray) -> dict[str, Any]:
+    """:func:`lorasent.calibration.calibration_metrics`, its bounds None on one row: a
+    bootstrap over one row draws that row every time, a spread of 0 that is no interval."""
+    found = calibration_metrics(y, probs)
+    return found if len(y) > 1 else {
+        key: None if "_ci95_" in key else value for key, value in found.items()}
 
 
 def _overlap_warnings(s: ScoredSet) -> list[str]:
