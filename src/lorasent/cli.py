@@ -188,6 +188,7 @@ def baseline(params: Params) -> str:
     from lorasent.modes import no_zero_shot_cell
     from lorasent.stages.baseline import run_baseline
 
+    _check_inputs(params)  # baseline runs before train: a bad test set stops dvc repro here
     result = run_baseline(base=params.base, prompt=params.prompt, mode=params.train.mode,
                           batch_size=params.evaluate.batch_size, params_record=_record(params))
     zero_shot = (no_zero_shot_cell(params.train.mode)
@@ -224,8 +225,7 @@ def evaluate(params: Params) -> str:
     """Base model + adapter on the test split; writes metrics/eval.json."""
     from lorasent.stages.evaluate import run_evaluate
 
-    require_deps("evaluate", {f"evaluate.test_sets.{name}.source": test_set.source
-                              for name, test_set in params.evaluate.test_sets.items()})
+    _check_inputs(params)
     result = run_evaluate(base=params.base, prompt=params.prompt, evaluate=params.evaluate,
                           mode=params.train.mode, params_record=_record(params))
     return result.summary()
@@ -716,25 +716,48 @@ def compare(rev_a: str, rev_b: str, out_dir: Path | None, force: bool) -> None:
 
 
 def _test_set_findings(params: Params, folder: Path) -> list[Finding]:
-    """``doctor``'s check of ``evaluate.test_sets`` (sources read from ``folder``, the
-    params file's): each bad set a ``fail`` (:func:`lorasent.stages.test_sets.
-    check_test_sets`), so that it is found before a training, not after; and of each local
-    file a param names that is not among its stage's deps
-    (:func:`lorasent.artifacts.require_deps`)."""
+    """``doctor``'s check of the inputs the params name (:func:`_input_problems`, sources
+    read from ``folder``, the params file's): each problem a ``fail``."""
     from lorasent.environment import Finding  # noqa: F811 - at run time, not only for mypy
-    from lorasent.stages.test_sets import check_test_sets
 
     with contextlib.chdir(folder):
-        problems = check_test_sets(params.evaluate.test_sets, labels=params.base.labels,
-                                   aliases=params.base.label_aliases, seed=params.base.seed)
-        for stage, files in (("fetch", {"data.source": params.data.source}),
-                             ("evaluate", {f"evaluate.test_sets.{name}.source": spec.source
-                                           for name, spec in params.evaluate.test_sets.items()})):
-            try:
-                require_deps(stage, files)
-            except LorasentError as err:
-                problems.append(str(err))
-    return [Finding("fail", problem) for problem in problems]
+        return [Finding("fail", problem) for problem in _input_problems(params)]
+
+
+def _input_problems(params: Params) -> list[str]:
+    """What is wrong with the files the params name, one line each: each bad set of
+    ``evaluate.test_sets`` (:func:`lorasent.stages.test_sets.check_test_sets`), and each
+    local file a param names that is not among its stage's deps
+    (:func:`lorasent.artifacts.require_deps`). The one check of ``doctor``, of the
+    baseline stage (the first stage that reads ``evaluate``, run before train, so that a
+    bad set is found before a training, not after) and of evaluate (before it loads the
+    model)."""
+    from lorasent.stages.test_sets import check_test_sets
+
+    problems = check_test_sets(params.evaluate.test_sets, labels=params.base.labels,
+                               aliases=params.base.label_aliases, seed=params.base.seed)
+    for stage, files in (("fetch", {"data.source": params.data.source}),
+                         ("evaluate", {f"evaluate.test_sets.{name}.source": spec.source
+                                       for name, spec in params.evaluate.test_sets.items()})):
+        try:
+            require_deps(stage, files)
+        except LorasentError as err:
+            problems.append(str(err))
+    return problems
+
+
+def _check_inputs(params: Params) -> None:
+    """Raise the first of :func:`_input_problems`, before a stage's work.
+
+    Raises:
+        LorasentError: that problem, in one line (the CLI prints it).
+    """
+    problems = _input_problems(params)
+    if problems:
+        raise LorasentError(problems[0] + (f" (and {len(problems) - 1} more problem"
+                                           f"{'s' if len(problems) > 2 else ''}: "
+                                           "lorasent doctor lists them)"
+                                           if len(problems) > 1 else ""))
 
 
 @click.command("pr-comment")
