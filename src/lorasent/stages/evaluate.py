@@ -141,7 +141,8 @@ class EvaluateResult:
         lines += [f"{name}: {_headline(s)}" for name, s in m.test_sets.items()]
         lines.append(f"Details: {metrics_path} (make metrics)")
         lines += [f"WARNING: {w}" for w in m.warnings]
-        lines += [f"WARNING ({name}): {w}" for name, s in m.test_sets.items() for w in s.warnings]
+        lines += [f"WARNING ({name}): {w}" for name, s in m.test_sets.items() for w in s.warnings
+                  if w not in m.warnings]  # the adapter's own (no temperature): said once
         return "\n".join(lines)
 
 
