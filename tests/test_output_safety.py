@@ -542,3 +542,30 @@ def test_predict_csv_of_texts_with_carriage_returns_reads_back(trained, tmp_path
     with open("out.csv", encoding="utf-8", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert [row["text"] for row in rows] == [row["text"] for row in inputs]
+
+
+def test_a_failed_write_half_way_says_exactly_which_outputs_it_replaced(tmp_path):
+    """Issue 41: a stage that fails after replacing some of its tracked outputs (evaluate
+    writes seven in turn, lorasent.artifacts.write_in_turn) says which, in one line."""
+    from lorasent.artifacts import atomic_write_text, write_in_turn
+    from lorasent.errors import LorasentError
+
+    paths = [tmp_path / name for name in ("a.csv", "b.json", "c.json")]
+    for path in paths:
+        path.write_text("old\n", encoding="utf-8")
+
+    def broken() -> None:
+        raise OSError("the disk went away")
+
+    with pytest.raises(OSError, match="the disk went away"):  # nothing replaced yet
+        write_in_turn([(paths[0], broken)], command="evaluate")
+    assert [p.read_text() for p in paths] == ["old\n"] * 3
+    with pytest.raises(LorasentError) as err:
+        write_in_turn([(paths[0], lambda: atomic_write_text(paths[0], "new\n")),
+                       (paths[1], lambda: atomic_write_text(paths[1], "new\n")),
+                       (paths[2], broken)], command="evaluate")
+    assert str(err.value) == (
+        f"OSError: the disk went away; evaluate had already replaced {paths[0]}, {paths[1]} "
+        f"(the rest, from {paths[2]} on, are as they were): `git checkout -- {paths[0]} "
+        f"{paths[1]}` restores them, or rerun evaluate")
+    assert [p.read_text() for p in paths] == ["new\n", "new\n", "old\n"]

@@ -17,7 +17,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -180,6 +180,34 @@ def usual_modes(folder: str | Path) -> None:
             if not os.path.islink(p):
                 executable = os.stat(p).st_mode & 0o100
                 os.chmod(p, (0o777 if executable else 0o666) & ~mask)
+
+
+def write_in_turn(writes: Sequence[tuple[str | Path, Callable[[], object]]], *,
+                  command: str) -> None:
+    """Run ``writes`` (``(path, write)``, each write atomic: its file or folder is whole,
+    the old or the new) in their order; a stage's outputs, replaced one after another.
+
+    Raises:
+        LorasentError: a write failed after earlier ones had replaced their paths: one
+            line with the error and exactly which paths were replaced (the others are as
+            they were), and how to restore them. A failure of the first write is raised
+            as it is: nothing was replaced.
+    """
+    done: list[str] = []
+    for path, write in writes:
+        try:
+            write()
+        except Exception as err:
+            if not done:
+                raise
+            from lorasent.environment import out_of_space_message
+
+            said = out_of_space_message(err) or f"{type(err).__name__}: {err}"
+            raise LorasentError(
+                f"{said}; {command} had already replaced {', '.join(done)} (the rest, from "
+                f"{path} on, are as they were): `git checkout -- {' '.join(done)}` restores "
+                f"them, or rerun {command}") from err
+        done.append(str(path))
 
 
 def jsonl_text(rows: Iterable[dict[str, Any]]) -> str:

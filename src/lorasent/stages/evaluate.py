@@ -42,6 +42,7 @@ set's predictions, confusion records and label issues) and provenance.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import time
 from collections.abc import Mapping, Sequence
@@ -59,7 +60,7 @@ from lorasent.artifacts import (
     read_json,
     read_jsonl,
     sha256_file,
-    write_json,
+    write_in_turn,
     write_provenance,
 )
 from lorasent.calibration import (
@@ -241,21 +242,16 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
     result = EvalMetrics(**main, mode=record.mode, test_sets=test_sets)
     if is_main():  # the other processes of a launched run only scored
         files = _set_files(sets[0], main_issues, result, labels, str(metrics_path))
-        with atomic_dir(test_sets_dir) as tmp:
-            (tmp / "sets.json").write_text(
-                json_text({"sets": list(test_sets)}), encoding="utf-8")
-            for s, (_, issues) in zip(sets[1:], others, strict=True):
-                folder = tmp / s.name
-                folder.mkdir()
-                for name, text in _set_files(s, issues, test_sets[s.name], labels,
-                                             f"{metrics_path}:test_sets.{s.name}").items():
-                    (folder / name).write_text(text, encoding="utf-8")
-        atomic_write_text(predictions_path, files["predictions.csv"])
-        atomic_write_text(confusion_path, files["confusion.json"])
-        atomic_write_text(label_issues_path, files["label_issues.csv"])
-        write_json(reliability_path, _reliability_records(sets[0], scaling))
-        write_json(metrics_path, dump(result))
-        write_provenance(provenance_dir / "evaluate.json", provenance(
+        set_files = {s.name: _set_files(s, issues, test_sets[s.name], labels,
+                                        f"{metrics_path}:test_sets.{s.name}")
+                     for s, (_, issues) in zip(sets[1:], others, strict=True)}
+        texts = {predictions_path: files["predictions.csv"],
+                 confusion_path: files["confusion.json"],
+                 label_issues_path: files["label_issues.csv"],
+                 reliability_path: json_text(_reliability_records(sets[0], scaling)),
+                 metrics_path: json_text(dump(result))}
+        record_path = provenance_dir / "evaluate.json"
+        stage_record = provenance(
             stage="evaluate", params=params_record, device=device,
             wall_time_s=time.perf_counter() - started,
             inputs={"model": record.base_model.sha256,
@@ -263,8 +259,26 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
                     "test.jsonl": sha256_file(test_path),
                     **{f"test_sets.{s.name}": s.report["origin"] for s in extra}},
             extra={"test_rows": len(test),
-                   **{f"test_sets.{s.name}.rows": len(s.rows) for s in extra}}))
+                   **{f"test_sets.{s.name}.rows": len(s.rows) for s in extra}})
+        # every text made before the first write; each write atomic, and a failure
+        # half-way says which outputs were replaced
+        write_in_turn([(test_sets_dir, lambda: _write_sets(test_sets_dir, set_files)),
+                       *((path, functools.partial(atomic_write_text, path, text))
+                         for path, text in texts.items()),
+                       (record_path, lambda: write_provenance(record_path, stage_record))],
+                      command="evaluate")
     return EvaluateResult(result)
+
+
+def _write_sets(folder: Path, set_files: Mapping[str, Mapping[str, str]]) -> None:
+    """``metrics/test_sets/``, replaced as a whole: ``sets.json`` and one folder of files
+    per set (:func:`_set_files`)."""
+    with atomic_dir(folder) as tmp:
+        (tmp / "sets.json").write_text(json_text({"sets": list(set_files)}), encoding="utf-8")
+        for name, texts in set_files.items():
+            (tmp / name).mkdir()
+            for file, text in texts.items():
+                (tmp / name / file).write_text(text, encoding="utf-8")
 
 
 def _score_extra(test_set: TestSet, model: Any, encoder: Encoder, baseline: Mapping[str, Any],
