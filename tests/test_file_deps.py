@@ -25,7 +25,7 @@ NOT_FILES = {"data.text_column", "data.label_column", "data.separator", "data.en
              *(f"evaluate.test_sets.<name>.{key}" for key in (
                  "text_column", "label_column", "separator", "encoding", "hf_split"))}
 # Names a file or folder, but not checked (lorasent.artifacts.FILE_PARAMS says why).
-UNCHECKED = {"base.model", "train.accelerate_config"}
+UNCHECKED = {"base.model"}
 
 
 def string_params(model: type[BaseModel], prefix: str = "") -> set[str]:
@@ -52,11 +52,38 @@ def test_every_string_param_is_a_checked_file_or_named_as_no_file():
         "(and its file to the stage's deps) or to NOT_FILES here")
 
 
-def test_the_folder_of_local_sources_is_a_dep_of_each_stage_that_reads_one():
-    for key, stage in FILE_PARAMS.items():
+def test_the_folder_of_local_files_is_a_dep_of_each_stage_that_reads_one():
+    for key, (stage, folder) in FILE_PARAMS.items():
         deps = stage_deps(REPO, stage)
-        assert deps is not None and (REPO / "data/sources").resolve() in deps, (key, stage)
+        assert deps is not None and (REPO / folder).resolve() in deps, (key, stage)
     assert (REPO / "data/sources/README.md").is_file()
+    assert sorted(p.name for p in (REPO / "configs/accelerate").iterdir()) == [
+        "fsdp.yaml", "multi-gpu.yaml", "two-nodes.yaml"]
+
+
+def test_an_accelerate_config_outside_trains_deps_is_refused_before_any_launch(tmp_path,
+                                                                               monkeypatch):
+    from click.testing import CliRunner
+
+    from lorasent.cli import main
+    from lorasent.params import update_params
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text(
+        (REPO / "params.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / "dvc.yaml").write_text((REPO / "dvc.yaml").read_text(encoding="utf-8"),
+                                       encoding="utf-8")
+    (tmp_path / "fsdp.yaml").write_text("distributed_type: FSDP\n", encoding="utf-8")
+    update_params({"train": {"accelerate_config": "fsdp.yaml"}}, tmp_path / "params.yaml")
+    said = ("train.accelerate_config: fsdp.yaml is not among the deps of the train stage in "
+            "dvc.yaml, so `dvc status` would not see an edit of it and its metrics would go "
+            "stale silently; move it into configs/accelerate/ (a dep of train) and set "
+            "train.accelerate_config: configs/accelerate/fsdp.yaml, or add it to train's deps")
+    result = CliRunner().invoke(main, ["train"])
+    assert (result.exit_code, result.output.splitlines()[-1]) == (
+        1, f"lorasent train: error: {said}")
+    doctor = json.loads(CliRunner().invoke(main, ["doctor", "--json"]).output)
+    assert said in [f["message"] for f in doctor["findings"]]
 
 
 def _project(root: Path, deps: list[str]) -> Path:

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -363,12 +364,17 @@ def dvc_outputs(root: Path) -> dict[Path, str]:
     return found
 
 
-# The params whose value may name a local file or folder a stage reads, and the stage:
-# each such file must be among that stage's deps in dvc.yaml, so that `dvc status` sees
-# an edit (:func:`require_deps`). Not checked: base.model (a model folder of
-# gigabytes, hashed by fetch into models/base/manifest.json) and train.accelerate_config
-# (configs/accelerate/: the launch setting, not the result's).
-FILE_PARAMS = {"data.source": "fetch", "evaluate.test_sets.<name>.source": "evaluate"}
+# The params whose value may name a local file or folder a stage reads: the stage, and the
+# folder of the repo (a dep of that stage in dvc.yaml) where such files go. Each must be
+# among that stage's deps, so that `dvc status` sees an edit (:func:`require_deps`).
+# train.accelerate_config sets how train runs (FSDP, mixed precision, processes), which
+# can change the weights. Not checked: base.model, a local model folder of gigabytes
+# outside the repo as a rule: fetch hashes every file of it into models/base's manifest
+# (sha256), and a `dvc status` that hashed it too would read gigabytes; an edit of it
+# is seen when fetch reruns (the manifest's hash changes, and every stage after it).
+FILE_PARAMS = {"data.source": ("fetch", "data/sources"),
+               "evaluate.test_sets.<name>.source": ("evaluate", "data/sources"),
+               "train.accelerate_config": ("train", "configs/accelerate")}
 NOT_FILES = ("packaged:", "hf:")  # the source kinds of lorasent.stages.fetch that are not files
 
 
@@ -403,11 +409,14 @@ def require_deps(stage: str, files: dict[str, str], root: Path = Path(".")) -> N
         if value.startswith(NOT_FILES) or not path.exists():  # the reading stage says so
             continue
         if not any(_within(path, dep) for dep in deps):
+            param = re.sub(r"^evaluate\.test_sets\.[^.]+\.", "evaluate.test_sets.<name>.", key)
+            folder = FILE_PARAMS.get(param, (stage, "data/sources"))[1]
+            readers = " and ".join(dict.fromkeys(s for s, f in FILE_PARAMS.values() if f == folder))
             raise LorasentError(
                 f"{key}: {value} is not among the deps of the {stage} stage in dvc.yaml, so "
                 f"`dvc status` would not see an edit of it and its metrics would go stale "
-                f"silently; move it into data/sources/ (a dep of fetch and evaluate) and "
-                f"set {key}: data/sources/{Path(value).name}, or add it to {stage}'s deps")
+                f"silently; move it into {folder}/ (a dep of {readers}) and "
+                f"set {key}: {folder}/{Path(value).name}, or add it to {stage}'s deps")
 
 
 def _contents(folder: Path) -> tuple[list[Path], list[Path], list[Path]]:

@@ -129,6 +129,8 @@ def _stage(func: Callable[[Params], str]) -> click.Command:
                        f"{params_path}); its paths are relative to it", err=True)
         with contextlib.chdir(folder):  # back to the caller's folder afterwards
             config = params.train.accelerate_config if func.__name__ == "train" else None
+            if config:  # before a launch: the config decides how train runs
+                require_deps("train", {"train.accelerate_config": config})
             if model_stage and needs_launch(params.base.num_processes, config):
                 sys.exit(launch(func.__name__, folder / params_path.name,
                                 params.base.num_processes, config))
@@ -737,6 +739,8 @@ def _input_problems(params: Params) -> list[str]:
     problems = check_test_sets(params.evaluate.test_sets, labels=params.base.labels,
                                aliases=params.base.label_aliases, seed=params.base.seed)
     for stage, files in (("fetch", {"data.source": params.data.source}),
+                         ("train", {"train.accelerate_config": params.train.accelerate_config}
+                          if params.train.accelerate_config else {}),
                          ("evaluate", {f"evaluate.test_sets.{name}.source": spec.source
                                        for name, spec in params.evaluate.test_sets.items()})):
         try:
