@@ -518,8 +518,8 @@ def metrics() -> None:
     reduction with their 95% intervals, each class's F1, the baselines and the warnings.
 
     The narrow view of `dvc metrics show`, which prints every key of every file. A first
-    WARNING line says when `dvc status` finds the workspace stale (params or code changed
-    since the last `dvc repro`): then the metrics are not of params.yaml.
+    WARNING line says when `dvc status` finds the workspace stale (params, code or data
+    changed since the last `dvc repro`), in one short line: what is out of date and why.
     """
     import json
 
@@ -532,8 +532,7 @@ def metrics() -> None:
     m = read(EvalMetrics, EVAL_METRICS, "rerun evaluate (dvc repro)")
     stale = workspace_staleness()
     if stale:
-        click.echo("WARNING: " + stale.sentence("the workspace", metrics=str(EVAL_METRICS),
-                                                params="params.yaml and the code"))
+        click.echo(f"WARNING: {stale.line(str(EVAL_METRICS))}")
     base = m.baseline
     baselines = (json.loads(BASELINE_METRICS.read_text(encoding="utf-8"))
                  if BASELINE_METRICS.is_file() else {})
