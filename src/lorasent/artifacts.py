@@ -450,9 +450,11 @@ def check_output_folder(path: str | Path, *, command: str, force: bool,
     a folder this process cannot write (or make: its nearest existing parent),
     one of the command's own ``inputs`` (``(option, folder)``), a folder holding one or
     inside one, and a DVC output, a folder holding one or inside one (``dvc.yaml``,
-    ``dvc.lock``, ``.dvc`` files: ``dvc checkout`` and ``dvc repro`` own it).
-    Refused unless ``force``: a folder holding a git-tracked path, and a non-empty folder
-    without the :data:`OUTPUT_MARKER` of ``command``. A folder that does not exist yet,
+    ``dvc.lock``, ``.dvc`` files: ``dvc checkout`` and ``dvc repro`` own it), and a folder
+    holding a git-tracked path without the :data:`OUTPUT_MARKER` of ``command`` (a command
+    never deletes what it did not write). Refused unless ``force``: a folder of its own
+    (with that marker) holding a git-tracked path (a report committed, which git keeps),
+    and a non-empty folder without the marker. A folder that does not exist yet,
     or an empty one, is fine.
 
     Raises:
@@ -516,19 +518,25 @@ def check_output_folder(path: str | Path, *, command: str, force: bool,
     if dvc_files:
         raise OutputPathError(f"{where}: refusing to replace a folder holding the DVC file "
                               f"{dvc_files[0]} (a DVC-tracked path); {never}")
-    if force:
-        return
+    marker = full / OUTPUT_MARKER
+    ours = marker.is_file() and marker.read_text(encoding="utf-8", errors="replace"
+                                                 ).split("\n", 1)[0] == f"lorasent {command}"
     overridable = "choose a new folder, or pass --force to replace it"
     for root in roots:
         tracked = _git(root, "ls-files", "-z", "--full-name", "--", str(full)) \
             if _within(full, root) else []
-        if tracked:
+        if tracked and not ours:  # a command never deletes what it did not write
             raise OutputPathError(
                 f"{where}: refusing to replace a folder holding files tracked by git "
-                f"({_files(len(tracked))}, e.g. {tracked[0]}); {overridable}")
-    marker = full / OUTPUT_MARKER
-    ours = marker.is_file() and marker.read_text(encoding="utf-8", errors="replace"
-                                                 ).split("\n", 1)[0] == f"lorasent {command}"
+                f"({_files(len(tracked))}, e.g. {tracked[0]}) that `lorasent {command}` did "
+                f"not write; {never}")
+        if tracked and not force:  # its own output, committed: git keeps that copy
+            raise OutputPathError(
+                f"{where}: refusing to replace a folder holding files tracked by git "
+                f"({_files(len(tracked))}, e.g. {tracked[0]}); {overridable} (git keeps "
+                "the committed copy)")
+    if force:
+        return
     if files and not ours:
         count = (_files(len(files)) if len(files) < LISTED_FILES
                  else f"{LISTED_FILES} files or more")

@@ -357,8 +357,9 @@ def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_pat
               help="Folder for the merged model: a new folder, or one an earlier export "
               "wrote (replaced as a whole).")
 @click.option("--force", is_flag=True,
-              help="Replace an --out folder that export did not write, or that holds "
-              "git- or DVC-tracked files (never the current folder or the repository).")
+              help="Replace an --out folder that export did not write, or one of its own "
+              "that holds git-tracked files (never git-tracked files it did not write, a DVC "
+              "output, the current folder or the repository).")
 @click.option("--metrics", "metrics_path", default="metrics/eval.json", show_default=True,
               type=click.Path(dir_okay=False, path_type=Path),
               help="The evaluate stage's metrics for the model card; used only when the "
@@ -692,8 +693,9 @@ def sweep(sets: tuple[str, ...], seeds: int, name: str, address: str | None,
               help="Report folder: a new folder, or one an earlier compare wrote (replaced "
               "as a whole)  [default: reports/<A>-vs-<B>]")
 @click.option("--force", is_flag=True,
-              help="Replace an --out folder that compare did not write, or that holds "
-              "git- or DVC-tracked files (never the current folder or the repository).")
+              help="Replace an --out folder that compare did not write, or one of its own "
+              "that holds git-tracked files (never git-tracked files it did not write, a DVC "
+              "output, the current folder or the repository).")
 @_user_errors
 def compare(rev_a: str, rev_b: str, out_dir: Path | None, force: bool) -> None:
     """Report whether revision B is better than A, and how their metrics differ.
