@@ -162,7 +162,7 @@ def test_dvc_status_sees_an_edit_of_a_local_test_set(tiny_copy):
     assert json.loads(run(root, "dvc", "status", "--json")) == {}
     (root / "data/sources/mine.csv").write_text("text,label\nfine,positive\n", encoding="utf-8")
     status = json.loads(run(root, "dvc", "status", "--json"))
-    assert sorted(status) == ["evaluate", "fetch"]
+    assert sorted(status) == ["baseline", "evaluate", "fetch"]  # baseline checks the sets
     assert {"changed deps": {"data/sources": "modified"}} in status["evaluate"]
 
 
