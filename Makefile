@@ -138,11 +138,12 @@ JOBS ?= 1
 # One experiment, the documented way (README): `dvc exp run` with SET's settings. DVC writes
 # them into params.yaml before any stage reads them, and removes the outputs of the stages
 # it reruns; when a stage rejects a value, params.yaml and those outputs are put back as
-# they were, so nothing leaks into the next experiment.
+# they were, so nothing leaks into the next experiment (LORASENT_MAKE_EXP tells the stage's
+# params error so, instead of the way back it gives a bare `dvc exp run -S`).
 exp: $(STAMP)  ## One experiment (SET="train.lora.r=16" NAME=r16); a rejected value changes nothing
 	@test -n "$(SET)" || { echo 'make exp: give SET="key=value ...", e.g. SET="train.lora.r=16"' >&2; exit 2; }
 	@cp params.yaml .params.yaml.before-exp
-	@$(BIN)/dvc exp run $(if $(NAME),-n $(NAME)) $(foreach s,$(SET),-S $(s)) || { \
+	@LORASENT_MAKE_EXP=1 $(BIN)/dvc exp run $(if $(NAME),-n $(NAME)) $(foreach s,$(SET),-S $(s)) || { \
 		mv .params.yaml.before-exp params.yaml; $(BIN)/dvc checkout -q; \
 		echo "make exp: the experiment failed (above); params.yaml and the outputs are back as they were before it" >&2; \
 		exit 1; }

@@ -235,9 +235,8 @@ def test_metrics_warns_first_when_the_workspace_is_stale(changed_params, monkeyp
     result = CliRunner().invoke(metrics, [])
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[0] == (
-        "WARNING: the workspace is stale: `dvc status` says evaluate is out of date (changed: "
-        "params.yaml wrong), so metrics/eval.json is not of params.yaml and the code; run "
-        "dvc repro")
+        "WARNING: metrics/eval.json is stale (evaluate out of date): params changed: wrong; "
+        "run dvc repro")
 
 
 @pytest.mark.slow
@@ -264,6 +263,23 @@ def test_a_commit_whose_lock_does_not_match_its_params_is_stale(metrics_repo, tm
     assert "| `wrong` | 0 | 4 | B: 0 |" in (out / "report.md").read_text(encoding="utf-8")
     out = compare("unreproduced", "v1", tmp_path / "r2", repo=metrics_repo)
     assert _verdict(out).startswith("**A (unreproduced) is stale: its dvc.lock says evaluate")
+
+
+def test_the_stale_line_is_short_and_says_what_changed():
+    from lorasent.review.verdict import Stale
+
+    code = Stale(["baseline", "train", "evaluate"],
+                 [f"src/lorasent/{name}.py" for name in ("cli", "artifacts", "metrics",
+                                                           "params", "scoring")], "`dvc status`")
+    assert code.line("metrics/eval.json") == (
+        "metrics/eval.json is stale (baseline, train, evaluate out of date): code or data "
+        "changed: src/lorasent/cli.py, src/lorasent/artifacts.py, src/lorasent/metrics.py "
+        "and 2 more; run dvc repro")
+    both = Stale(["fetch", "split", "baseline", "train", "evaluate"],
+                 ["params.yaml train.lora.r", "data/sources"], "`dvc status`")
+    assert both.line("metrics/eval.json") == (
+        "metrics/eval.json is stale (fetch, split, baseline and 2 more out of date): params "
+        "changed: train.lora.r; code or data changed: data/sources; run dvc repro")
 
 
 def test_a_commit_whose_code_changed_without_repro_is_stale(metrics_repo):

@@ -317,6 +317,11 @@ def test_make_exp_with_a_rejected_value_leaves_params_and_outputs_as_they_were(t
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "train.lora.r: input should be greater than 0 (got -3)" in done.stderr
+    # the stage's advice agrees with make exp's: no `git checkout` to run, nothing leaks
+    assert "params.yaml differs from HEAD in train.lora.r: 8 -> -3): make exp puts " \
+        "params.yaml and the outputs back as they were before it; run it again with a " \
+        "valid value" in done.stderr
+    assert "next run would use them" not in done.stderr
     assert done.stderr.rstrip().splitlines()[-2] == (
         "make exp: the experiment failed (above); params.yaml and the outputs are back as "
         "they were before it")

@@ -109,6 +109,40 @@ def test_an_extra_set_validates_and_warns_about_overlap():
         "text): its accuracy is partly measured on rows the adapter trained on")
 
 
+def test_a_one_row_set_gets_its_metrics_and_no_interval():
+    # one row of class positive, predicted positive (probability 0.8); the majority class
+    # (negative) is wrong on it, the zero-shot right, the calibrated zero-shot wrong
+    scores = np.log(np.array([[0.1, 0.1, 0.8]])).astype(np.float32)
+    s = ScoredSet("one", ["r0"], np.array([2]), scores, {
+        "majority": np.zeros(1, dtype=np.int64), "zero_shot": np.array([2]),
+        "zero_shot_calibrated": np.array([1])}, None, {})
+    metrics, issues = _set_metrics(s, labels=LABELS, wanted="majority",
+                                   scaling=TemperatureScaling.model_validate(TEMPERATURE),
+                                   majority_class="negative", issues_file="f.csv")
+    parsed = contracts.TestSetMetrics(**metrics, source="one.csv", data={})
+    assert (parsed.accuracy, parsed.macro_f1, parsed.test_rows) == (1.0, 1 / 3, 1)
+    assert (parsed.reference, parsed.reference_accuracy, parsed.relative_error_reduction) == (
+        "majority", 0.0, 1.0)
+    assert parsed.interval("accuracy") == (1.0, None, None)
+    assert parsed.interval("macro_f1") == (1 / 3, None, None)
+    assert parsed.interval("relative_error_reduction") == (1.0, None, None)
+    assert parsed.references is not None
+    zero_shot = parsed.references["zero_shot"]
+    assert zero_shot is not None and zero_shot.relative_error_reduction is None
+    assert (zero_shot.relative_error_reduction_ci95_low,
+            zero_shot.relative_error_reduction_ci95_high) == (None, None)
+    cal = parsed.calibration
+    assert cal is not None and cal.nll == pytest.approx(-np.log(0.8))
+    assert (cal.nll_ci95_low, cal.nll_ci95_high, cal.ece_ci95_low, cal.brier_ci95_high) == (
+        None, None, None, None)
+    assert cal.scaled is not None and (cal.scaled.nll_ci95_low, cal.scaled.ece_ci95_high) == (
+        None, None)
+    assert len(issues.indices) == 0
+    assert parsed.warnings == [
+        "no interval: 1 row in test set one, and a bootstrap over one row has no spread; "
+        "add rows to it for 95% intervals"]
+
+
 def test_label_issues_file_ranks_the_flagged_rows():
     s = scored()
     issues = label_issues(s.y, probabilities(s.scores))
@@ -129,6 +163,29 @@ TEMPERATURE: dict[str, Any] = {"method": "m", "fitted_on": "validation", "valida
                "temperature": 2.0, "note": None, "ece_bins": 15, "nll_before": 1.0,
                "nll_after": 0.9, "ece_before": 0.2, "ece_after": 0.1, "brier_before": 0.5,
                "brier_after": 0.4, "risk_coverage": []}
+
+
+def test_no_temperature_is_said_in_one_line_in_eval_json_and_in_the_summary():
+    from lorasent.stages.evaluate import EvaluateResult
+    from lorasent.stages.train import NO_VALIDATION_NOTE
+
+    unfitted = TemperatureScaling.model_validate({
+        **TEMPERATURE, "validation_rows": 0, "temperature": None, "note": NO_VALIDATION_NOTE})
+    said = ("no temperature: no validation split (split.validation_size: 0): temperature "
+            "scaling not fitted; predict uses the raw probabilities")
+    main, _ = _set_metrics(scored(), labels=LABELS, wanted="auto", scaling=unfitted,
+                           majority_class="negative", issues_file="f.csv")
+    extra, _ = _set_metrics(scored(), labels=LABELS, wanted="auto", scaling=unfitted,
+                            majority_class="negative", issues_file="g.csv")
+    assert main["calibration"]["scaled"] is None and main["warnings"][-1] == said
+    metrics = contracts.EvalMetrics(**main, mode="generative", test_sets={
+        "set": contracts.TestSetMetrics(**extra, source="x.csv", data={})})
+    summary = EvaluateResult(metrics).summary().splitlines()
+    assert [line for line in summary if "temperature:" in line] == [f"WARNING: {said}"]
+    fitted, _ = _set_metrics(scored(), labels=LABELS, wanted="auto",
+                             scaling=TemperatureScaling.model_validate(TEMPERATURE),
+                             majority_class="negative", issues_file="f.csv")
+    assert not [w for w in fitted["warnings"] if "temperature" in w]
 
 
 # ------------------------------------------------- the stage in-process, on the tiny Gemma

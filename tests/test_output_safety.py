@@ -137,11 +137,19 @@ def test_nothing_goes_into_git_or_dvc_data_even_new_and_forced(repo, monkeypatch
     assert not (repo / ".git" / "reports").exists() and not (repo / ".dvc" / "tmp").exists()
 
 
-def test_tracked_folders_are_refused_unless_forced_and_dvc_folders_always(repo):
-    assert _refused("docs") == (
-        f"--out docs: refusing to replace a folder holding files tracked by git (1 file, "
-        f"e.g. docs/params.md); {FORCE}")
-    check_output_folder("docs", command="export", force=True)
+def test_tracked_folders_are_refused_unless_its_own_and_forced_and_dvc_folders_always(repo):
+    for force in (False, True):  # a command never deletes what it did not write (issue 41)
+        assert _refused("docs", force=force) == (
+            "--out docs: refusing to replace a folder holding files tracked by git (1 file, "
+            f"e.g. docs/params.md) that `lorasent export` did not write; {NEVER}")
+    (repo / "report").mkdir()  # its own output, committed: replaced with --force
+    (repo / "report" / OUTPUT_MARKER).write_text(marker_text("export"), encoding="utf-8")
+    (repo / "report" / "model.safetensors").write_text("weights\n", encoding="utf-8")
+    _git(repo, "add", "report")
+    assert _refused("report") == (
+        "--out report: refusing to replace a folder holding files tracked by git (2 files, "
+        f"e.g. report/{OUTPUT_MARKER}); {FORCE} (git keeps the committed copy)")
+    check_output_folder("report", command="export", force=True)
     (repo / "data" / "split").mkdir(parents=True)
     for force in (False, True):  # dvc checkout and dvc repro own them (issue 41)
         assert _refused("data", force=force) == (
@@ -456,21 +464,25 @@ def test_a_device_error_names_the_option_that_set_it(trained, repo, monkeypatch)
 @pytest.mark.integration
 def test_export_into_a_foreign_folder_needs_force_and_reruns_replace_its_own(trained, repo):
     before = _snapshot(repo)
-    result = _export(trained, "docs")
-    assert result.exit_code == 1
-    assert result.stderr == (
-        "lorasent export: error: --out docs: refusing to replace a folder holding files "
-        f"tracked by git (1 file, e.g. docs/params.md); {FORCE}\n")
-    assert _snapshot(repo) == before
-    result = _export(trained, "docs", "--force")
+    for force in ((), ("--force",)):  # tracked files it did not write: never replaced
+        result = _export(trained, "docs", *force)
+        assert result.exit_code == 1
+        assert result.stderr == (
+            "lorasent export: error: --out docs: refusing to replace a folder holding files "
+            "tracked by git (1 file, e.g. docs/params.md) that `lorasent export` did not "
+            f"write; {NEVER}\n")
+        assert _snapshot(repo) == before
+    (repo / "notes").mkdir()  # a foreign folder, untracked: replaced with --force
+    (repo / "notes" / "todo.txt").write_text("mine\n", encoding="utf-8")
+    result = _export(trained, "notes", "--force")
     assert result.exit_code == 0, result.output
-    assert (repo / "docs" / OUTPUT_MARKER).read_text(encoding="utf-8") == marker_text("export")
-    assert not (repo / "docs" / "params.md").exists()
+    assert (repo / "notes" / OUTPUT_MARKER).read_text(encoding="utf-8") == marker_text("export")
+    assert not (repo / "notes" / "todo.txt").exists()
     for _ in range(2):  # its own output: replaced without --force
         result = _export(trained, "exported")
         assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (repo / "exported").iterdir()) == sorted(
-        p.name for p in (repo / "docs").iterdir())
+        p.name for p in (repo / "notes").iterdir())
 
 
 @pytest.fixture(scope="module")
@@ -542,3 +554,30 @@ def test_predict_csv_of_texts_with_carriage_returns_reads_back(trained, tmp_path
     with open("out.csv", encoding="utf-8", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert [row["text"] for row in rows] == [row["text"] for row in inputs]
+
+
+def test_a_failed_write_half_way_says_exactly_which_outputs_it_replaced(tmp_path):
+    """Issue 41: a stage that fails after replacing some of its tracked outputs (evaluate
+    writes seven in turn, lorasent.artifacts.write_in_turn) says which, in one line."""
+    from lorasent.artifacts import atomic_write_text, write_in_turn
+    from lorasent.errors import LorasentError
+
+    paths = [tmp_path / name for name in ("a.csv", "b.json", "c.json")]
+    for path in paths:
+        path.write_text("old\n", encoding="utf-8")
+
+    def broken() -> None:
+        raise OSError("the disk went away")
+
+    with pytest.raises(OSError, match="the disk went away"):  # nothing replaced yet
+        write_in_turn([(paths[0], broken)], command="evaluate")
+    assert [p.read_text() for p in paths] == ["old\n"] * 3
+    with pytest.raises(LorasentError) as err:
+        write_in_turn([(paths[0], lambda: atomic_write_text(paths[0], "new\n")),
+                       (paths[1], lambda: atomic_write_text(paths[1], "new\n")),
+                       (paths[2], broken)], command="evaluate")
+    assert str(err.value) == (
+        f"OSError: the disk went away; evaluate had already replaced {paths[0]}, {paths[1]} "
+        f"(the rest, from {paths[2]} on, are as they were): `git checkout -- {paths[0]} "
+        f"{paths[1]}` restores them, or rerun evaluate")
+    assert [p.read_text() for p in paths] == ["new\n", "new\n", "old\n"]

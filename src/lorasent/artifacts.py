@@ -14,10 +14,11 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -182,6 +183,34 @@ def usual_modes(folder: str | Path) -> None:
                 os.chmod(p, (0o777 if executable else 0o666) & ~mask)
 
 
+def write_in_turn(writes: Sequence[tuple[str | Path, Callable[[], object]]], *,
+                  command: str) -> None:
+    """Run ``writes`` (``(path, write)``, each write atomic: its file or folder is whole,
+    the old or the new) in their order; a stage's outputs, replaced one after another.
+
+    Raises:
+        LorasentError: a write failed after earlier ones had replaced their paths: one
+            line with the error and exactly which paths were replaced (the others are as
+            they were), and how to restore them. A failure of the first write is raised
+            as it is: nothing was replaced.
+    """
+    done: list[str] = []
+    for path, write in writes:
+        try:
+            write()
+        except Exception as err:
+            if not done:
+                raise
+            from lorasent.environment import out_of_space_message
+
+            said = out_of_space_message(err) or f"{type(err).__name__}: {err}"
+            raise LorasentError(
+                f"{said}; {command} had already replaced {', '.join(done)} (the rest, from "
+                f"{path} on, are as they were): `git checkout -- {' '.join(done)}` restores "
+                f"them, or rerun {command}") from err
+        done.append(str(path))
+
+
 def jsonl_text(rows: Iterable[dict[str, Any]]) -> str:
     return "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in rows)
 
@@ -335,12 +364,17 @@ def dvc_outputs(root: Path) -> dict[Path, str]:
     return found
 
 
-# The params whose value may name a local file or folder a stage reads, and the stage:
-# each such file must be among that stage's deps in dvc.yaml, so that `dvc status` sees
-# an edit (:func:`require_deps`). Not checked: base.model (a model folder of
-# gigabytes, hashed by fetch into models/base/manifest.json) and train.accelerate_config
-# (configs/accelerate/: the launch setting, not the result's).
-FILE_PARAMS = {"data.source": "fetch", "evaluate.test_sets.<name>.source": "evaluate"}
+# The params whose value may name a local file or folder a stage reads: the stage, and the
+# folder of the repo (a dep of that stage in dvc.yaml) where such files go. Each must be
+# among that stage's deps, so that `dvc status` sees an edit (:func:`require_deps`).
+# train.accelerate_config sets how train runs (FSDP, mixed precision, processes), which
+# can change the weights. Not checked: base.model, a local model folder of gigabytes
+# outside the repo as a rule: fetch hashes every file of it into models/base's manifest
+# (sha256), and a `dvc status` that hashed it too would read gigabytes; an edit of it
+# is seen when fetch reruns (the manifest's hash changes, and every stage after it).
+FILE_PARAMS = {"data.source": ("fetch", "data/sources"),
+               "evaluate.test_sets.<name>.source": ("evaluate", "data/sources"),
+               "train.accelerate_config": ("train", "configs/accelerate")}
 NOT_FILES = ("packaged:", "hf:")  # the source kinds of lorasent.stages.fetch that are not files
 
 
@@ -375,11 +409,14 @@ def require_deps(stage: str, files: dict[str, str], root: Path = Path(".")) -> N
         if value.startswith(NOT_FILES) or not path.exists():  # the reading stage says so
             continue
         if not any(_within(path, dep) for dep in deps):
+            param = re.sub(r"^evaluate\.test_sets\.[^.]+\.", "evaluate.test_sets.<name>.", key)
+            folder = FILE_PARAMS.get(param, (stage, "data/sources"))[1]
+            readers = " and ".join(dict.fromkeys(s for s, f in FILE_PARAMS.values() if f == folder))
             raise LorasentError(
                 f"{key}: {value} is not among the deps of the {stage} stage in dvc.yaml, so "
                 f"`dvc status` would not see an edit of it and its metrics would go stale "
-                f"silently; move it into data/sources/ (a dep of fetch and evaluate) and "
-                f"set {key}: data/sources/{Path(value).name}, or add it to {stage}'s deps")
+                f"silently; move it into {folder}/ (a dep of {readers}) and "
+                f"set {key}: {folder}/{Path(value).name}, or add it to {stage}'s deps")
 
 
 def _contents(folder: Path) -> tuple[list[Path], list[Path], list[Path]]:
@@ -413,9 +450,11 @@ def check_output_folder(path: str | Path, *, command: str, force: bool,
     a folder this process cannot write (or make: its nearest existing parent),
     one of the command's own ``inputs`` (``(option, folder)``), a folder holding one or
     inside one, and a DVC output, a folder holding one or inside one (``dvc.yaml``,
-    ``dvc.lock``, ``.dvc`` files: ``dvc checkout`` and ``dvc repro`` own it).
-    Refused unless ``force``: a folder holding a git-tracked path, and a non-empty folder
-    without the :data:`OUTPUT_MARKER` of ``command``. A folder that does not exist yet,
+    ``dvc.lock``, ``.dvc`` files: ``dvc checkout`` and ``dvc repro`` own it), and a folder
+    holding a git-tracked path without the :data:`OUTPUT_MARKER` of ``command`` (a command
+    never deletes what it did not write). Refused unless ``force``: a folder of its own
+    (with that marker) holding a git-tracked path (a report committed, which git keeps),
+    and a non-empty folder without the marker. A folder that does not exist yet,
     or an empty one, is fine.
 
     Raises:
@@ -479,19 +518,25 @@ def check_output_folder(path: str | Path, *, command: str, force: bool,
     if dvc_files:
         raise OutputPathError(f"{where}: refusing to replace a folder holding the DVC file "
                               f"{dvc_files[0]} (a DVC-tracked path); {never}")
-    if force:
-        return
+    marker = full / OUTPUT_MARKER
+    ours = marker.is_file() and marker.read_text(encoding="utf-8", errors="replace"
+                                                 ).split("\n", 1)[0] == f"lorasent {command}"
     overridable = "choose a new folder, or pass --force to replace it"
     for root in roots:
         tracked = _git(root, "ls-files", "-z", "--full-name", "--", str(full)) \
             if _within(full, root) else []
-        if tracked:
+        if tracked and not ours:  # a command never deletes what it did not write
             raise OutputPathError(
                 f"{where}: refusing to replace a folder holding files tracked by git "
-                f"({_files(len(tracked))}, e.g. {tracked[0]}); {overridable}")
-    marker = full / OUTPUT_MARKER
-    ours = marker.is_file() and marker.read_text(encoding="utf-8", errors="replace"
-                                                 ).split("\n", 1)[0] == f"lorasent {command}"
+                f"({_files(len(tracked))}, e.g. {tracked[0]}) that `lorasent {command}` did "
+                f"not write; {never}")
+        if tracked and not force:  # its own output, committed: git keeps that copy
+            raise OutputPathError(
+                f"{where}: refusing to replace a folder holding files tracked by git "
+                f"({_files(len(tracked))}, e.g. {tracked[0]}); {overridable} (git keeps "
+                "the committed copy)")
+    if force:
+        return
     if files and not ours:
         count = (_files(len(files)) if len(files) < LISTED_FILES
                  else f"{LISTED_FILES} files or more")

@@ -129,6 +129,8 @@ def _stage(func: Callable[[Params], str]) -> click.Command:
                        f"{params_path}); its paths are relative to it", err=True)
         with contextlib.chdir(folder):  # back to the caller's folder afterwards
             config = params.train.accelerate_config if func.__name__ == "train" else None
+            if config:  # before a launch: the config decides how train runs
+                require_deps("train", {"train.accelerate_config": config})
             if model_stage and needs_launch(params.base.num_processes, config):
                 sys.exit(launch(func.__name__, folder / params_path.name,
                                 params.base.num_processes, config))
@@ -188,6 +190,7 @@ def baseline(params: Params) -> str:
     from lorasent.modes import no_zero_shot_cell
     from lorasent.stages.baseline import run_baseline
 
+    _check_inputs(params)  # baseline runs before train: a bad test set stops dvc repro here
     result = run_baseline(base=params.base, prompt=params.prompt, mode=params.train.mode,
                           batch_size=params.evaluate.batch_size, params_record=_record(params))
     zero_shot = (no_zero_shot_cell(params.train.mode)
@@ -224,8 +227,7 @@ def evaluate(params: Params) -> str:
     """Base model + adapter on the test split; writes metrics/eval.json."""
     from lorasent.stages.evaluate import run_evaluate
 
-    require_deps("evaluate", {f"evaluate.test_sets.{name}.source": test_set.source
-                              for name, test_set in params.evaluate.test_sets.items()})
+    _check_inputs(params)
     result = run_evaluate(base=params.base, prompt=params.prompt, evaluate=params.evaluate,
                           mode=params.train.mode, params_record=_record(params))
     return result.summary()
@@ -355,8 +357,9 @@ def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_pat
               help="Folder for the merged model: a new folder, or one an earlier export "
               "wrote (replaced as a whole).")
 @click.option("--force", is_flag=True,
-              help="Replace an --out folder that export did not write, or that holds "
-              "git- or DVC-tracked files (never the current folder or the repository).")
+              help="Replace an --out folder that export did not write, or one of its own "
+              "that holds git-tracked files (never git-tracked files it did not write, a DVC "
+              "output, the current folder or the repository).")
 @click.option("--metrics", "metrics_path", default="metrics/eval.json", show_default=True,
               type=click.Path(dir_okay=False, path_type=Path),
               help="The evaluate stage's metrics for the model card; used only when the "
@@ -516,8 +519,8 @@ def metrics() -> None:
     reduction with their 95% intervals, each class's F1, the baselines and the warnings.
 
     The narrow view of `dvc metrics show`, which prints every key of every file. A first
-    WARNING line says when `dvc status` finds the workspace stale (params or code changed
-    since the last `dvc repro`): then the metrics are not of params.yaml.
+    WARNING line says when `dvc status` finds the workspace stale (params, code or data
+    changed since the last `dvc repro`), in one short line: what is out of date and why.
     """
     import json
 
@@ -530,8 +533,7 @@ def metrics() -> None:
     m = read(EvalMetrics, EVAL_METRICS, "rerun evaluate (dvc repro)")
     stale = workspace_staleness()
     if stale:
-        click.echo("WARNING: " + stale.sentence("the workspace", metrics=str(EVAL_METRICS),
-                                                params="params.yaml and the code"))
+        click.echo(f"WARNING: {stale.line(str(EVAL_METRICS))}")
     base = m.baseline
     baselines = (json.loads(BASELINE_METRICS.read_text(encoding="utf-8"))
                  if BASELINE_METRICS.is_file() else {})
@@ -691,8 +693,9 @@ def sweep(sets: tuple[str, ...], seeds: int, name: str, address: str | None,
               help="Report folder: a new folder, or one an earlier compare wrote (replaced "
               "as a whole)  [default: reports/<A>-vs-<B>]")
 @click.option("--force", is_flag=True,
-              help="Replace an --out folder that compare did not write, or that holds "
-              "git- or DVC-tracked files (never the current folder or the repository).")
+              help="Replace an --out folder that compare did not write, or one of its own "
+              "that holds git-tracked files (never git-tracked files it did not write, a DVC "
+              "output, the current folder or the repository).")
 @_user_errors
 def compare(rev_a: str, rev_b: str, out_dir: Path | None, force: bool) -> None:
     """Report whether revision B is better than A, and how their metrics differ.
@@ -716,25 +719,50 @@ def compare(rev_a: str, rev_b: str, out_dir: Path | None, force: bool) -> None:
 
 
 def _test_set_findings(params: Params, folder: Path) -> list[Finding]:
-    """``doctor``'s check of ``evaluate.test_sets`` (sources read from ``folder``, the
-    params file's): each bad set a ``fail`` (:func:`lorasent.stages.test_sets.
-    check_test_sets`), so that it is found before a training, not after; and of each local
-    file a param names that is not among its stage's deps
-    (:func:`lorasent.artifacts.require_deps`)."""
+    """``doctor``'s check of the inputs the params name (:func:`_input_problems`, sources
+    read from ``folder``, the params file's): each problem a ``fail``."""
     from lorasent.environment import Finding  # noqa: F811 - at run time, not only for mypy
-    from lorasent.stages.test_sets import check_test_sets
 
     with contextlib.chdir(folder):
-        problems = check_test_sets(params.evaluate.test_sets, labels=params.base.labels,
-                                   aliases=params.base.label_aliases, seed=params.base.seed)
-        for stage, files in (("fetch", {"data.source": params.data.source}),
-                             ("evaluate", {f"evaluate.test_sets.{name}.source": spec.source
-                                           for name, spec in params.evaluate.test_sets.items()})):
-            try:
-                require_deps(stage, files)
-            except LorasentError as err:
-                problems.append(str(err))
-    return [Finding("fail", problem) for problem in problems]
+        return [Finding("fail", problem) for problem in _input_problems(params)]
+
+
+def _input_problems(params: Params) -> list[str]:
+    """What is wrong with the files the params name, one line each: each bad set of
+    ``evaluate.test_sets`` (:func:`lorasent.stages.test_sets.check_test_sets`), and each
+    local file a param names that is not among its stage's deps
+    (:func:`lorasent.artifacts.require_deps`). The one check of ``doctor``, of the
+    baseline stage (the first stage that reads ``evaluate``, run before train, so that a
+    bad set is found before a training, not after) and of evaluate (before it loads the
+    model)."""
+    from lorasent.stages.test_sets import check_test_sets
+
+    problems = check_test_sets(params.evaluate.test_sets, labels=params.base.labels,
+                               aliases=params.base.label_aliases, seed=params.base.seed)
+    for stage, files in (("fetch", {"data.source": params.data.source}),
+                         ("train", {"train.accelerate_config": params.train.accelerate_config}
+                          if params.train.accelerate_config else {}),
+                         ("evaluate", {f"evaluate.test_sets.{name}.source": spec.source
+                                       for name, spec in params.evaluate.test_sets.items()})):
+        try:
+            require_deps(stage, files)
+        except LorasentError as err:
+            problems.append(str(err))
+    return problems
+
+
+def _check_inputs(params: Params) -> None:
+    """Raise the first of :func:`_input_problems`, before a stage's work.
+
+    Raises:
+        LorasentError: that problem, in one line (the CLI prints it).
+    """
+    problems = _input_problems(params)
+    if problems:
+        raise LorasentError(problems[0] + (f" (and {len(problems) - 1} more problem"
+                                           f"{'s' if len(problems) > 2 else ''}: "
+                                           "lorasent doctor lists them)"
+                                           if len(problems) > 1 else ""))
 
 
 @click.command("pr-comment")

@@ -342,7 +342,10 @@ def warnings_by_kind(metrics: Mapping[str, Any]) -> dict[str, str]:
       them, and 10 points more than its share of the actual rows);
     - ``weak_reference:<reference>:<its accuracy>``: a relative error reduction against
       a reference that is itself below the majority-class baseline (it flatters the
-      adapter).
+      adapter);
+    - ``no_temperature``: no temperature fitted (``calibration.temperature`` null, e.g.
+      ``split.validation_size: 0``): the probabilities are the raw softmax, and the
+      scores after temperature scaling are missing.
 
     Two runs with the same kind share the same fact (the same classes, the same
     reference), so that ``lorasent compare`` says it once, as true of both.
@@ -381,4 +384,7 @@ def warnings_by_kind(metrics: Mapping[str, Any]) -> dict[str, str]:
             f"({ref_acc:.3f}), which is itself below the majority-class baseline "
             f"({majority:.3f})" + (f"; against the majority class it is {against:.3f}"
                                    if against is not None else ""))
+    calibration = metrics.get("calibration")
+    if isinstance(calibration, Mapping) and calibration.get("temperature") is None:
+        found["no_temperature"] = f"no temperature: {calibration.get('temperature_note')}"
     return found

@@ -596,6 +596,11 @@ def experiment_params_report(path: str | Path) -> str | None:
                       *(f"  {change}" for change in changes)])
 
 
+# Set by `make exp` around `dvc exp run`: on a failure it restores params.yaml and the
+# outputs itself, so a params error must not send the user to `git checkout`.
+MAKE_EXP = "LORASENT_MAKE_EXP"
+
+
 def experiment_params_advice(path: str | Path) -> str:
     """What a params error adds inside a DVC experiment ("" outside one): ``dvc exp run -S``
     wrote its values into ``path`` before the stage read it, so a workspace run leaves the
@@ -603,7 +608,8 @@ def experiment_params_advice(path: str | Path) -> str:
     (:func:`params_changes`) and the way back (fix the value, or ``git checkout`` and
     ``dvc checkout``: DVC removes a stage's outputs before it runs the stage). A
     queued or ``--temp`` experiment runs in a copy under ``.dvc/tmp`` and leaves the
-    workspace's file as it was, and the line says so."""
+    workspace's file as it was, and the line says so; so does ``make exp``
+    (:data:`MAKE_EXP` set), which puts the params and the outputs back itself."""
     experiment = _experiment()
     if experiment is None:
         return ""
@@ -615,6 +621,9 @@ def experiment_params_advice(path: str | Path) -> str:
         changes = []
     differ = (f" ({path} differs from HEAD in {'; '.join(changes)})" if changes else "")
     root = os.environ.get(EXP_ROOT)
+    if os.environ.get(MAKE_EXP):
+        return (f"\n  DVC experiment {name}{differ}: make exp puts {path.name} and the "
+                "outputs back as they were before it; run it again with a valid value")
     if root and path.absolute().resolve().is_relative_to(Path(root).resolve() / ".dvc"):
         return (f"\n  DVC experiment {name} runs in a temporary copy{differ}; the "
                 f"workspace's {path.name} is unchanged: run it again with a valid value")

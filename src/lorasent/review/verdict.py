@@ -103,6 +103,23 @@ class Stale:
                 f"{metrics} "
                 f"{'is' if metrics.endswith('.json') else 'are'} not of {params}; {fix}")
 
+    def line(self, metrics: str, shown: int = 3) -> str:
+        """One short line for a terminal: ``<metrics> is stale (<stages> out of date):
+        <what changed>; run dvc repro``, what changed split into the params (``params
+        changed: train.lr``) and the files, code or data (``code or data changed:
+        src/lorasent/stages/train.py and 12 more``), at most ``shown`` of each named."""
+        def some(items: list[str]) -> str:
+            more = len(items) - shown
+            return ", ".join(items[:shown]) + (f" and {more} more" if more > 0 else "")
+
+        params = [c.split(" ", 1)[1] for c in self.changed
+                  if c.startswith("params.yaml ") and " " in c]
+        files = [c for c in self.changed if not (c.startswith("params.yaml ") and " " in c)]
+        what = [f"{kind} changed: {some(items)}" for kind, items in (
+            ("params", params), ("code or data", files)) if items]
+        return (f"{metrics} is stale ({some(self.stages)} out of date): {'; '.join(what)}; "
+                "run dvc repro")
+
 
 @dataclass(frozen=True)
 class Review:

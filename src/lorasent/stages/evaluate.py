@@ -42,6 +42,7 @@ set's predictions, confusion records and label issues) and provenance.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import time
 from collections.abc import Mapping, Sequence
@@ -59,7 +60,7 @@ from lorasent.artifacts import (
     read_json,
     read_jsonl,
     sha256_file,
-    write_json,
+    write_in_turn,
     write_provenance,
 )
 from lorasent.calibration import (
@@ -115,6 +116,12 @@ from lorasent.stages.test_sets import TestSet, load_test_sets
 from lorasent.statistics import METHOD, intervals, with_interval
 
 REFERENCES = ("majority", "zero_shot", "zero_shot_calibrated")
+_INTERVAL_KEYS = [f"{name}_ci95_{end}" for name in
+                  ("accuracy", "macro_f1", "relative_error_reduction") for end in ("low", "high")]
+# A set of one row: its metrics, and this warning in place of the intervals (a bootstrap
+# over one row draws it every time: a spread of 0, which is no interval).
+ONE_ROW = ("no interval: 1 row in test set {name}, and a bootstrap over one row has no "
+           "spread; add rows to it for 95% intervals")
 NO_SCALING = ("the adapter has no calibration.json (trained before temperature scaling "
               "existed): retrain it to fit a temperature")
 
@@ -135,7 +142,8 @@ class EvaluateResult:
         lines += [f"{name}: {_headline(s)}" for name, s in m.test_sets.items()]
         lines.append(f"Details: {metrics_path} (make metrics)")
         lines += [f"WARNING: {w}" for w in m.warnings]
-        lines += [f"WARNING ({name}): {w}" for name, s in m.test_sets.items() for w in s.warnings]
+        lines += [f"WARNING ({name}): {w}" for name, s in m.test_sets.items() for w in s.warnings
+                  if w not in m.warnings]  # the adapter's own (no temperature): said once
         return "\n".join(lines)
 
 
@@ -234,21 +242,16 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
     result = EvalMetrics(**main, mode=record.mode, test_sets=test_sets)
     if is_main():  # the other processes of a launched run only scored
         files = _set_files(sets[0], main_issues, result, labels, str(metrics_path))
-        with atomic_dir(test_sets_dir) as tmp:
-            (tmp / "sets.json").write_text(
-                json_text({"sets": list(test_sets)}), encoding="utf-8")
-            for s, (_, issues) in zip(sets[1:], others, strict=True):
-                folder = tmp / s.name
-                folder.mkdir()
-                for name, text in _set_files(s, issues, test_sets[s.name], labels,
-                                             f"{metrics_path}:test_sets.{s.name}").items():
-                    (folder / name).write_text(text, encoding="utf-8")
-        atomic_write_text(predictions_path, files["predictions.csv"])
-        atomic_write_text(confusion_path, files["confusion.json"])
-        atomic_write_text(label_issues_path, files["label_issues.csv"])
-        write_json(reliability_path, _reliability_records(sets[0], scaling))
-        write_json(metrics_path, dump(result))
-        write_provenance(provenance_dir / "evaluate.json", provenance(
+        set_files = {s.name: _set_files(s, issues, test_sets[s.name], labels,
+                                        f"{metrics_path}:test_sets.{s.name}")
+                     for s, (_, issues) in zip(sets[1:], others, strict=True)}
+        texts = {predictions_path: files["predictions.csv"],
+                 confusion_path: files["confusion.json"],
+                 label_issues_path: files["label_issues.csv"],
+                 reliability_path: json_text(_reliability_records(sets[0], scaling)),
+                 metrics_path: json_text(dump(result))}
+        record_path = provenance_dir / "evaluate.json"
+        stage_record = provenance(
             stage="evaluate", params=params_record, device=device,
             wall_time_s=time.perf_counter() - started,
             inputs={"model": record.base_model.sha256,
@@ -256,8 +259,26 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
                     "test.jsonl": sha256_file(test_path),
                     **{f"test_sets.{s.name}": s.report["origin"] for s in extra}},
             extra={"test_rows": len(test),
-                   **{f"test_sets.{s.name}.rows": len(s.rows) for s in extra}}))
+                   **{f"test_sets.{s.name}.rows": len(s.rows) for s in extra}})
+        # every text made before the first write; each write atomic, and a failure
+        # half-way says which outputs were replaced
+        write_in_turn([(test_sets_dir, lambda: _write_sets(test_sets_dir, set_files)),
+                       *((path, functools.partial(atomic_write_text, path, text))
+                         for path, text in texts.items()),
+                       (record_path, lambda: write_provenance(record_path, stage_record))],
+                      command="evaluate")
     return EvaluateResult(result)
+
+
+def _write_sets(folder: Path, set_files: Mapping[str, Mapping[str, str]]) -> None:
+    """``metrics/test_sets/``, replaced as a whole: ``sets.json`` and one folder of files
+    per set (:func:`_set_files`)."""
+    with atomic_dir(folder) as tmp:
+        (tmp / "sets.json").write_text(json_text({"sets": list(set_files)}), encoding="utf-8")
+        for name, texts in set_files.items():
+            (tmp / name).mkdir()
+            for file, text in texts.items():
+                (tmp / name / file).write_text(text, encoding="utf-8")
 
 
 def _score_extra(test_set: TestSet, model: Any, encoder: Encoder, baseline: Mapping[str, Any],
@@ -342,7 +363,8 @@ def _set_metrics(s: ScoredSet, *, labels: list[str], wanted: str,
             references[name] = None
             continue
         rer, note = relative_error_reduction(metrics["accuracy"], accuracies[name] or 0.0)
-        bounds[name] = intervals(y, predicted, k, pred)
+        bounds[name] = (intervals(y, predicted, k, pred) if len(y) > 1 else
+                        dict.fromkeys(_INTERVAL_KEYS))
         references[name] = {"accuracy": accuracies[name], "relative_error_reduction": rer,
                             **{f"relative_error_reduction_ci95_{end}":
                                bounds[name][f"relative_error_reduction_ci95_{end}"]
@@ -353,9 +375,9 @@ def _set_metrics(s: ScoredSet, *, labels: list[str], wanted: str,
     issues = label_issues(y, probs)
     temperature = scaling.temperature if scaling else None
     scaled = None if temperature is None else {
-        key: value for key, value in calibration_metrics(
+        key: value for key, value in _calibration(
             y, apply_temperature(s.scores, temperature)).items() if key != "ece_bins"}
-    calibration = {**calibration_metrics(y, probs), "temperature": temperature,
+    calibration = {**_calibration(y, probs), "temperature": temperature,
                    "temperature_note": scaling.note if scaling else NO_SCALING,
                    "scaled": scaled, "interval_method": CALIBRATION_INTERVALS}
     out: dict[str, Any] = {}
@@ -387,8 +409,17 @@ def _set_metrics(s: ScoredSet, *, labels: list[str], wanted: str,
                          "method": issues.method, "file": issues_file},
         "intervals": METHOD,
     })
-    out["warnings"] = run_warnings(out) + _overlap_warnings(s)
+    out["warnings"] = run_warnings(out) + _overlap_warnings(s) + (
+        [] if len(y) > 1 else [ONE_ROW.format(name=s.name)])
     return out, issues
+
+
+def _calibration(y: np.ndarray, probs: np.ndarray) -> dict[str, Any]:
+    """:func:`lorasent.calibration.calibration_metrics`, its bounds None on one row: a
+    bootstrap over one row draws that row every time, a spread of 0 that is no interval."""
+    found = calibration_metrics(y, probs)
+    return found if len(y) > 1 else {
+        key: None if "_ci95_" in key else value for key, value in found.items()}
 
 
 def _overlap_warnings(s: ScoredSet) -> list[str]:

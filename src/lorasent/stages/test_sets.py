@@ -121,7 +121,8 @@ def load_test_set(name: str, spec: TestSetParams, *, labels: Sequence[str],
         TestSetError: the source is unknown or missing (the message gives its absolute
             path) or breaks the table rules; a label is neither in ``labels`` nor in
             ``aliases`` (naming it and its rows); ``size`` asks for more rows than remain
-            after cleaning (naming how many do); fewer than 2 rows remain.
+            after cleaning (naming how many do); no row remains (one row is scored, its
+            metrics without intervals: ``lorasent.stages.evaluate``).
         FileNotFoundError: ``split_dir`` lacks ``train.jsonl`` or ``test.jsonl``.
     """
     return _load(name, spec, labels=labels, aliases=aliases, seed=seed,
@@ -140,11 +141,11 @@ def _load(name: str, spec: TestSetParams, *, labels: Sequence[str],
     unique, duplicates = deduplicate(cleaned)
     dropped.update(duplicates)
     drawn = _draw(unique, spec.size, seed, key, spec.source)
-    if len(drawn) < 2:  # no interval, no reference comparison can be drawn from 0 or 1 row
+    if not drawn:  # no metric of 0 rows (1 row gets its metrics, without intervals)
         raise TestSetError(
-            f"{key} ({spec.source}): {len(drawn)} row{'' if len(drawn) == 1 else 's'} after "
-            "cleaning; a test set needs at least 2 rows for its metrics' intervals: add rows "
-            f"(or size: 0 for all of them), or remove the set from evaluate.test_sets")
+            f"{key} ({spec.source}): 0 rows after cleaning (empty texts or labels dropped); "
+            "a test set needs at least 1 row: add rows, or remove the set from "
+            "evaluate.test_sets")
     texts = [normalise_text(r["text"]) for r in drawn]
     report = {
         "source": spec.source,
@@ -168,7 +169,7 @@ def check_test_sets(test_sets: Mapping[str, TestSetParams], *, labels: Sequence[
                     aliases: Mapping[str, str], seed: int) -> list[str]:
     """What is wrong with each set of ``evaluate.test_sets`` that can be read here without
     the network (``hf:`` sets are left to evaluate), one line per bad set: a missing or
-    unreadable source, an unknown label, a size larger than the set, fewer than 2 rows
+    unreadable source, an unknown label, a size larger than the set, no row left
     (the checks of :func:`load_test_set`, without the split's overlap counts). Empty when
     all are fine; for ``lorasent doctor``, before any stage runs."""
     problems = []
