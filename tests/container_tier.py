@@ -41,6 +41,11 @@ SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 # The CA certificates this machine trusts beyond Debian's (update-ca-certificates' input).
 LOCAL_CAS = Path("/usr/local/share/ca-certificates")
+STAND_IN_PACKAGES = "python3,python3-venv,ca-certificates"
+# Where the stand-in base's tarball is kept between runs of the tier (383 MB; remove the
+# folder to make it again): a fresh machine (CI's) has none and makes it.
+STAND_IN_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / \
+    "lorasent" / "container-tier"
 
 
 class TierError(Exception):
@@ -226,24 +231,49 @@ def base_image(eng: Engine, work: Path) -> str:
                             text=True, timeout=300)
     if pulled.returncode == 0:
         return f"base: {tag} pulled ({pulled.stdout.strip()})"
-    tarball = stand_in_rootfs(work)
+    tarball = STAND_IN_CACHE / f"stand-in-{stand_in_key()}.tar"
+    made = not tarball.is_file()
+    if made:
+        stand_in_rootfs(work, tarball)
     eng.docker("import", str(tarball), tag, what=f"docker import of the stand-in {tag}")
     eng.made.append(tag)
-    tarball.unlink()
     reason = last_line(pulled.stderr)
     return (f"base: {tag} cannot be pulled ({reason[:120]}); a stand-in made from Debian "
-            f"{SUITE}'s packages under that tag")
+            f"{SUITE}'s packages under that tag ({'made, kept' if made else 'kept'} in "
+            f"{tarball})")
 
 
-def stand_in_rootfs(work: Path) -> Path:
-    """A tarball of Debian ``SUITE`` (minbase, Python 3, venv) laid out as the official
+def stand_in_key() -> str:
+    """What the stand-in base is made from, hashed (16 hex digits): the recipe
+    (:func:`stand_in_rootfs`'s source and the constants it reads), this machine's CA
+    certificates' bytes and pip's ``find-links`` files (names, sizes, times). A change to
+    any of them makes a new stand-in; Debian's packages of the suite may be newer than
+    the kept one's, as a pulled base's may be newer than the engine's copy."""
+    import hashlib
+    import inspect
+
+    digest = hashlib.sha256(inspect.getsource(stand_in_rootfs).encode())
+    digest.update(f"{SUITE} {DEBIAN_MIRROR} {STAND_IN_PACKAGES}".encode())
+    for cert in sorted(LOCAL_CAS.glob("*.crt")) if LOCAL_CAS.is_dir() else ():
+        digest.update(cert.name.encode() + cert.read_bytes())
+    for folder in pip_find_links():
+        for item in sorted(folder.rglob("*")):
+            stat = item.stat()
+            digest.update(f"{item} {stat.st_size} {stat.st_mtime_ns}".encode())
+    return digest.hexdigest()[:16]
+
+
+def stand_in_rootfs(work: Path, tarball: Path) -> None:
+    """``tarball``: Debian ``SUITE`` (minbase, Python 3, venv) laid out as the official
     ``python:*-slim-bookworm``: ``python3`` and ``pip`` in ``/usr/local/bin`` (a venv
     rooted there), with this machine's CA certificates and pip's ``find-links`` folders
-    (so that pip reaches the package index and finds the CPU wheel of torch)."""
+    (so that pip reaches the package index and finds the CPU wheel of torch). Written
+    under a temporary name and renamed (a tier stopped halfway keeps no tarball); the
+    other tarballs of its folder (other keys) are removed then."""
     ensure_packages({"debootstrap": "debootstrap"}, work / "tier.log")
     log = work / "debootstrap.log"
     root = work / "rootfs"
-    sh(["debootstrap", "--variant=minbase", "--include=python3,python3-venv,ca-certificates",
+    sh(["debootstrap", "--variant=minbase", f"--include={STAND_IN_PACKAGES}",
         SUITE, str(root), DEBIAN_MIRROR], log, what="debootstrap of the stand-in base",
        timeout_s=900)
     certs = root / LOCAL_CAS.relative_to("/")
@@ -266,11 +296,14 @@ def stand_in_rootfs(work: Path) -> Path:
     for cache in ("var/cache/apt/archives", "var/lib/apt/lists"):
         for item in (root / cache).glob("*.deb" if "archives" in cache else "*_*"):
             item.unlink()
-    tarball = work / "rootfs.tar"
-    with tarfile.open(tarball, "w") as tar:
+    tarball.parent.mkdir(parents=True, exist_ok=True)
+    partial = tarball.with_name(f".{tarball.name}.{os.getpid()}.tmp")
+    with tarfile.open(partial, "w") as tar:
         tar.add(root, arcname=".")
     shutil.rmtree(root)
-    return tarball
+    for old in tarball.parent.glob("stand-in-*.tar"):
+        old.unlink()
+    partial.rename(tarball)
 
 
 # ------------------------------------------------------------------ builds
