@@ -50,7 +50,7 @@ import numpy as np
 
 from lorasent.artifacts import output_dir, read_provenance, write_json
 from lorasent.errors import LorasentError
-from lorasent.params import ParamsError, merge, parse_params, read_yaml
+from lorasent.params import ParamsError, parse_params, read_yaml
 from lorasent.review.collect import git_lines, read_at
 from lorasent.review.markup import md_text
 from lorasent.review.render import _draw, table
@@ -62,6 +62,7 @@ from lorasent.review.sweep import (
     log_place,
     run_one,
     sweep,
+    with_sets,
 )
 from lorasent.statistics import BOOTSTRAP_SEED, CONFIDENCE, intervals, percentile_interval
 from lorasent.subsets import subset_counts
@@ -471,28 +472,18 @@ def reusable(repo: Path, commit: str, runs: Sequence[RunSpec]) -> list[str]:
         LorasentError: an experiment of that name and commit with other params (one line
             naming it and what to do).
     """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     landed = landed_on(repo, commit)
     head = read_yaml(read_at(repo, commit, "params.yaml") or "", "params.yaml")
-    parser = OverridesParser.create()
     found = []
     for run in runs:
         if run.name not in landed:
             continue
-        changes: dict[str, Any] = {}
-        for o in parser.parse_overrides(list(run.sets)):
-            *path, last = o.key_or_group.split(".")
-            node = changes
-            for part in path:
-                node = node.setdefault(part, {})
-            node[last] = o.value()
         ref = next(iter(git_lines(repo, "for-each-ref", "--format=%(objectname)",
                                   f"refs/exps/*/*/{run.name}") or []), "").strip()
         try:
             same = parse_params(read_yaml(read_at(repo, ref, "params.yaml") or "",
                                           f"{run.name}:params.yaml"), run.name) == \
-                parse_params(merge(head, changes), run.name)
+                parse_params(with_sets(head, run.sets), run.name)
         except ParamsError:
             same = False
         if not same:

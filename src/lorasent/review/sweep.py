@@ -208,6 +208,21 @@ def plan(name: str, sets: Sequence[str], seeds: int, base_seed: int) -> list[Run
     return runs
 
 
+def with_sets(raw: dict[str, Any], sets: Sequence[str]) -> dict[str, Any]:
+    """The params ``raw`` (params.yaml as read) with a run's ``sets`` (``key=value`` each,
+    parsed as ``dvc exp run -S`` parses them) applied."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    changes: dict[str, Any] = {}
+    for o in OverridesParser.create().parse_overrides(list(sets)):
+        *path, last = o.key_or_group.split(".")
+        node = changes
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = o.value()
+    return merge(raw, changes)
+
+
 def check_params(params_text: str, runs: Sequence[RunSpec]) -> None:
     """Validate each run's params (HEAD's params.yaml with its changes) before anything
     starts, and that each runs in one process (``base.num_processes: 1``: a run has one
@@ -216,20 +231,10 @@ def check_params(params_text: str, runs: Sequence[RunSpec]) -> None:
     Raises:
         LorasentError: the first run whose params are invalid, naming it and the key.
     """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     raw = read_yaml(params_text, "params.yaml")
-    parser = OverridesParser.create()
     for run in runs:
-        changes: dict[str, Any] = {}
-        for o in parser.parse_overrides(list(run.sets)):
-            *path, last = o.key_or_group.split(".")
-            node = changes
-            for part in path:
-                node = node.setdefault(part, {})
-            node[last] = o.value()
         try:
-            params = parse_params(merge(raw, changes), f"params.yaml of run {run.name}")
+            params = parse_params(with_sets(raw, run.sets), f"params.yaml of run {run.name}")
         except ParamsError as err:
             raise LorasentError("sweep: " + "; ".join(
                 line.strip() for line in str(err).splitlines())) from None
