@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import committed
+from lorasent.artifacts import write_provenance
 from lorasent.cli import main
 from lorasent.contracts import EvalMetrics, parse
 from lorasent.errors import LorasentError
@@ -23,6 +24,7 @@ from lorasent.review.learning_curve import (
     ZERO_GAIN,
     Fit,
     build,
+    estimate,
     fit_power_law,
     fraction_sets,
     markdown,
@@ -245,3 +247,26 @@ def test_what_a_run_controls_is_escaped_in_the_section():
                           "log": "l"}]}
     md = markdown(record, None)
     assert "<img>" not in md and "`b`" not in md and "[x](y)" not in md and "*b*" not in md
+
+
+def test_a_class_missing_from_the_split_stops_a_fraction_before_training():
+    rows = _rows({0: 4, 2: 4})
+    with pytest.raises(LorasentError) as err:
+        training_subset(rows, 0.5, 42, LABELS)
+    assert str(err.value).startswith("train.fraction 0.5: class 'neutral' has no training rows")
+    assert training_subset(rows, 1.0, 42, LABELS) == rows  # all of it: as before the key
+
+
+def test_the_estimate_scales_the_last_training_by_each_runs_share(tmp_path):
+    runs = plan("lc", fraction_sets([0.25, 1.0]), 2, 42)
+    share = {"lc-fraction0.25": 0.25, "lc-fraction1.0": 1.0}
+    assert estimate(tmp_path, runs, share) == (
+        "about how long: unknown (no record of a training on this machine: "
+        "metrics/provenance/machine/train.json)")
+    write_provenance(tmp_path / "metrics/provenance/train.json",
+                     {"stage": "train", "wall_time_s": 240.0,
+                      "params": {"train": {"fraction": 1.0}}})
+    assert estimate(tmp_path, runs, share) == (
+        "about 10 min of training one after the other (the last training here took 240 s; "
+        "each run scaled by its share of the rows; evaluation not counted, runs side by "
+        "side take less)")
