@@ -233,7 +233,9 @@ def test_the_outputs_of_a_sweep_with_a_failed_run(tmp_path):
     evals = _evals(0.5)
     assert record["baselines"] == {"majority_class": evals.baseline.majority_accuracy,
                                    "zero_shot": evals.baseline.zero_shot_accuracy}
-    assert record["fit"] is not None and record["sentence"] == curve.summary_sentence
+    assert record["fit"]["bootstrap"] == {"resamples": 20, "converged": 20, "seed": 0,
+                                          "confidence": 0.95}
+    assert record["sentence"] == curve.summary_sentence == sentence(curve.projection, 3)
     md = (tmp_path / "out/learning_curve.md").read_text()
     assert "![Learning curve](learning-curve.png)" in md
     assert ("The curve is drawn from the runs that finished; 1 failed:\n\n"

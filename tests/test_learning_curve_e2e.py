@@ -4,7 +4,10 @@ subsets, the curve's files say it cannot fit 2 fractions, and a second invocatio
 reuses all four (trains nothing)."""
 
 import json
+import re
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +65,6 @@ def test_a_second_invocation_reuses_every_run_and_trains_nothing(curved):
     assert " on Ray " not in again.stderr  # no cluster started
     assert run(root, "git", "for-each-ref", "refs/exps") == before
     assert (out / "learning_curve.json").read_text(encoding="utf-8") == first
+    folder = re.search(r"logs in (\S+)/logs", curved[2].stderr)
+    assert folder, curved[2].stderr
+    shutil.rmtree(Path(folder.group(1)))  # the sweep's logs, kept for a failed run

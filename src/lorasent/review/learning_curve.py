@@ -188,6 +188,7 @@ class Projection:
     interval: dict[int, tuple[float, float]]  # their 95% percentile intervals
     seeds: int                                # the fewest runs of a fraction
     resamples: int                            # bootstrap refits that converged
+    requested: int = FIT_RESAMPLES            # bootstrap refits tried
 
 
 def project(points: Sequence[tuple[int, Sequence[float]]],
@@ -222,7 +223,7 @@ def project(points: Sequence[tuple[int, Sequence[float]]],
         interval = {2: (math.nan, math.nan), 4: (math.nan, math.nan)}
     gain = {k: fit.at(k * full) - fit.at(full) for k in (2, 4)}
     return Projection(fit, full, gain, interval, min(len(accs) for _, accs in points),
-                      len(drawn))
+                      len(drawn), resamples)
 
 
 def _signed(x: float) -> str:
@@ -322,7 +323,7 @@ class LearningCurve:
                                         "accuracy": p.fit.at(k * p.full_rows),
                                         "gain": p.gain[k], "gain_ci95_low": p.interval[k][0],
                                         "gain_ci95_high": p.interval[k][1]} for k in (2, 4)},
-                "bootstrap": {"resamples": FIT_RESAMPLES, "converged": p.resamples,
+                "bootstrap": {"resamples": p.requested, "converged": p.resamples,
                               "seed": BOOTSTRAP_SEED, "confidence": CONFIDENCE},
             },
             "sentence": self.summary_sentence,
@@ -372,14 +373,15 @@ def build(result: SweepResult, fractions: Sequence[float], rows: dict[float, int
 
 def plot_spec(record: dict[str, Any]) -> dict[str, Any]:
     """A Vega-Lite spec: each run's accuracy against training rows (log x), the mean's
-    test-row interval as a band, the mean as a line, the baselines as rules."""
+    test-row interval as a band, the mean as a line, the fit (to 4× the rows) dotted,
+    the baselines as rules."""
     runs = [{"rows": f["train_rows"], "accuracy": r["accuracy"]}
             for f in record["fractions"] for r in f["runs"] if f["train_rows"]]
     means = [{"rows": f["train_rows"], "accuracy": f["accuracy_mean"],
               "low": f["accuracy_ci95_low"], "high": f["accuracy_ci95_high"]}
              for f in record["fractions"] if f["train_rows"] and f["accuracy_mean"] is not None]
     x = {"field": "rows", "type": "quantitative", "title": "training rows",
-         "scale": {"type": "log"}}
+         "scale": {"type": "log", "nice": False}}
     y = {"field": "accuracy", "type": "quantitative", "title": "accuracy (test split)",
          "scale": {"zero": False}}
     layers: list[dict[str, Any]] = [
@@ -391,6 +393,15 @@ def plot_spec(record: dict[str, Any]) -> dict[str, Any]:
         {"data": {"values": runs}, "mark": {"type": "point", "opacity": 0.6},
          "encoding": {"x": x, "y": y}},
     ]
+    fit = record["fit"]
+    if fit and means:
+        # the fitted power law from the smallest fraction to 4x the full rows, dashed
+        grid = np.geomspace(min(m["rows"] for m in means), 4 * fit["full_train_rows"], 40)
+        fitted = [{"rows": float(n), "accuracy": float(power_law(n, fit["a"], fit["b"], fit["c"]))}
+                  for n in grid]
+        layers.append({"data": {"values": fitted}, "mark": {"type": "line", "strokeDash": [2, 2],
+                                                             "color": "gray"},
+                       "encoding": {"x": x, "y": y}})
     names = {"majority_class": "majority-class baseline", "zero_shot": "zero-shot baseline"}
     rules = [{"accuracy": v, "baseline": names[k]} for k, v in record["baselines"].items()
              if v is not None]
