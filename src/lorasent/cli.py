@@ -643,6 +643,26 @@ def seeds(n: int, name: str, sets: tuple[str, ...], jobs: int, params_path: Path
         sys.exit(1)
 
 
+def _ray_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The Ray cluster options of ``sweep`` and ``learning-curve`` (which runs a sweep)."""
+    for option in reversed((
+            click.option("--address", help="A Ray cluster to run on (`auto`: the one `ray "
+                         "start --head` started here)  [default: a local cluster for this "
+                         "sweep]"),
+            click.option("--cpus-per-run", type=click.IntRange(min=1),
+                         help="CPUs (and torch threads) per run  [default: 1 beside a GPU; all "
+                              "of a machine's without GPUs]"),
+            click.option("--num-gpus", type=click.IntRange(min=0),
+                         help="GPUs of the local cluster, when Ray does not detect them."),
+            click.option("--git-remote", help="Clone from and push to this git remote (a "
+                         "cluster of several machines); the experiments are pulled back from "
+                         "it."),
+            click.option("--cache-dir", help="DVC cache of the runs on other machines (a "
+                         "shared filesystem)  [default: one per machine]"))):
+        command = option(command)
+    return command
+
+
 @click.command()
 @click.option("-S", "--set-param", "sets", multiple=True, metavar="KEY=VALUES",
               help="A params change, as `dvc exp run --queue -S` takes it; several values "
@@ -651,17 +671,7 @@ def seeds(n: int, name: str, sets: tuple[str, ...], jobs: int, params_path: Path
               help="Runs per grid point: base.seed, base.seed + 1, ... (HEAD's params.yaml).")
 @click.option("--name", default="sweep", show_default=True,
               help="Experiments are named <NAME>-<key><value>...-seed<S>.")
-@click.option("--address", help="A Ray cluster to run on (`auto`: the one `ray start --head` "
-              "started here)  [default: a local cluster for this sweep]")
-@click.option("--cpus-per-run", type=click.IntRange(min=1),
-              help="CPUs (and torch threads) per run  [default: 1 beside a GPU; all of a "
-                   "machine's without GPUs]")
-@click.option("--num-gpus", type=click.IntRange(min=0),
-              help="GPUs of the local cluster, when Ray does not detect them.")
-@click.option("--git-remote", help="Clone from and push to this git remote (a cluster of "
-              "several machines); the experiments are pulled back from it.")
-@click.option("--cache-dir", help="DVC cache of the runs on other machines (a shared "
-              "filesystem)  [default: one per machine]")
+@_ray_options
 @_user_errors
 def sweep(sets: tuple[str, ...], seeds: int, name: str, address: str | None,
           cpus_per_run: int | None, num_gpus: int | None, git_remote: str | None,
@@ -696,11 +706,7 @@ def sweep(sets: tuple[str, ...], seeds: int, name: str, address: str | None,
               help="Output folder, replaced as a whole  [default: reports/learning-curve-<NAME>]")
 @click.option("--force", is_flag=True,
               help="Replace an --out folder that learning-curve did not write.")
-@click.option("--address", help="A Ray cluster to run on (as sweep's).")
-@click.option("--cpus-per-run", type=click.IntRange(min=1), help="CPUs per run (as sweep's).")
-@click.option("--num-gpus", type=click.IntRange(min=0), help="GPUs of the local cluster.")
-@click.option("--git-remote", help="Clone from and push to this git remote (as sweep's).")
-@click.option("--cache-dir", help="DVC cache of the runs on other machines (as sweep's).")
+@_ray_options
 @_user_errors
 def learning_curve(fractions: str, seeds: int, name: str, out_dir: Path | None, force: bool,
                    address: str | None, cpus_per_run: int | None, num_gpus: int | None,
