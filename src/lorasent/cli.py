@@ -645,6 +645,26 @@ def seeds(n: int, name: str, sets: tuple[str, ...], jobs: int, params_path: Path
         sys.exit(1)
 
 
+def _ray_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The Ray cluster options of ``sweep`` and ``learning-curve`` (which runs a sweep)."""
+    for option in reversed((
+            click.option("--address", help="A Ray cluster to run on (`auto`: the one `ray "
+                         "start --head` started here)  [default: a local cluster for this "
+                         "sweep]"),
+            click.option("--cpus-per-run", type=click.IntRange(min=1),
+                         help="CPUs (and torch threads) per run  [default: 1 beside a GPU; all "
+                              "of a machine's without GPUs]"),
+            click.option("--num-gpus", type=click.IntRange(min=0),
+                         help="GPUs of the local cluster, when Ray does not detect them."),
+            click.option("--git-remote", help="Clone from and push to this git remote (a "
+                         "cluster of several machines); the experiments are pulled back from "
+                         "it."),
+            click.option("--cache-dir", help="DVC cache of the runs on other machines (a "
+                         "shared filesystem)  [default: one per machine]"))):
+        command = option(command)
+    return command
+
+
 @click.command()
 @click.option("-S", "--set-param", "sets", multiple=True, metavar="KEY=VALUES",
               help="A params change, as `dvc exp run --queue -S` takes it; several values "
@@ -653,17 +673,7 @@ def seeds(n: int, name: str, sets: tuple[str, ...], jobs: int, params_path: Path
               help="Runs per grid point: base.seed, base.seed + 1, ... (HEAD's params.yaml).")
 @click.option("--name", default="sweep", show_default=True,
               help="Experiments are named <NAME>-<key><value>...-seed<S>.")
-@click.option("--address", help="A Ray cluster to run on (`auto`: the one `ray start --head` "
-              "started here)  [default: a local cluster for this sweep]")
-@click.option("--cpus-per-run", type=click.IntRange(min=1),
-              help="CPUs (and torch threads) per run  [default: 1 beside a GPU; all of a "
-                   "machine's without GPUs]")
-@click.option("--num-gpus", type=click.IntRange(min=0),
-              help="GPUs of the local cluster, when Ray does not detect them.")
-@click.option("--git-remote", help="Clone from and push to this git remote (a cluster of "
-              "several machines); the experiments are pulled back from it.")
-@click.option("--cache-dir", help="DVC cache of the runs on other machines (a shared "
-              "filesystem)  [default: one per machine]")
+@_ray_options
 @_user_errors
 def sweep(sets: tuple[str, ...], seeds: int, name: str, address: str | None,
           cpus_per_run: int | None, num_gpus: int | None, git_remote: str | None,
@@ -684,6 +694,52 @@ def sweep(sets: tuple[str, ...], seeds: int, name: str, address: str | None,
     if result.failed:
         raise LorasentError(f"sweep: {len(result.failed)} of {len(result.runs)} runs failed: "
                             + ", ".join(run.spec.name for run in result.failed))
+
+
+@click.command("learning-curve")
+@click.option("--fractions", default="0.125,0.25,0.5,1", show_default=True,
+              help="Shares of the training split, each in (0, 1]: nested stratified subsets "
+                   "(train.fraction).")
+@click.option("--seeds", default=3, show_default=True, type=click.IntRange(min=1),
+              help="Runs per fraction: base.seed, base.seed + 1, ... (HEAD's params.yaml).")
+@click.option("--name", default="lc", show_default=True,
+              help="Experiments are named <NAME>-fraction<f>-seed<S>; a rerun reuses them.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path),
+              help="Output folder, replaced as a whole  [default: reports/learning-curve-<NAME>]")
+@click.option("--force", is_flag=True,
+              help="Replace an --out folder that learning-curve did not write.")
+@_ray_options
+@_user_errors
+def learning_curve(fractions: str, seeds: int, name: str, out_dir: Path | None, force: bool,
+                   address: str | None, cpus_per_run: int | None, num_gpus: int | None,
+                   git_remote: str | None, cache_dir: str | None) -> None:
+    """Would more labels help? Train HEAD's params on fractions of the training split.
+
+    Each fraction x seed is a run of `lorasent sweep` (a DVC experiment); runs that
+    landed before with the same params are reused. Writes learning_curve.json, the plot
+    and learning_curve.md, and prints the answer: the accuracy that doubling the labels
+    is expected to add, fitted as a - b*n^(-c) (docs/learning-curve.md).
+    """
+    from lorasent.artifacts import check_output_folder
+    from lorasent.review.learning_curve import MD_FILE, OUT_MARKER, parse_fractions
+    from lorasent.review.learning_curve import learning_curve as run_curve
+
+    shares = parse_fractions(fractions)
+    folder = out_dir or Path("reports") / f"learning-curve-{name}"
+    check_output_folder(folder, command=OUT_MARKER, force=force,
+                        option="--out" if out_dir else "the output folder")
+    curve = run_curve(name=name, fractions=shares, seeds=seeds, out=folder,
+                      progress=lambda line: click.echo(line, err=True), address=address,
+                      cpus_per_run=cpus_per_run, num_gpus=num_gpus, git_remote=git_remote,
+                      cache_dir=cache_dir)
+    click.echo(curve.sweep.summary())
+    click.echo(f"learning-curve: {curve.summary_sentence}")
+    click.echo(f"wrote {folder / MD_FILE}")
+    if curve.failed:
+        raise LorasentError(
+            f"learning-curve: {len(curve.failed)} of {len(curve.sweep.runs)} runs failed "
+            "(the curve is drawn from the others): " + "; ".join(
+                f"{run.spec.name} ({' '.join(run.spec.sets)})" for run in curve.failed))
 
 
 @click.command()
@@ -837,7 +893,7 @@ def main() -> None:
 
 
 for _command in (fetch, split, baseline, train, evaluate, doctor, predict, export, preset,
-                 compare, pr_comment, metrics, seeds, sweep):
+                 compare, pr_comment, metrics, seeds, sweep, learning_curve):
     main.add_command(_command)
 
 

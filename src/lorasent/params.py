@@ -194,6 +194,9 @@ class TrainParams(_Section):
     """Trainer hyperparameters; names follow ``transformers.TrainingArguments``."""
 
     mode: ModeName  # a key of lorasent.modes.MODES
+    # the share of each class of the training split trained on: a nested stratified
+    # subset (lorasent.subsets.training_subset); 1.0: all of it
+    fraction: Annotated[float, Field(gt=0, le=1)] = 1.0
     lora: LoraParams
     learning_rate: PositiveFloat
     num_train_epochs: PositiveFloat

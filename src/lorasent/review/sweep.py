@@ -51,7 +51,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,7 +108,8 @@ class Source:
 
 @dataclass(frozen=True)
 class RunResult:
-    """What a run reports back: ``status`` is ``succeeded`` or ``failed`` (then ``error``
+    """What a run reports back: ``status`` is ``succeeded``, ``reused`` (an experiment
+    that had landed before, not run again) or ``failed`` (then ``error``
     says which step, and ``log`` holds its output); ``node`` is the machine's address,
     ``devices`` the GPU variables Ray set for it (:func:`lorasent.programs.visible_devices`),
     ``started``/``ended`` Unix times in seconds; ``here``: it ran on this command's
@@ -207,6 +208,21 @@ def plan(name: str, sets: Sequence[str], seeds: int, base_seed: int) -> list[Run
     return runs
 
 
+def with_sets(raw: dict[str, Any], sets: Sequence[str]) -> dict[str, Any]:
+    """The params ``raw`` (params.yaml as read) with a run's ``sets`` (``key=value`` each,
+    parsed as ``dvc exp run -S`` parses them) applied."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    changes: dict[str, Any] = {}
+    for o in OverridesParser.create().parse_overrides(list(sets)):
+        *path, last = o.key_or_group.split(".")
+        node = changes
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = o.value()
+    return merge(raw, changes)
+
+
 def check_params(params_text: str, runs: Sequence[RunSpec]) -> None:
     """Validate each run's params (HEAD's params.yaml with its changes) before anything
     starts, and that each runs in one process (``base.num_processes: 1``: a run has one
@@ -215,20 +231,10 @@ def check_params(params_text: str, runs: Sequence[RunSpec]) -> None:
     Raises:
         LorasentError: the first run whose params are invalid, naming it and the key.
     """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     raw = read_yaml(params_text, "params.yaml")
-    parser = OverridesParser.create()
     for run in runs:
-        changes: dict[str, Any] = {}
-        for o in parser.parse_overrides(list(run.sets)):
-            *path, last = o.key_or_group.split(".")
-            node = changes
-            for part in path:
-                node = node.setdefault(part, {})
-            node[last] = o.value()
         try:
-            params = parse_params(merge(raw, changes), f"params.yaml of run {run.name}")
+            params = parse_params(with_sets(raw, run.sets), f"params.yaml of run {run.name}")
         except ParamsError as err:
             raise LorasentError("sweep: " + "; ".join(
                 line.strip() for line in str(err).splitlines())) from None
@@ -367,7 +373,8 @@ class SweepResult:
         lines = [f"{'experiment':<{width}}{'base.seed':>9}  {'device':<14}"
                  f"{'accuracy [95% interval]':<28}macro-F1 [95% interval]"]
         for run in self.runs:
-            head = f"{run.spec.name:<{width}}{run.spec.seed:>9}  {device_text(run.result):<14}"
+            device = "reused" if run.result.status == "reused" else device_text(run.result)
+            head = f"{run.spec.name:<{width}}{run.spec.seed:>9}  {device:<14}"
             if run.evals is None:
                 why = run.result.error or "its experiment has no metrics/eval.json"
                 lines.append(head + f"failed ({why}): log {log_place(run.result)}")
@@ -426,9 +433,11 @@ def _dvc(repo: Path, *args: str) -> str:
     return str(run_dvc(repo, *args, as_json=False, command="sweep"))
 
 
-def _check_repo(repo: Path, runs: Sequence[RunSpec], git_remote: str | None) -> tuple[str, str]:
+def _check_repo(repo: Path, runs: Sequence[RunSpec], git_remote: str | None,
+                reuse: Collection[str] = ()) -> tuple[str, str]:
     """``(commit, url)``: HEAD, which must be clean (the runs clone it) and, with a
-    ``git_remote``, on that remote; and the url the runs clone from."""
+    ``git_remote``, on that remote; and the url the runs clone from. No run's name may
+    be an existing experiment's, except those of ``reuse``."""
     commit = _git(repo, "rev-parse", "HEAD").strip()
     dirty = [line[3:] for line in _git(repo, "status", "--porcelain",
                                        "--untracked-files=no").splitlines()]
@@ -440,7 +449,7 @@ def _check_repo(repo: Path, runs: Sequence[RunSpec], git_remote: str | None) -> 
             f"{'it' if len(dirty) == 1 else 'them'} (or `git stash`)"
             + (", or give the params changes as -S" if "params.yaml" in dirty else ""))
     existing = set(_dvc(repo, "exp", "list", "--all-commits", "--name-only").split())
-    if clash := sorted(existing & {run.name for run in runs}):
+    if clash := sorted(existing & {run.name for run in runs} - set(reuse)):
         raise LorasentError(f"sweep: experiments {', '.join(clash)} exist already; choose "
                             f"another --name, or remove them (dvc exp remove {' '.join(clash)})")
     if git_remote is None:
@@ -489,7 +498,8 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
           address: str | None = None, num_gpus: int | None = None,
           cpus_per_run: int | None = None, git_remote: str | None = None,
           cache_dir: str | None = None, progress: Progress = lambda line: None,
-          runner: Callable[..., RunResult] = run_one) -> SweepResult:
+          runner: Callable[..., RunResult] = run_one, reuse: Collection[str] = (),
+          checked: Callable[[str, list[RunSpec]], None] | None = None) -> SweepResult:
     """Run the grid ``sets`` × ``seeds`` seeds as Ray tasks and wait for them.
 
     Args:
@@ -507,6 +517,11 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
             None: one per machine, ``<temp>/lorasent-sweep/dvc-cache``.
         progress: called with a line at each run's change of state.
         runner: the task's function (:func:`run_one`; tests give one that records).
+        reuse: runs of the grid already landed as experiments of HEAD (the caller checked
+            their params): taken as they are (status ``reused``), not run again.
+        checked: called with HEAD's commit and the runs to make once the settings and
+            the repo are checked, before Ray starts (``lorasent learning-curve`` says
+            there how many runs and about how long).
 
     Returns:
         every run, in grid order, with its metrics when it landed.
@@ -515,14 +530,36 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
         LorasentError: bad settings or repo state (before anything runs), no Ray cluster
             at ``address``, or Ctrl-C (after stopping the runs; landed ones stay).
     """
-    import ray
-
     repo = repo.resolve()
     params_text = _git(repo, "show", "HEAD:params.yaml")
     base_seed = parse_params(read_yaml(params_text, "params.yaml"), "params.yaml").base.seed
     runs = plan(name, sets, seeds, base_seed)
     check_params(params_text, runs)
-    commit, url = _check_repo(repo, runs, git_remote)
+    commit, url = _check_repo(repo, runs, git_remote, reuse)
+    todo = [run for run in runs if run.name not in reuse]
+    if checked is not None:
+        checked(commit, todo)
+    results = {exp: RunResult(exp, "reused", "", {}, "", 0.0, 0.0) for exp in reuse}
+    if todo:
+        results |= _sweep_runs(todo, name=name, repo=repo, commit=commit, url=url,
+                               address=address, num_gpus=num_gpus, cpus_per_run=cpus_per_run,
+                               git_remote=git_remote, cache_dir=cache_dir, progress=progress,
+                               runner=runner)
+    commits = resolve_commits(repo, *(r.name for r in results.values()
+                                      if r.status in ("succeeded", "reused")))
+    return SweepResult([SweepRun(spec, results[spec.name],
+                                 read_side(repo, spec.name, commits)
+                                 if spec.name in commits else None) for spec in runs])
+
+
+def _sweep_runs(runs: Sequence[RunSpec], *, name: str, repo: Path, commit: str, url: str,
+                address: str | None, num_gpus: int | None, cpus_per_run: int | None,
+                git_remote: str | None, cache_dir: str | None, progress: Progress,
+                runner: Callable[..., RunResult]) -> dict[str, RunResult]:
+    """Run ``runs`` on Ray (a local cluster, or the one at ``address``); their results by
+    name."""
+    import ray
+
     cache = _dvc(repo, "cache", "dir").strip()
     sweep_id = f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     if address not in (None, "auto"):
@@ -542,15 +579,10 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
         progress(f"sweep: {len(runs)} run{'s' * (len(runs) > 1)} of commit {commit[:7]} on Ray "
                  f"({described}); logs in {Path(tempfile.gettempdir()) / SWEEP_FOLDER / sweep_id}"
                  "/logs")
-        results = _run_all(runs, source, resources, progress, runner, git_remote, repo)
+        return _run_all(runs, source, resources, progress, runner, git_remote, repo)
     finally:
         signal.signal(signal.SIGTERM, stop)
         ray.shutdown()
-    commits = resolve_commits(repo, *(r.name for r in results.values()
-                                      if r.status == "succeeded"))
-    return SweepResult([SweepRun(spec, results[spec.name],
-                                 read_side(repo, spec.name, commits)
-                                 if spec.name in commits else None) for spec in runs])
 
 
 CONNECT_TIMEOUT_S = 10.0  # an --address that does not answer in this time is refused

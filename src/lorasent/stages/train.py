@@ -120,6 +120,7 @@ from lorasent.paths import (
     TRAIN_LIVE_DIR,
 )
 from lorasent.scoring import Encoder, PromptEncoder, score_texts
+from lorasent.subsets import training_subset
 
 log = logging.getLogger(__name__)
 if TYPE_CHECKING:
@@ -429,7 +430,7 @@ def mean_loss(log_history: list[dict[str, Any]]) -> float | None:
 # import closure, checked by tests/test_dvc_deps.py).
 TRAIN_CODE = ("stages.train", "artifacts", "calibration", "cli", "contracts", "environment",
               "errors", "launch", "metrics", "modeling", "modes", "params", "paths", "scoring",
-              "statistics", "tables")
+              "statistics", "subsets", "tables")
 CHECKPOINT_RECORD = "lorasent-checkpoint.json"
 
 
@@ -763,7 +764,9 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
 
     Raises:
         LorasentError: an empty training split or validation split that
-            ``train.eval_strategy`` needs, a prompt with no room for text.
+            ``train.eval_strategy`` needs, a class with no training rows while
+            ``train.fraction`` < 1 (:func:`lorasent.subsets.training_subset`), a prompt
+            with no room for text.
         HeadNotSavedError: seq_cls weights that the adapter would not save.
         NoSpaceLeft: a checkpoint, the loss history, the adapter or the provenance
             record found its filesystem full (:func:`lorasent.environment.writing`).
@@ -772,6 +775,9 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
     labels = list(base.labels)
     # setup: the data, then the random steps 1 to 3, then what the run reads and writes
     data = _setup_data(split_dir=split_dir, eval_strategy=train.eval_strategy)
+    # train.fraction's nested subset (its own generator: draws nothing from the global ones)
+    data = dataclasses.replace(data, rows=training_subset(data.rows, train.fraction, base.seed,
+                                                          labels))
     set_seed(base.seed)  # RNG step 1
     model, encoder, device = load_model_and_prompt(  # RNG step 2
         model_dir, base=base, prompt=prompt, mode=train.mode)

@@ -1,0 +1,274 @@
+"""`lorasent learning-curve` without Ray (the fast tier): the nested stratified subsets
+(train.fraction), the power-law fit and its sentence on synthetic curves, the outputs
+from a made-up sweep (a failed run among them), and the bad cases; the e2e tier runs it
+in tests/test_learning_curve_e2e.py."""
+
+import itertools
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from conftest import committed
+from lorasent.artifacts import write_provenance
+from lorasent.cli import main
+from lorasent.contracts import EvalMetrics, parse
+from lorasent.errors import LorasentError
+from lorasent.metrics import Predictions
+from lorasent.params import ParamsError, parse_params
+from lorasent.review.learning_curve import (
+    FLAT_GAIN,
+    ZERO_GAIN,
+    Fit,
+    build,
+    estimate,
+    fit_power_law,
+    fraction_sets,
+    markdown,
+    parse_fractions,
+    project,
+    sentence,
+    write_outputs,
+)
+from lorasent.review.sweep import RunResult, RunSpec, SweepResult, SweepRun, plan
+from lorasent.review.verdict import Side
+from lorasent.subsets import class_rows, subset_counts, training_subset
+
+LABELS = ["negative", "neutral", "positive"]
+
+
+def _rows(per_class: dict[int, int]) -> list[dict[str, Any]]:
+    rows = [{"id": f"{k}-{i}", "label_id": k} for k, n in per_class.items() for i in range(n)]
+    return sorted(rows, key=lambda r: hash(r["id"]) % 97)  # classes interleaved
+
+
+# ------------------------------------------------------------------ subsets
+
+def test_a_fraction_keeps_the_ceiling_of_each_class_and_larger_ones_hold_smaller_ones():
+    rows = _rows({0: 30, 1: 7, 2: 1})
+    subsets = {f: training_subset(rows, f, 42, LABELS) for f in (0.1, 0.25, 0.5, 1.0)}
+    for f, subset in subsets.items():
+        counts = [sum(r["label_id"] == k for r in subset) for k in range(3)]
+        # 0.1 * 30 is 3 rows, not ceil(3.0000000000000004) = 4
+        assert counts == [class_rows(f, 30), class_rows(f, 7), 1]
+        assert subset == [r for r in rows if r in subset]  # the split's order
+    assert [len(s) for s in subsets.values()] == [3 + 1 + 1, 8 + 2 + 1, 15 + 4 + 1, 38]
+    ids = [{r["id"] for r in s} for s in subsets.values()]
+    assert all(small <= large for small, large in itertools.pairwise(ids))
+    assert subsets[1.0] == rows  # all of it, row for row
+    # the order is the seed's: another seed keeps other rows, the same seed the same
+    assert training_subset(rows, 0.5, 42, LABELS) == subsets[0.5]
+    assert training_subset(rows, 0.5, 43, LABELS) != subsets[0.5]
+
+
+def test_subset_counts_name_the_fraction_and_the_empty_class():
+    assert subset_counts({"negative": 801, "neutral": 400, "positive": 399}, 0.125) == \
+        {"negative": 101, "neutral": 50, "positive": 50}
+    with pytest.raises(LorasentError) as err:
+        subset_counts({"negative": 5, "neutral": 0, "positive": 3}, 0.5)
+    assert str(err.value).startswith("train.fraction 0.5: class 'neutral' has no training rows")
+    with pytest.raises(LorasentError, match=r"train.fraction: 0 is not in \(0, 1\]"):
+        subset_counts({"negative": 5}, 0.0)
+
+
+@pytest.mark.parametrize("value", [0, 0.0, 1.5, -0.25])
+def test_the_params_check_refuses_a_fraction_outside_zero_to_one(params_raw, value):
+    params_raw["train"]["fraction"] = value
+    with pytest.raises(ParamsError) as err:
+        parse_params(params_raw)
+    assert "train.fraction" in str(err.value)
+
+
+def test_the_committed_params_train_on_all_of_the_split(params):
+    assert params.train.fraction == 1.0
+
+
+# ------------------------------------------------------------------ the fit
+
+def _curve(a: float, b: float, c: float, rows: list[int], seeds: int = 3,
+           noise: list[float] | None = None) -> list[tuple[int, list[float]]]:
+    noise = noise or [0.0] * seeds
+    return [(n, [a - b * n ** -c + e for e in noise]) for n in rows]
+
+
+ROWS = [200, 400, 800, 1600]
+
+
+def test_the_fit_finds_the_power_law_of_a_noise_free_curve():
+    points = _curve(0.8, 2.0, 0.5, ROWS, seeds=1)
+    fit = fit_power_law([n for n, _ in points], [accs[0] for _, accs in points])
+    assert fit is not None
+    assert (round(fit.a, 6), round(fit.b, 5), round(fit.c, 6)) == (0.8, 2.0, 0.5)
+
+
+def test_doubling_a_rising_curve_is_said_with_its_interval():
+    p = project(_curve(0.8, 2.0, 0.5, ROWS), resamples=50)
+    assert p is not None and p.resamples == 50
+    gain = 2.0 * 1600 ** -0.5 * (1 - 2 ** -0.5)  # f(2N) - f(N) = b N^-c (1 - 2^-c)
+    assert round(p.gain[2], 6) == round(gain, 6)
+    # every resample draws the same values: the interval is the point itself
+    assert [round(x, 6) for x in p.interval[2]] == [round(gain, 6)] * 2
+    assert sentence(p, 4) == ("doubling the labels is expected to add +0.015 [+0.015, +0.015] "
+                              "accuracy (+0.025 [+0.025, +0.025] at 4×)")
+
+
+def test_a_flat_curve_says_more_labels_like_these_do_not_help():
+    p = project(_curve(0.7, 0.0, 0.5, ROWS, noise=[-0.004, 0.0, 0.004]), resamples=60)
+    assert p is not None and p.interval[2][1] < FLAT_GAIN
+    assert sentence(p, 4).startswith("the curve is flat: doubling the labels is expected to "
+                                     "add +0.000 [")
+    assert sentence(p, 4).endswith("under 0.01; more labels like these are not expected to "
+                                   "help; look at the test-label audit (metrics/label_issues.csv)")
+
+
+def test_a_noisy_curve_says_how_many_more_seeds_would_tell():
+    p = project(_curve(0.8, 2.0, 0.5, ROWS, noise=[-0.06, 0.0, 0.06]), resamples=60)
+    assert p is not None
+    low, high = p.interval[2]
+    assert low < ZERO_GAIN and high >= FLAT_GAIN  # b >= 0: no gain is below 0
+    half, margin = (high - low) / 2, max(p.gain[2], FLAT_GAIN - p.gain[2])
+    more = math.ceil(3 * (half / margin) ** 2) - 3
+    assert sentence(p, 4).startswith("too noisy to tell: doubling the labels adds ")
+    assert sentence(p, 4).endswith(f"about {more} more seeds per fraction would tell "
+                                   f"(--seeds {3 + more})")
+
+
+def test_too_few_fractions_say_it_cannot_fit_and_give_no_number():
+    assert project(_curve(0.8, 2.0, 0.5, [800, 1600])) is None
+    said = sentence(None, 2)
+    assert said == ("cannot fit accuracy = a − b·n^(−c) (3 parameters) to 2 fractions with "
+                    "runs: give at least 3 (--fractions) for a projection")
+    assert not any(ch.isdigit() for ch in said.replace("3 parameters", "").replace(
+        "2 fractions", "").replace("at least 3", ""))
+
+
+def test_one_seed_per_fraction_is_too_noisy_to_tell():
+    p = project(_curve(0.8, 2.0, 0.5, ROWS, seeds=1), resamples=10)
+    assert sentence(p, 4) == ("too noisy to tell: a fraction with one run has no spread over "
+                              "seeds; 2 more seeds per fraction would measure it (--seeds 3)")
+
+
+def test_fit_at_is_the_power_law():
+    assert Fit(0.9, 1.0, 1.0).at(10.0) == pytest.approx(0.8)
+
+
+# ------------------------------------------------------------------ the grid and outputs
+
+def test_fractions_are_parsed_sorted_and_swept_as_train_fraction():
+    assert parse_fractions("0.5,0.125,1,0.25") == [0.125, 0.25, 0.5, 1.0]
+    assert fraction_sets([0.125, 1.0]) == ["train.fraction=0.125,1.0"]
+    runs = plan("lc", fraction_sets([0.125, 1.0]), 2, 42)
+    assert [r.name for r in runs] == ["lc-fraction0.125-seed42", "lc-fraction0.125-seed43",
+                                      "lc-fraction1.0-seed42", "lc-fraction1.0-seed43"]
+    assert runs[1].sets == ("train.fraction=0.125", "base.seed=43")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("0,0.5", "learning-curve: --fractions 0,0.5: 0 is not in (0, 1]; a fraction of 0"),
+    ("0.5,1.5", "learning-curve: --fractions 0.5,1.5: 1.5 is not in (0, 1]"),
+    ("half", "learning-curve: --fractions half: 'half' is not a number"),
+    ("0.5,0.5", "learning-curve: --fractions 0.5,0.5: 0.5 is given twice"),
+])
+def test_bad_fractions_are_one_line_and_nothing_is_written(text, message, tmp_path):
+    with pytest.raises(LorasentError) as err:
+        parse_fractions(text)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+    out = tmp_path / "out"
+    done = CliRunner().invoke(main, ["learning-curve", "--fractions", text, "--out", str(out)])
+    assert done.exit_code == 1 and done.output.strip().splitlines()[-1].startswith(
+        "lorasent learning-curve: error: " + message.removeprefix("learning-curve: "))
+    assert not out.exists()
+
+
+def _evals(accuracy: float) -> EvalMetrics:
+    found = parse(EvalMetrics, json.loads(committed("metrics/eval.json")), "eval.json", "")
+    return found.model_copy(update={"accuracy": accuracy, "macro_f1": accuracy - 0.1})
+
+
+def _sweep_run(spec: RunSpec, accuracy: float | None, rows: int) -> SweepRun:
+    ok = accuracy is not None
+    result = RunResult(spec.name, "succeeded" if ok else "failed", "local", {},
+                       f"/tmp/logs/{spec.name}.log", 0.0, 1.0,
+                       "" if ok else "dvc exp run exited with 1")
+    if not ok:
+        return SweepRun(spec, result, None)
+    assert accuracy is not None
+    correct = round(accuracy * 10)  # 10 test rows, `correct` of them right
+    preds = Predictions([str(i) for i in range(10)], np.zeros(10, dtype=np.int64),
+                        np.array([0] * correct + [1] * (10 - correct), dtype=np.int64),
+                        np.full((10, 3), 1 / 3), LABELS)
+    return SweepRun(spec, result, Side(spec.name, _evals(accuracy), None, preds, None,
+                                       {"train_rows": rows}))
+
+
+def test_the_outputs_of_a_sweep_with_a_failed_run(tmp_path):
+    runs = plan("lc", fraction_sets([0.25, 0.5, 1.0]), 2, 42)
+    accuracy = {"lc-fraction0.25-seed42": 0.5, "lc-fraction0.25-seed43": 0.6,
+                "lc-fraction0.5-seed42": 0.7, "lc-fraction0.5-seed43": None,
+                "lc-fraction1.0-seed42": 0.8, "lc-fraction1.0-seed43": 0.8}
+    rows = {0.25: 400, 0.5: 800, 1.0: 1600}
+    result = SweepResult([_sweep_run(r, accuracy[r.name], rows[float(r.sets[0].split("=")[1])])
+                          for r in runs])
+    curve = build(result, [0.25, 0.5, 1.0], {}, resamples=20)
+    record = write_outputs(curve, tmp_path / "out")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        ".lorasent-output", "learning-curve.png", "learning_curve.json", "learning_curve.md"]
+    assert json.loads((tmp_path / "out/learning_curve.json").read_text()) == record
+    first, middle, last = record["fractions"]
+    assert (first["fraction"], first["train_rows"]) == (0.25, 400)
+    assert [r["accuracy"] for r in first["runs"]] == [0.5, 0.6]
+    assert round(first["accuracy_mean"], 6) == 0.55
+    assert round(first["accuracy_sd"], 6) == round(float(np.std([0.5, 0.6], ddof=1)), 6)
+    # the pooled test rows: 11 of 20 right
+    assert first["accuracy_ci95_low"] < 0.55 < first["accuracy_ci95_high"]
+    assert len(middle["runs"]) == 1 and middle["accuracy_sd"] is None
+    assert last["accuracy_sd"] == 0.0
+    assert record["failed"] == [{"experiment": "lc-fraction0.5-seed43",
+                                 "params": ["train.fraction=0.5", "base.seed=43"],
+                                 "error": "dvc exp run exited with 1",
+                                 "log": "/tmp/logs/lc-fraction0.5-seed43.log"}]
+    evals = _evals(0.5)
+    assert record["baselines"] == {"majority_class": evals.baseline.majority_accuracy,
+                                   "zero_shot": evals.baseline.zero_shot_accuracy}
+    assert record["fit"]["bootstrap"] == {"resamples": 20, "converged": 20, "seed": 0,
+                                          "confidence": 0.95}
+    assert record["sentence"] == curve.summary_sentence == sentence(curve.projection, 3)
+    md = (tmp_path / "out/learning_curve.md").read_text()
+    assert "![Learning curve](learning-curve.png)" in md
+    assert ("The curve is drawn from the runs that finished; 1 failed:\n\n"
+            "- lc-fraction0.5-seed43 (train.fraction=0.5 base.seed=43): dvc exp run exited "
+            "with 1; log /tmp/logs/lc-fraction0.5-seed43.log") in md
+
+
+def test_what_a_run_controls_is_escaped_in_the_section():
+    record: dict[str, Any] = {"sentence": "a *b*", "fractions": [], "fit": None, "baselines": {},
+              "failed": [{"experiment": "x<img>", "params": ["a=`b`"], "error": "[x](y)",
+                          "log": "l"}]}
+    md = markdown(record, None)
+    assert "<img>" not in md and "`b`" not in md and "[x](y)" not in md and "*b*" not in md
+
+
+def test_a_class_missing_from_the_split_stops_a_fraction_before_training():
+    rows = _rows({0: 4, 2: 4})
+    with pytest.raises(LorasentError) as err:
+        training_subset(rows, 0.5, 42, LABELS)
+    assert str(err.value).startswith("train.fraction 0.5: class 'neutral' has no training rows")
+    assert training_subset(rows, 1.0, 42, LABELS) == rows  # all of it: as before the key
+
+
+def test_the_estimate_scales_the_last_training_by_each_runs_share(tmp_path):
+    runs = plan("lc", fraction_sets([0.25, 1.0]), 2, 42)
+    share = {"lc-fraction0.25": 0.25, "lc-fraction1.0": 1.0}
+    assert estimate(tmp_path, runs, share) == (
+        "about how long: unknown (no record of a training on this machine: "
+        "metrics/provenance/machine/train.json)")
+    write_provenance(tmp_path / "metrics/provenance/train.json",
+                     {"stage": "train", "wall_time_s": 240.0,
+                      "params": {"train": {"fraction": 1.0}}})
+    assert estimate(tmp_path, runs, share) == (
+        "about 10 min of training one after the other (the last training here took 240 s; "
+        "each run scaled by its share of the rows; evaluation not counted, runs side by "
+        "side take less)")
