@@ -43,6 +43,9 @@ EXCEPTIONS = {
         "normalise_text: the queue drops texts of the splits and near-duplicates on the "
         "split stage's own key, so that 'already labelled' means what the split's dedup "
         "means",
+    ("tools.queue_trial", "stages.split"):
+        "clean_rows, normalise_text, row_id: the queue's trial adds labelled rows to the "
+        "training split as the split stage writes them",
     ("tools.bench", "stages.fetch"):
         "the packaged tweets (read_source) and the packaged Gemma converted from its GGUF "
         "(_packaged_gemma): the bench times its ways on what the pipeline fetches",

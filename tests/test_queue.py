@@ -116,6 +116,21 @@ def test_written_by_queue(tmp_path):
     assert not written_by_queue(path)
 
 
+
+def test_trial_pool_and_arm_rows():
+    from lorasent.stages.split import SplitError, row_id
+    from lorasent.tools.queue_trial import arm_rows, pool_rows
+
+    raw = [{"row": i, "text": t, "label": "pos"} for i, t in
+           enumerate(["In  Split", "a", "b", "c"], start=1)]
+    assert pool_rows(raw, {"in split"}, 5, 0) == pool_rows(raw, {"in split"}, 5, 0)
+    assert sorted(r["text"] for r in pool_rows(raw, {"in split"}, 5, 0)) == ["a", "b", "c"]
+    assert len(pool_rows(raw, {"in split"}, 2, 0)) == 2
+    assert arm_rows([{"text": "a", "label": " POS"}], LABELS, {"pos": "positive"}) == [
+        {"id": row_id("a"), "text": "a", "label": "positive", "label_id": 2}]
+    with pytest.raises(SplitError, match="unknown label"):
+        arm_rows([{"text": "a", "label": "happy"}], LABELS, {})
+
 # ------------------------------------------------------------------ the bad cases (CLI)
 
 @pytest.fixture
@@ -223,3 +238,33 @@ def test_queue_on_the_tiny_run(tiny_run, tmp_path):
     # balance: no predicted class has two more rounds than another that still had texts
     margins = [float(r["margin"]) for r in queued]
     assert margins[0] == min(margins)
+
+
+@pytest.mark.slow
+def test_the_queue_trial_runs_both_arms_and_compares(tiny_copy):
+    """`make queue-trial`'s module on a clone of the tiny run: both arms become
+    experiments trained on the training split plus their rows, and compare judges them."""
+    import sys
+
+    from tiny_repo import run
+
+    before = (tiny_copy / "data/split/train.jsonl").read_text(encoding="utf-8")
+    out = run(tiny_copy, sys.executable, "-m", "lorasent.tools.queue_trial", "--pool", "40",
+              "--budget", "4", "--name", "qt", logs=True)
+    queued = list(csv.DictReader((tiny_copy / "qt-queued.csv").open(encoding="utf-8")))
+    assert len(queued) == 4
+    for arm in ("random", "queued"):
+        rows = [json.loads(line) for line in
+                (tiny_copy / f"qt-{arm}.jsonl").read_text(encoding="utf-8").splitlines()]
+        assert len(rows) == 4
+    assert [json.loads(x)["text"] for x in (tiny_copy / "qt-queued.jsonl").read_text(
+        encoding="utf-8").splitlines()] == [r["text"] for r in queued]
+    train = (tiny_copy / "data/split/train.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(train) == len(before.splitlines()) + 4
+    assert {json.loads(x)["text"] for x in train[-4:]} == {r["text"] for r in queued}
+    trained = json.loads((tiny_copy / "metrics/provenance/train.json").read_text(
+        encoding="utf-8"))
+    assert trained["train_rows"] == len(before.splitlines()) + 4
+    shown = run(tiny_copy, "dvc", "exp", "show", "--json")
+    assert "qt-random" in shown and "qt-queued" in shown
+    assert "qt-random" in out and "qt-queued" in out and "verdict" in out.lower(), out
