@@ -5,6 +5,7 @@ the tiny run's adapter (e2e)."""
 import csv
 import io
 import json
+import re
 
 import numpy as np
 import pytest
@@ -235,9 +236,21 @@ def test_queue_on_the_tiny_run(tiny_run, tmp_path):
         assert r["predicted"] == predicted[r["text"]]["label"]
         assert [r[f"p_{label}"] for label in LABELS] == [
             predicted[r["text"]][f"p_{label}"] for label in LABELS]
-    # balance: no predicted class has two more rounds than another that still had texts
-    margins = [float(r["margin"]) for r in queued]
-    assert margins[0] == min(margins)
+    # balance: rounds along the ranks, one text of each predicted class a round, each
+    # round ordered by margin, and each class's texts by margin across the rounds
+    rounds = [(int(m[1]), m[2]) for m in (
+        re.search(r"; round (\d+) of predicted class (\w+)$", r["reason"]) for r in queued)]
+    assert [n for n, _ in rounds] == sorted(n for n, _ in rounds)
+    for n in {n for n, _ in rounds}:
+        classes = [c for m, c in rounds if m == n]
+        assert len(classes) == len(set(classes))
+        in_round = [float(r["margin"]) for r, (m, _) in zip(queued, rounds, strict=True)
+                    if m == n]
+        assert in_round == sorted(in_round)
+    for label in LABELS:
+        mine = [float(r["margin"]) for r in queued if r["predicted"] == label]
+        assert mine == sorted(mine)
+    assert [c for _, c in rounds] == [r["predicted"] for r in queued]
 
 
 @pytest.mark.slow
@@ -267,4 +280,5 @@ def test_the_queue_trial_runs_both_arms_and_compares(tiny_copy):
     assert trained["train_rows"] == len(before.splitlines()) + 4
     shown = run(tiny_copy, "dvc", "exp", "show", "--json")
     assert "qt-random" in shown and "qt-queued" in shown
-    assert "qt-random" in out and "qt-queued" in out and "verdict" in out.lower(), out
+    assert "Experiment has been saved as: qt-random" in out
+    assert "wrote reports/qt-random-vs-qt-queued/report.md" in out, out
