@@ -238,8 +238,10 @@ def test_queue_on_the_tiny_run(tiny_run, tmp_path):
             predicted[r["text"]][f"p_{label}"] for label in LABELS]
     # balance: rounds along the ranks, one text of each predicted class a round, each
     # round ordered by margin, and each class's texts by margin across the rounds
-    rounds = [(int(m[1]), m[2]) for m in (
-        re.search(r"; round (\d+) of predicted class (\w+)$", r["reason"]) for r in queued)]
+    found = [re.search(r"; round (\d+) of predicted class (\w+)$", r["reason"])
+             for r in queued]
+    assert all(found)
+    rounds = [(int(m[1]), m[2]) for m in found if m]
     assert [n for n, _ in rounds] == sorted(n for n, _ in rounds)
     for n in {n for n, _ in rounds}:
         classes = [c for m, c in rounds if m == n]
