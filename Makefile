@@ -26,7 +26,7 @@ PYTEST_ARGS ?=
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run smoke test test-fast test-integration test-e2e test-container bench device-check exp exp-show metrics seeds sweep compare browser lint lock lock-check \
+.PHONY: help setup run smoke test test-fast test-integration test-e2e test-container bench device-check exp exp-show metrics seeds sweep queue-trial compare browser lint lock lock-check \
 	doctor clean \
 	docker-build docker-run docker-build-cpu docker-run-cpu
 
@@ -162,6 +162,15 @@ CPUS_PER_RUN ?=
 sweep: $(STAMP)  ## Grid x seeds on Ray, a GPU per run (SET="train.lora.r=4,8" SEEDS=3 NAME=sweep): mean ± sd, verdicts
 	$(BIN)/lorasent sweep --seeds $(SEEDS) --name $(or $(NAME),sweep) $(foreach s,$(SET),-S $(s)) \
 		$(if $(ADDRESS),--address $(ADDRESS)) $(if $(CPUS_PER_RUN),--cpus-per-run $(CPUS_PER_RUN))
+
+# Does `lorasent queue` beat random picks? After `make run`: POOL texts of the fetched data
+# outside the split, BUDGET picked by the queue and BUDGET at random, each arm added to
+# the training split as a DVC experiment <NAME>-queued / <NAME>-random, then compared
+# (docs/active-learning.md). Leaves the queued arm's run in the workspace.
+POOL ?= 3000
+BUDGET ?= 200
+queue-trial: $(STAMP)  ## Queue vs random picks (POOL=3000 BUDGET=200 NAME=qt): two experiments, then compare
+	$(BIN)/python -m lorasent.tools.queue_trial --pool $(POOL) --budget $(BUDGET) --name $(or $(NAME),qt)
 
 # A and B: commits, branches, tags or experiment names; B may be `workspace`.
 A ?= HEAD

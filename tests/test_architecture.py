@@ -39,6 +39,13 @@ EXCEPTIONS = {
     ("stages.test_sets", "stages.split"):
         "clean_rows, deduplicate, normalise_text, row_id: the extra test sets are cleaned "
         "and identified under the split stage's rules, by its own functions",
+    ("tools.label_queue", "stages.split"):
+        "normalise_text: the queue drops texts of the splits and near-duplicates on the "
+        "split stage's own key, so that 'already labelled' means what the split's dedup "
+        "means",
+    ("tools.queue_trial", "stages.split"):
+        "clean_rows, normalise_text, row_id: the queue's trial adds labelled rows to the "
+        "training split as the split stage writes them",
     ("tools.bench", "stages.fetch"):
         "the packaged tweets (read_source) and the packaged Gemma converted from its GGUF "
         "(_packaged_gemma): the bench times its ways on what the pipeline fetches",

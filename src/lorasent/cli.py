@@ -239,6 +239,13 @@ _ADAPTER = click.option("--adapter", "adapter_dir", default="models/adapter", sh
 _BASE = click.option("--base", "base_dir", default="models/base", show_default=True,
                      type=click.Path(file_okay=False, path_type=Path),
                      help="Base model folder the adapter was trained on (checked by hash).")
+_TEXT_COLUMN = click.option("--text-column", default="text", show_default=True,
+                            help="Column (CSV, TSV, Parquet) or key (JSONL) holding the text.")
+_SEPARATOR = click.option("--separator", default="auto", show_default=True,
+                          help="CSV separator: auto (detected from the header) or one "
+                          "character.")
+_BATCH_SIZE = click.option("--batch-size", default=16, show_default=True,
+                           type=click.IntRange(min=1), help="Texts per forward pass.")
 _DEVICE = click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "rocm", "mps"]),
                        help="Device to run on; default: as recorded at training time.")
 
@@ -253,17 +260,14 @@ _DEVICE = click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "ro
 @click.option("--output", "output_path", help="Write predictions to this .csv or .jsonl file "
               "(input order kept, the input's other columns first) instead of printing a "
               "table.")
-@click.option("--text-column", default="text", show_default=True,
-              help="Column (CSV, TSV, Parquet) or key (JSONL) holding the text.")
+@_TEXT_COLUMN
 @click.option("--keep", multiple=True, metavar="COLUMN",
               help="Input column to copy into --output (repeat for several); default: every "
               "column but the text.")
-@click.option("--separator", default="auto", show_default=True,
-              help="CSV separator: auto (detected from the header) or one character.")
+@_SEPARATOR
 @click.option("--encoding", default="utf-8", show_default=True,
               help="Encoding of the --input file.")
-@click.option("--batch-size", default=16, show_default=True, type=click.IntRange(min=1),
-              help="Texts per forward pass.")
+@_BATCH_SIZE
 @click.option("--min-confidence", type=float, metavar="FLOAT",
               help="In (0, 1]: abstain (no label; abstained true) on a text whose top "
               "probability, after the adapter's temperature, is below it; the end of the "
@@ -390,6 +394,110 @@ def export(adapter_dir: Path, base_dir: Path, out_dir: Path, force: bool, metric
              else "; no temperature (raw probabilities)")
     click.echo(f"exported {adapter_dir} merged into {record.base_model.source} to "
                f"{out_dir} (see {out_dir}/README.md, {card})")
+
+
+@click.command()
+@click.argument("pool_path", metavar="UNLABELLED")
+@click.option("--budget", required=True, type=int,
+              help="Texts to queue for labelling (at least 1, at most the pool's texts "
+              "after duplicates and labelled texts are dropped).")
+@click.option("--strategy", type=click.Choice(["margin", "entropy"]), default="margin",
+              show_default=True, help="Uncertainty: margin between the top two calibrated "
+              "probabilities (smallest first) or their entropy (largest first).")
+@click.option("--relabel", is_flag=True,
+              help="Also list the training rows that the label audit (confident learning) "
+              "flags, with their given label, for a second look.")
+@click.option("--out", "out_path", default="to_label.csv", show_default=True,
+              help="The .csv file to write.")
+@click.option("--split-dir", default="data/split", show_default=True,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="The split stage's folder: its texts are never queued (and --relabel "
+              "reads train.jsonl).")
+@_ADAPTER
+@_BASE
+@_TEXT_COLUMN
+@_SEPARATOR
+@click.option("--encoding", default="utf-8", show_default=True,
+              help="Encoding of the UNLABELLED file.")
+@_BATCH_SIZE
+@click.option("--force", is_flag=True,
+              help="Replace an --out file that git or DVC tracks, or that queue did not "
+              "write (never the UNLABELLED file).")
+@_DEVICE
+@_user_errors
+def queue(pool_path: str, budget: int, strategy: str, relabel: bool, out_path: str,
+          split_dir: Path, adapter_dir: Path, base_dir: Path, text_column: str,
+          separator: str, encoding: str, batch_size: int, force: bool,
+          device: str | None) -> None:
+    """Queue the UNLABELLED texts (read as predict --input reads) that the adapter is
+    least sure of for labelling: near-duplicates and texts of the splits left out,
+    balanced over the predicted classes (docs/active-learning.md)."""
+    from lorasent.artifacts import atomic_open, check_output_file, read_jsonl
+    from lorasent.calibration import label_issues
+    from lorasent.contracts import read_temperature_scaling
+    from lorasent.modeling import load_trained_model
+    from lorasent.tables import check_separator
+    from lorasent.tools.label_queue import (
+        QueueError,
+        check_budget,
+        check_pool,
+        clean_pool,
+        done_note,
+        pool_note,
+        rank_pool,
+        relabel_rows,
+        split_keys,
+        write_queue,
+        written_by_queue,
+    )
+    from lorasent.tools.predict import (
+        check_adapter_folder,
+        open_inputs,
+        probabilities_note,
+        stream_predictions,
+    )
+
+    check_budget(budget)
+    separator = check_separator(separator, "--separator")
+    if Path(out_path).suffix.lower() != ".csv":
+        raise QueueError(f"--out {out_path}: queue writes a .csv file; give a path ending "
+                         "in .csv (nothing was written)")
+    check_output_file(out_path, force=force, option="--out",
+                      inputs=[("UNLABELLED", pool_path)] if pool_path != "-" else [],
+                      ours=("queue", written_by_queue))
+    labelled = split_keys(split_dir)
+    with open_inputs(pool_path, text_column=text_column, separator=separator,
+                     encoding=encoding) as inputs:
+        pool = clean_pool(inputs.rows, labelled)
+        columns = inputs.columns
+    check_pool(pool, budget, pool_path)
+    train_rows = read_jsonl(split_dir / "train.jsonl") if relabel else []
+    check_adapter_folder(adapter_dir)
+    scaling = read_temperature_scaling(adapter_dir)
+    temperature = None if scaling is None else scaling.temperature
+    model, encoder, record, _ = load_trained_model(adapter_dir, base_dir, device=device,
+                                                   device_option="--device")
+    unknown = sorted({r["label"] for r in train_rows} - set(record.labels))
+    if unknown:
+        raise QueueError(f"{split_dir / 'train.jsonl'}: labels {unknown} are not the "
+                         f"adapter's {record.labels}: the split and {adapter_dir} are of "
+                         "different runs; run `dvc repro` so that they match")
+    click.echo(pool_note(pool, pool_path), err=True)
+    click.echo(probabilities_note(adapter_dir, scaling), err=True)
+    scored = list(stream_predictions(model, encoder, record.labels, pool.rows, batch_size,
+                                     temperature=temperature))
+    queued = rank_pool(scored, record.labels, strategy, budget)
+    flagged = None
+    if relabel:
+        audited = list(stream_predictions(model, encoder, record.labels,
+                                          ((r["text"], {}) for r in train_rows), batch_size,
+                                          temperature=temperature))
+        flagged = relabel_rows(audited, [r["label"] for r in train_rows], record.labels,
+                               strategy, len(queued) + 1,
+                               lambda ids, p: label_issues(ids, p).indices)
+    with atomic_open(out_path) as out:
+        write_queue([*queued, *(flagged or [])], record.labels, strategy, columns, out)
+    click.echo(done_note(queued, flagged, out_path, record.labels), err=True)
 
 
 @click.command()
@@ -892,8 +1000,8 @@ def main() -> None:
     _progress_bars_only_in_a_terminal()
 
 
-for _command in (fetch, split, baseline, train, evaluate, doctor, predict, export, preset,
-                 compare, pr_comment, metrics, seeds, sweep, learning_curve):
+for _command in (fetch, split, baseline, train, evaluate, doctor, predict, export, queue,
+                 preset, compare, pr_comment, metrics, seeds, sweep, learning_curve):
     main.add_command(_command)
 
 

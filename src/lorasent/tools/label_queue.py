@@ -1,0 +1,330 @@
+"""``lorasent queue``: which unlabelled texts to label next (uncertainty sampling).
+
+Usage::
+
+    lorasent queue unlabelled.csv --budget 200 [--strategy margin|entropy] [--relabel]
+        [--out to_label.csv] [--force]
+
+The pool is read as ``lorasent predict --input`` reads a file (:func:`lorasent.tools.
+predict.open_inputs`: the same ``--text-column``, ``--separator`` and ``--encoding``
+rules and errors) and cleaned before any model loads:
+
+1. blank texts are dropped;
+2. near-duplicates within the pool are dropped, the first copy kept, on the split
+   stage's key (:func:`lorasent.stages.split.normalise_text`: NFKC, case folded,
+   whitespace collapsed), as the split stage deduplicates;
+3. a text whose key is that of a row of the training, validation or test split
+   (``data/split/*.jsonl``) is dropped: it is labelled already.
+
+The rest is scored as ``lorasent predict`` scores (:func:`lorasent.tools.predict.
+stream_predictions`: the adapter's label scoring and its temperature from
+``calibration.json``) and ranked by uncertainty (uncertainty sampling, Lewis & Gale
+1994; the margin is Scheffer et al. 2001's, the entropy Settles 2009's survey, §3.1):
+
+- ``margin``: the top calibrated probability minus the second; smallest first;
+- ``entropy``: ``-sum p log p`` in nats; largest first.
+
+Balance over predicted classes: the queue is filled round by round; each round takes
+the most uncertain remaining text of each predicted class (classes in the order of
+their texts' uncertainty within the round), so no class fills the queue while another
+waits. A class that runs out of texts stops taking turns and the others fill the rest
+of the budget: the queue is full whenever the pool holds ``--budget`` texts.
+
+``--relabel`` adds, after the queue, the training rows that confident learning
+(:func:`lorasent.calibration.label_issues`, the audit the evaluate stage runs on the
+test split) flags, scored by the same adapter: their given label is likely wrong.
+These probabilities are in-sample (the adapter trained on the rows), so confident
+learning flags fewer rows than it would with out-of-sample ones: the list is a floor,
+not the full audit (Northcutt et al. 2021 use cross-validated probabilities).
+
+Output (:data:`header`): a CSV with the pool's other columns first (as predict writes
+them, renamed ``input_<name>`` where a name is taken), then ``text``, ``label`` (empty:
+the labeller fills it in), ``predicted``, ``p_<class>`` per class, ``margin`` or
+``entropy``, ``rank`` (1 = label first; the relabel rows follow the queue), the
+``given_label`` (relabel rows only) and ``reason`` (why the row is here).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+import numpy.typing as npt
+
+from lorasent.artifacts import read_jsonl
+from lorasent.errors import LorasentError
+from lorasent.paths import SPLIT_DIR
+from lorasent.stages.split import SPLITS, normalise_text
+from lorasent.tools.predict import CsvRows, Prediction, kept_names
+
+STRATEGIES = ("margin", "entropy")
+DEFAULT_OUT = "to_label.csv"
+
+
+class QueueError(LorasentError, ValueError):
+    """A budget, pool, split folder or output the queue cannot use; the message names it
+    and says what to do. Raised before any model loads; nothing is written."""
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The texts that may be queued, in file order, with what cleaning dropped.
+
+    ``rows``: ``(text, {kept column: value})``; ``read``: texts read (blank ones
+    included); ``dropped``: ``blank``, ``duplicate`` (of an earlier pool text) and
+    ``in_splits`` (of a row of the training, validation or test split) counts.
+    """
+
+    rows: list[tuple[str, dict[str, Any]]]
+    read: int
+    dropped: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        d = self.dropped
+        return (f"{len(self.rows)} of {self.read} texts read ({d.get('blank', 0)} blank, "
+                f"{d.get('duplicate', 0)} duplicates within the file, "
+                f"{d.get('in_splits', 0)} already in the training, validation or test data)")
+
+
+def check_budget(budget: int) -> int:
+    """``budget`` when it is at least 1.
+
+    Raises:
+        QueueError: below 1, in one line.
+    """
+    if budget < 1:
+        raise QueueError(f"--budget {budget}: must be at least 1 (the number of texts to "
+                         "queue for labelling), e.g. --budget 200")
+    return budget
+
+
+def split_keys(split_dir: str | Path = SPLIT_DIR) -> set[str]:
+    """The normalised texts (:func:`normalise_text`) of the training, validation and test
+    splits in ``split_dir``.
+
+    Raises:
+        QueueError: a split file is missing (the split stage has not run).
+    """
+    keys: set[str] = set()
+    for name in SPLITS:
+        path = Path(split_dir) / f"{name}.jsonl"
+        if not path.is_file():
+            raise QueueError(
+                f"{path}: not found; the queue leaves out every text of the training, "
+                f"validation and test splits, so it needs them: run `dvc repro split` (or "
+                f"`make run`) first, or point --split-dir at the folder that holds them")
+        keys.update(normalise_text(r["text"]) for r in read_jsonl(path))
+    return keys
+
+
+def clean_pool(rows: Iterable[tuple[Any, dict[str, Any]]], labelled: set[str]) -> Pool:
+    """Rules 1-3 of the module: blank texts, near-duplicates within the pool (the first
+    copy kept) and texts of ``labelled`` (normalised keys of the splits) dropped."""
+    kept: list[tuple[str, dict[str, Any]]] = []
+    seen: set[str] = set()
+    dropped: Counter[str] = Counter()
+    read = 0
+    for text, columns in rows:
+        read += 1
+        text = "" if text is None else str(text)
+        key = normalise_text(text)
+        if not key:
+            dropped["blank"] += 1
+        elif key in labelled:
+            dropped["in_splits"] += 1
+        elif key in seen:
+            dropped["duplicate"] += 1
+        else:
+            seen.add(key)
+            kept.append((text, columns))
+    return Pool(kept, read, {k: dropped.get(k, 0) for k in ("blank", "duplicate",
+                                                                  "in_splits")})
+
+
+def check_pool(pool: Pool, budget: int, source: str) -> None:
+    """Refuse a pool with nothing to queue, or fewer texts than ``budget``.
+
+    Raises:
+        QueueError: naming ``source``, the pool's size and what was dropped.
+    """
+    if not pool.rows:
+        what = ("every text is already in the training, validation or test data "
+                "(compared normalised, as the split stage deduplicates)"
+                if pool.dropped["in_splits"] else "it holds no text")
+        raise QueueError(f"{source}: nothing to queue: {what}; {pool.summary()}. Give a "
+                         "file of texts not labelled yet")
+    if budget > len(pool.rows):
+        raise QueueError(f"--budget {budget}: larger than the pool: {source} has "
+                         f"{pool.summary()}; give --budget {len(pool.rows)} or less, or "
+                         "more texts")
+
+
+def uncertainty(probs: npt.ArrayLike, strategy: str) -> npt.NDArray[np.float64]:
+    """Per row of (N, K) probabilities: the ``margin`` (top probability minus the
+    second; 1.0 with one class) or the ``entropy`` (nats, ``-sum p log p``, 0 log 0 = 0).
+
+    Raises:
+        ValueError: an unknown strategy.
+    """
+    p = np.asarray(probs, dtype=np.float64)
+    if strategy == "margin":
+        if p.shape[1] < 2:
+            return np.ones(len(p))
+        top = -np.sort(-p, axis=1)
+        return top[:, 0] - top[:, 1]
+    if strategy == "entropy":
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return -np.sum(np.where(p > 0, p * np.log(p), 0.0), axis=1)
+    raise ValueError(f"unknown strategy {strategy!r}; one of {STRATEGIES}")
+
+
+def balanced_order(predicted: Sequence[int], values: npt.ArrayLike, strategy: str,
+                   budget: int) -> list[tuple[int, int]]:
+    """The queue: ``(row, round)`` pairs, ``budget`` of them at most, label first first.
+
+    Rows are ranked within their predicted class by uncertainty (``values`` of
+    :func:`uncertainty`: margin ascending, entropy descending; ties in row order). Round
+    ``r`` (from 1) takes each class's ``r``-th row, ordered among themselves by
+    uncertainty; a class with no row left takes no more turns.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    sign = 1.0 if strategy == "margin" else -1.0
+    by_class: dict[int, list[int]] = {}
+    for row in sorted(range(len(predicted)), key=lambda i: (sign * v[i], i)):
+        by_class.setdefault(int(predicted[row]), []).append(row)
+    order: list[tuple[int, int]] = []
+    depth = 0
+    while len(order) < budget and any(depth < len(rows) for rows in by_class.values()):
+        batch = sorted((rows[depth] for rows in by_class.values() if depth < len(rows)),
+                       key=lambda i: (sign * v[i], i))
+        order += [(row, depth + 1) for row in batch[:budget - len(order)]]
+        depth += 1
+    return order
+
+
+def header(labels: Sequence[str], strategy: str) -> list[str]:
+    """The queue's own columns, after the pool's kept ones."""
+    return ["text", "label", "predicted", *(f"p_{label}" for label in labels), strategy,
+            "rank", "given_label", "reason"]
+
+
+def _top_two(probs: dict[str, float]) -> str:
+    ranked = sorted(probs.items(), key=lambda kv: -kv[1])[:2]
+    return " and ".join(f"{label} {p:.3f}" for label, p in ranked)
+
+
+def queue_reason(p: Prediction, value: float, strategy: str, round_: int) -> str:
+    """Why a pool text is queued: its uncertainty and its class's round."""
+    assert p.probabilities is not None
+    what = (f"margin {value:.4f} between {_top_two(p.probabilities)}" if strategy == "margin"
+            else f"entropy {value:.4f} nats (top: {_top_two(p.probabilities)})")
+    return f"uncertain: {what}; round {round_} of predicted class {p.label}"
+
+
+def relabel_reason(given: str, p_given: float, predicted: str, p_predicted: float) -> str:
+    """Why a training row is queued again by the label audit."""
+    return (f"label audit (confident learning) on the training split: given {given} has "
+            f"probability {p_given:.3f}, the adapter says {predicted} {p_predicted:.3f}")
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """One row of the output: a prediction, its uncertainty value, rank, given label
+    (relabel rows) and reason."""
+
+    prediction: Prediction
+    value: float
+    rank: int
+    reason: str
+    given_label: str = ""
+
+
+def rank_pool(predictions: Sequence[Prediction], labels: Sequence[str], strategy: str,
+              budget: int) -> list[QueueRow]:
+    """The queued pool rows, ranked from 1 (:func:`balanced_order` of ``predictions``)."""
+    probs = np.array([[p.probabilities[label] for label in labels] for p in predictions
+                      if p.probabilities is not None])
+    values = uncertainty(probs, strategy)
+    predicted = [labels.index(p.label) for p in predictions if p.label is not None]
+    return [QueueRow(predictions[row], float(values[row]), rank,
+                     queue_reason(predictions[row], float(values[row]), strategy, round_))
+            for rank, (row, round_) in enumerate(
+                balanced_order(predicted, values, strategy, budget), start=1)]
+
+
+def relabel_rows(predictions: Sequence[Prediction], given: Sequence[str],
+                 labels: Sequence[str], strategy: str, first_rank: int,
+                 issues: Callable[[npt.NDArray[np.int64], np.ndarray], npt.NDArray[np.int64]]
+                 ) -> list[QueueRow]:
+    """The training rows ``issues(label ids, probabilities)`` flags (row numbers, ranked:
+    :func:`lorasent.calibration.label_issues`' ``indices``), ranked from
+    ``first_rank``."""
+    probs = np.array([[p.probabilities[label] for label in labels] for p in predictions
+                      if p.probabilities is not None])
+    ids = np.array([labels.index(g) for g in given], dtype=np.int64)
+    values = uncertainty(probs, strategy)
+    rows = []
+    for rank, i in enumerate(issues(ids, probs), start=first_rank):
+        p = predictions[int(i)]
+        assert p.probabilities is not None and p.label is not None
+        rows.append(QueueRow(p, float(values[i]), rank, relabel_reason(
+            given[i], p.probabilities[given[i]], p.label, p.probabilities[p.label]),
+            given_label=given[i]))
+    return rows
+
+
+def write_queue(rows: Iterable[QueueRow], labels: Sequence[str], strategy: str,
+                columns: Sequence[str], out: TextIO) -> None:
+    """The CSV of the module's docstring, through predict's :class:`CsvRows` (texts with
+    line breaks, quotes or separators read back as one field)."""
+    own = header(labels, strategy)
+    writer = CsvRows(out)
+    writer.writerow([*kept_names(columns, own), *own])
+    for r in rows:
+        p = r.prediction
+        assert p.probabilities is not None
+        writer.writerow([*(p.columns.get(c, "") for c in columns), p.text, "", p.label,
+                         *(f"{p.probabilities[label]:.6f}" for label in labels),
+                         f"{r.value:.6f}", r.rank, r.given_label, r.reason])
+
+
+def written_by_queue(path: str | Path) -> bool:
+    """Whether the file at ``path`` starts with a header :func:`write_queue` writes (its
+    own columns last: ``text``, ``label``, ``predicted``, ``p_<class>``..., ``margin`` or
+    ``entropy``, ``rank``, ``given_label``, ``reason``). Only the first line is read (at
+    most 1 MiB); an unreadable file is not the queue's."""
+    try:
+        with open(path, encoding="utf-8", newline="") as fh:
+            first = fh.readline(1 << 20)
+    except (OSError, UnicodeDecodeError):
+        return False
+    names = next(csv.reader([first.rstrip("\r\n")]), [])
+    if names[-4:-3] not in ([s] for s in STRATEGIES) or names[-3:] != ["rank", "given_label",
+                                                                        "reason"]:
+        return False
+    head = names[:-4]
+    probs = 0
+    while head and head[-1].startswith("p_"):
+        head, probs = head[:-1], probs + 1
+    return probs > 0 and head[-3:] == ["text", "label", "predicted"]
+
+
+def pool_note(pool: Pool, source: str) -> str:
+    """One line for standard error: how many texts the pool kept of those read."""
+    return f"pool: {source}: {pool.summary()}"
+
+
+def done_note(queued: Sequence[QueueRow], relabelled: Sequence[QueueRow] | None, out: str,
+              labels: Sequence[str]) -> str:
+    """One line for standard error at the end: what was written, per predicted class."""
+    per_class = Counter(r.prediction.label for r in queued)
+    spread = ", ".join(f"{label} {per_class.get(label, 0)}" for label in labels)
+    extra = ("" if relabelled is None else
+             f", and {len(relabelled)} training row{'s' if len(relabelled) != 1 else ''} "
+             "the label audit flags")
+    return f"wrote {out}: {len(queued)} texts to label (predicted {spread}){extra}"

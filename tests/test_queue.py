@@ -1,0 +1,286 @@
+"""``lorasent queue``: ranking, balance, dedup, exclusion, the CSV, the bad cases (fast
+tier: no model loads: the bad cases are refused before it would); the whole command on
+the tiny run's adapter (e2e)."""
+
+import csv
+import io
+import json
+import re
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from lorasent.artifacts import atomic_write_text, jsonl_text
+from lorasent.cli import main
+from lorasent.tools.label_queue import (
+    Pool,
+    QueueError,
+    balanced_order,
+    check_pool,
+    clean_pool,
+    header,
+    rank_pool,
+    relabel_rows,
+    uncertainty,
+    write_queue,
+    written_by_queue,
+)
+from lorasent.tools.predict import Prediction
+
+LABELS = ["negative", "neutral", "positive"]
+
+
+def _pred(text, probs, **columns):
+    probs = dict(zip(LABELS, probs, strict=True))
+    return Prediction(text, max(probs, key=probs.get), probs, columns=columns)
+
+
+def test_uncertainty_margin_and_entropy():
+    p = [[0.5, 0.3, 0.2], [1.0, 0.0, 0.0], [1 / 3, 1 / 3, 1 / 3]]
+    assert uncertainty(p, "margin") == pytest.approx([0.2, 1.0, 0.0])
+    assert uncertainty(p, "entropy") == pytest.approx(
+        [-(0.5 * np.log(0.5) + 0.3 * np.log(0.3) + 0.2 * np.log(0.2)), 0.0, np.log(3)])
+
+
+def test_balanced_order_takes_turns_and_a_class_that_runs_out_stops():
+    # class 0: rows 0 (0.1), 1 (0.5), 2 (0.6); class 1: row 3 (0.05); class 2: rows 4 (0.3), 5 (0.2)
+    predicted = [0, 0, 0, 1, 2, 2]
+    margins = [0.1, 0.5, 0.6, 0.05, 0.3, 0.2]
+    assert balanced_order(predicted, margins, "margin", 6) == [
+        (3, 1), (0, 1), (5, 1), (4, 2), (1, 2), (2, 3)]
+    assert balanced_order(predicted, margins, "margin", 4) == [(3, 1), (0, 1), (5, 1), (4, 2)]
+    # entropy: largest first
+    assert balanced_order([0, 0, 1], [0.2, 0.9, 0.5], "entropy", 3) == [
+        (1, 1), (2, 1), (0, 2)]
+
+
+def test_clean_pool_drops_blank_duplicates_and_split_texts():
+    rows = [("Hello  World", {"id": 1}), ("   ", {"id": 2}), ("hello world", {"id": 3}),
+            ("ＴＲＡＩＮ text", {"id": 4}), ("new one", {"id": 5})]
+    pool = clean_pool(rows, {"train text"})
+    assert pool.rows == [("Hello  World", {"id": 1}), ("new one", {"id": 5})]
+    assert pool.read == 5
+    assert pool.dropped == {"blank": 1, "duplicate": 1, "in_splits": 1}
+
+
+def test_check_pool_messages():
+    with pytest.raises(QueueError) as err:
+        check_pool(Pool([("a", {})], 3, {"blank": 0, "duplicate": 1, "in_splits": 1}), 2,
+                   "pool.csv")
+    assert str(err.value) == (
+        "--budget 2: larger than the pool: pool.csv has 1 of 3 texts read (0 blank, 1 "
+        "duplicates within the file, 1 already in the training, validation or test data); "
+        "give --budget 1 or less, or more texts")
+    with pytest.raises(QueueError) as err:
+        check_pool(Pool([], 2, {"blank": 0, "duplicate": 0, "in_splits": 2}), 1, "pool.csv")
+    assert str(err.value) == (
+        "pool.csv: nothing to queue: every text is already in the training, validation or "
+        "test data (compared normalised, as the split stage deduplicates); 0 of 2 texts "
+        "read (0 blank, 0 duplicates within the file, 2 already in the training, "
+        "validation or test data). Give a file of texts not labelled yet")
+
+
+def test_the_csv_and_its_columns():
+    preds = [_pred("a, \"quoted\"\ntext", [0.4, 0.35, 0.25], label="neg"),
+             _pred("b", [0.1, 0.1, 0.8], label="pos"),
+             _pred("c", [0.2, 0.5, 0.3], label="neu")]
+    queued = rank_pool(preds, LABELS, "margin", 2)
+    assert [r.prediction.text for r in queued] == ["a, \"quoted\"\ntext", "c"]
+    flagged = relabel_rows(preds[1:], ["negative", "neutral"], LABELS, "margin", 3,
+                           lambda ids, p: np.array([0]))
+    out = io.StringIO()
+    write_queue([*queued, *flagged], LABELS, "margin", ["label"], out)
+    rows = list(csv.reader(io.StringIO(out.getvalue())))
+    assert rows[0] == ["input_label", *header(LABELS, "margin")] == [
+        "input_label", "text", "label", "predicted", "p_negative", "p_neutral",
+        "p_positive", "margin", "rank", "given_label", "reason"]
+    assert rows[1] == [
+        "neg", "a, \"quoted\"\ntext", "", "negative", "0.400000", "0.350000", "0.250000",
+        "0.050000", "1", "",
+        "uncertain: margin 0.0500 between negative 0.400 and neutral 0.350; round 1 of "
+        "predicted class negative"]
+    assert rows[2][:9] == ["neu", "c", "", "neutral", "0.200000", "0.500000", "0.300000",
+                           "0.200000", "2"]
+    assert rows[3] == [
+        "pos", "b", "", "positive", "0.100000", "0.100000", "0.800000", "0.700000", "3",
+        "negative", "label audit (confident learning) on the training split: given negative "
+        "has probability 0.100, the adapter says positive 0.800"]
+    assert len(rows) == 4
+
+
+def test_written_by_queue(tmp_path):
+    path = tmp_path / "q.csv"
+    path.write_text(",".join(["id", *header(LABELS, "entropy")]) + "\n", encoding="utf-8")
+    assert written_by_queue(path)
+    path.write_text("text,label,p_negative,note\n", encoding="utf-8")
+    assert not written_by_queue(path)
+
+
+
+def test_trial_pool_and_arm_rows():
+    from lorasent.stages.split import SplitError, row_id
+    from lorasent.tools.queue_trial import arm_rows, pool_rows
+
+    raw = [{"row": i, "text": t, "label": "pos"} for i, t in
+           enumerate(["In  Split", "a", "b", "c"], start=1)]
+    assert pool_rows(raw, {"in split"}, 5, 0) == pool_rows(raw, {"in split"}, 5, 0)
+    assert sorted(r["text"] for r in pool_rows(raw, {"in split"}, 5, 0)) == ["a", "b", "c"]
+    assert len(pool_rows(raw, {"in split"}, 2, 0)) == 2
+    assert arm_rows([{"text": "a", "label": " POS"}], LABELS, {"pos": "positive"}) == [
+        {"id": row_id("a"), "text": "a", "label": "positive", "label_id": 2}]
+    with pytest.raises(SplitError, match="unknown label"):
+        arm_rows([{"text": "a", "label": "happy"}], LABELS, {})
+
+# ------------------------------------------------------------------ the bad cases (CLI)
+
+@pytest.fixture
+def workspace(tmp_path, monkeypatch):
+    """A folder with data/split (one text per split) and a pool of 4 texts, 2 of them
+    near-duplicates of split rows; no model: every bad case stops before one loads."""
+    monkeypatch.chdir(tmp_path)
+    for name, text in (("train", "I love it"), ("validation", "meh"), ("test", "awful")):
+        atomic_write_text(tmp_path / "data/split" / f"{name}.jsonl", jsonl_text(
+            [{"id": name, "text": text, "label": "positive", "label_id": 2}]))
+    (tmp_path / "pool.csv").write_text("text\ni  LOVE it\nAWFUL\nnew text\nanother\n",
+                                       encoding="utf-8")
+    return tmp_path
+
+
+@pytest.mark.parametrize(("pool", "args", "message"), [
+    ("pool.csv", ["--budget", "0"],
+     "--budget 0: must be at least 1 (the number of texts to queue for labelling), e.g. "
+     "--budget 200"),
+    ("pool.csv", ["--budget", "3"],
+     "--budget 3: larger than the pool: pool.csv has 2 of 4 texts read (0 blank, 0 "
+     "duplicates within the file, 2 already in the training, validation or test data); "
+     "give --budget 2 or less, or more texts"),
+    ("dups.csv", ["--budget", "1"],
+     "dups.csv: nothing to queue: every text is already in the training, validation or "
+     "test data (compared normalised, as the split stage deduplicates); 0 of 2 texts read "
+     "(0 blank, 0 duplicates within the file, 2 already in the training, validation or "
+     "test data). Give a file of texts not labelled yet"),
+    ("pool.csv", ["--budget", "1", "--out", "q.jsonl"],
+     "--out q.jsonl: queue writes a .csv file; give a path ending in .csv (nothing was "
+     "written)"),
+])
+def test_bad_cases_one_line_nothing_written(workspace, pool, args, message):
+    (workspace / "dups.csv").write_text("text\nMeh\n  awful \n", encoding="utf-8")
+    result = CliRunner().invoke(main, ["queue", pool, *args])
+    assert result.exit_code == 1, result.output
+    assert result.output == f"lorasent queue: error: {message}\n"
+    assert not (workspace / "to_label.csv").exists() and not (workspace / "q.jsonl").exists()
+
+
+def test_pool_without_text_column(workspace):
+    (workspace / "notext.csv").write_text("body\nhello\n", encoding="utf-8")
+    result = CliRunner().invoke(main, ["queue", "notext.csv", "--budget", "1"])
+    assert result.exit_code == 1
+    assert result.output == (
+        "lorasent queue: error: notext.csv: the header (line 1) has no column 'text' "
+        "(--text-column); columns found: ['body']. A file of texts without a header, one "
+        "per line, is read as such when it is not named .csv (e.g. texts.txt)\n")
+    assert not (workspace / "to_label.csv").exists()
+
+
+def test_missing_split_is_named(workspace):
+    (workspace / "data/split/test.jsonl").unlink()
+    result = CliRunner().invoke(main, ["queue", "pool.csv", "--budget", "1"])
+    assert result.output == (
+        "lorasent queue: error: data/split/test.jsonl: not found; the queue leaves out "
+        "every text of the training, validation and test splits, so it needs them: run "
+        "`dvc repro split` (or `make run`) first, or point --split-dir at the folder "
+        "that holds them\n")
+
+
+def test_an_existing_file_queue_did_not_write_is_kept(workspace):
+    (workspace / "to_label.csv").write_text("mine\n", encoding="utf-8")
+    result = CliRunner().invoke(main, ["queue", "pool.csv", "--budget", "1"])
+    assert result.exit_code == 1
+    assert "an existing file that `lorasent queue` did not write" in result.output
+    assert (workspace / "to_label.csv").read_text(encoding="utf-8") == "mine\n"
+
+
+# --------------------------------------------------------------- e2e: the tiny run
+
+@pytest.mark.slow
+def test_queue_on_the_tiny_run(tiny_run, tmp_path):
+    """The whole command on the tiny run's adapter: the pool's duplicates and split texts
+    are left out, the queue is balanced and ranked, --relabel adds training rows, and
+    the output's probabilities are predict's."""
+    from tiny_repo import run
+
+    train = [json.loads(line) for line in
+             (tiny_run / "data/split/train.jsonl").read_text(encoding="utf-8").splitlines()]
+    fresh = [f"pool text number {i} about the weather" for i in range(12)]
+    pool = tmp_path / "pool.csv"
+    with pool.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["id", "text"])
+        for i, text in enumerate([*fresh, fresh[0].upper(), train[0]["text"]]):
+            writer.writerow([i, text])
+    out = tmp_path / "q.csv"
+    run(tiny_run, "lorasent", "queue", str(pool), "--budget", "6", "--relabel",
+        "--out", str(out))
+    rows = list(csv.DictReader(out.open(encoding="utf-8", newline="")))
+    queued = [r for r in rows if not r["given_label"]]
+    assert [r["rank"] for r in rows] == [str(i) for i in range(1, len(rows) + 1)]
+    assert len(queued) == 6 and {r["text"] for r in queued} <= set(fresh)
+    assert all(r["given_label"] in LABELS and r["text"] in {t["text"] for t in train}
+               for r in rows[6:])
+    run(tiny_run, "lorasent", "predict", "--input", str(pool), "--output",
+        str(tmp_path / "p.csv"))
+    predicted = {r["text"]: r for r in csv.DictReader(
+        (tmp_path / "p.csv").open(encoding="utf-8", newline=""))}
+    for r in queued:
+        assert r["predicted"] == predicted[r["text"]]["label"]
+        assert [r[f"p_{label}"] for label in LABELS] == [
+            predicted[r["text"]][f"p_{label}"] for label in LABELS]
+    # balance: rounds along the ranks, one text of each predicted class a round, each
+    # round ordered by margin, and each class's texts by margin across the rounds
+    found = [re.search(r"; round (\d+) of predicted class (\w+)$", r["reason"])
+             for r in queued]
+    assert all(found)
+    rounds = [(int(m[1]), m[2]) for m in found if m]
+    assert [n for n, _ in rounds] == sorted(n for n, _ in rounds)
+    for n in {n for n, _ in rounds}:
+        classes = [c for m, c in rounds if m == n]
+        assert len(classes) == len(set(classes))
+        in_round = [float(r["margin"]) for r, (m, _) in zip(queued, rounds, strict=True)
+                    if m == n]
+        assert in_round == sorted(in_round)
+    for label in LABELS:
+        mine = [float(r["margin"]) for r in queued if r["predicted"] == label]
+        assert mine == sorted(mine)
+    assert [c for _, c in rounds] == [r["predicted"] for r in queued]
+
+
+@pytest.mark.slow
+def test_the_queue_trial_runs_both_arms_and_compares(tiny_copy):
+    """`make queue-trial`'s module on a clone of the tiny run: both arms become
+    experiments trained on the training split plus their rows, and compare judges them."""
+    import sys
+
+    from tiny_repo import run
+
+    before = (tiny_copy / "data/split/train.jsonl").read_text(encoding="utf-8")
+    out = run(tiny_copy, sys.executable, "-m", "lorasent.tools.queue_trial", "--pool", "40",
+              "--budget", "4", "--name", "qt", logs=True)
+    queued = list(csv.DictReader((tiny_copy / "qt-queued.csv").open(encoding="utf-8")))
+    assert len(queued) == 4
+    for arm in ("random", "queued"):
+        rows = [json.loads(line) for line in
+                (tiny_copy / f"qt-{arm}.jsonl").read_text(encoding="utf-8").splitlines()]
+        assert len(rows) == 4
+    assert [json.loads(x)["text"] for x in (tiny_copy / "qt-queued.jsonl").read_text(
+        encoding="utf-8").splitlines()] == [r["text"] for r in queued]
+    train = (tiny_copy / "data/split/train.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(train) == len(before.splitlines()) + 4
+    assert {json.loads(x)["text"] for x in train[-4:]} == {r["text"] for r in queued}
+    trained = json.loads((tiny_copy / "metrics/provenance/train.json").read_text(
+        encoding="utf-8"))
+    assert trained["train_rows"] == len(before.splitlines()) + 4
+    shown = run(tiny_copy, "dvc", "exp", "show", "--json")
+    assert "qt-random" in shown and "qt-queued" in shown
+    assert "Experiment has been saved as: qt-random" in out
+    assert "wrote reports/qt-random-vs-qt-queued/report.md" in out, out
