@@ -106,7 +106,7 @@ def test_the_closures_hold_what_writes_and_maps_the_outputs():
         "params", "paths", "tables"}
     assert closure("train") - closure("fetch") == {"stages.train", "calibration", "contracts",
                                                    "metrics", "modeling", "scoring",
-                                                   "statistics"}
+                                                   "statistics", "subsets"}
     assert closure("evaluate") - closure("train") == {"stages.evaluate", "stages.test_sets",
                                                       "stages.fetch", "stages.split"}
 
