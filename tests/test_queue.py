@@ -228,6 +228,8 @@ def test_queue_on_the_tiny_run(tiny_run, tmp_path):
     assert len(queued) == 6 and {r["text"] for r in queued} <= set(fresh)
     assert all(r["given_label"] in LABELS and r["text"] in {t["text"] for t in train}
                for r in rows[6:])
+    ids = {t["text"]: t["id"] for t in train}  # the pool's `id` column: the training row's
+    assert rows[6:] and all(r["id"] == ids[r["text"]] for r in rows[6:])
     run(tiny_run, "lorasent", "predict", "--input", str(pool), "--output",
         str(tmp_path / "p.csv"))
     predicted = {r["text"]: r for r in csv.DictReader(

@@ -490,7 +490,8 @@ def queue(pool_path: str, budget: int, strategy: str, relabel: bool, out_path: s
     flagged = None
     if relabel:
         audited = list(stream_predictions(model, encoder, record.labels,
-                                          ((r["text"], {}) for r in train_rows), batch_size,
+                                          ((r["text"], {c: r[c] for c in columns if c in r})
+                                           for r in train_rows), batch_size,
                                           temperature=temperature))
         flagged = relabel_rows(audited, [r["label"] for r in train_rows], record.labels,
                                strategy, len(queued) + 1,
