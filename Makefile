@@ -71,8 +71,14 @@ smoke: $(STAMP)  ## A 2-minute run of all five stages on a tiny split (configs/s
 # end to end; make stops at the first tier that fails. PYTEST_ARGS goes to each.
 FAST := -m "not integration and not slow and not container"
 INTEGRATION := -m "integration and not slow"
-# Prerequisites run in the order given (no -j), and make stops at the first that fails.
-test: test-fast test-integration test-e2e test-container  ## Set up if needed, then all four test tiers, fast first, stopping at the first that fails
+# Prerequisites run in the order given (no -j), and make stops at the first that fails:
+# the fast tier, then the integration tier. Then the end-to-end and container tiers run
+# side by side (the end-to-end tests wait on dvc and git half the time, the container
+# tier mostly on the disk and the Docker engine), each one's output printed whole when it
+# ends (--output-sync); make waits for both and fails if either fails. `browser` comes
+# first so that its apt-get never runs beside the container tier's.
+test: test-fast test-integration browser  ## Set up if needed, then the fast and integration tiers (stopping at the first that fails), then the end-to-end and container tiers side by side
+	$(MAKE) -j2 --output-sync=target test-e2e test-container
 
 test-fast: $(STAMP)  ## The fast tier: pure tests and mechanics on a tiny random Gemma (90 s budget)
 	$(BIN)/python -m pytest $(FAST) $(PYTEST_ARGS)
@@ -94,8 +100,11 @@ test-container: $(STAMP)  ## The container tier: the images built, checked and r
 	$(BIN)/python -m pytest -m container $(PYTEST_ARGS)
 
 # The report test opens report.html in headless Chromium. Debian's package; as root or
-# through sudo. CHROMIUM=/path/to/chrome uses another build instead.
-CHROMIUM ?= $(firstword $(shell command -v chromium chromium-browser google-chrome 2>/dev/null))
+# through sudo. CHROMIUM=/path/to/chrome uses another build instead. Looked up again when
+# empty: `make test`'s own make, after `browser` installed it, inherits an empty one.
+ifeq ($(strip $(CHROMIUM)),)
+CHROMIUM := $(firstword $(shell command -v chromium chromium-browser google-chrome 2>/dev/null))
+endif
 export CHROMIUM
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 browser:  ## Install Chromium from Debian's apt if no Chromium or Chrome is on PATH

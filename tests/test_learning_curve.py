@@ -1,7 +1,7 @@
 """`lorasent learning-curve` without Ray (the fast tier): the nested stratified subsets
 (train.fraction), the power-law fit and its sentence on synthetic curves, the outputs
 from a made-up sweep (a failed run among them), and the bad cases; the e2e tier runs it
-in tests/test_learning_curve_e2e.py."""
+in tests/test_sweep_ray.py, on its sweep's runs."""
 
 import itertools
 import json
@@ -181,6 +181,21 @@ def test_bad_fractions_are_one_line_and_nothing_is_written(text, message, tmp_pa
     assert done.exit_code == 1 and done.output.strip().splitlines()[-1].startswith(
         "lorasent learning-curve: error: " + message.removeprefix("learning-curve: "))
     assert not out.exists()
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["learning-curve", "--seeds", "0"],
+     "lorasent learning-curve: error: Invalid value for '--seeds': 0 is not in the range "
+     "x>=1 (see `lorasent learning-curve --help`)"),
+    (["learning-curv"], "lorasent: error: No such command 'learning-curv'. Did you mean "
+     "'learning-curve'? (see `lorasent --help`)"),
+    (["--no-such-option"], "lorasent: error: No such option '--no-such-option' (see "
+     "`lorasent --help`)"),
+])
+def test_a_bad_option_or_command_is_one_line(argv, line):
+    """click's usage errors (any command's), in one line instead of click's three."""
+    done = CliRunner().invoke(main, argv, prog_name="lorasent")
+    assert done.exit_code == 2 and done.output == line + "\n"
 
 
 def _evals(accuracy: float) -> EvalMetrics:

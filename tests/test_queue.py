@@ -172,6 +172,13 @@ def test_bad_cases_one_line_nothing_written(workspace, pool, args, message):
     assert not (workspace / "to_label.csv").exists() and not (workspace / "q.jsonl").exists()
 
 
+def test_standard_input_is_named_so(workspace):
+    result = CliRunner().invoke(main, ["queue", "-", "--budget", "1"], input="Meh\nawful\n")
+    assert result.exit_code == 1
+    assert result.output.startswith("lorasent queue: error: standard input: nothing to "
+                                    "queue: every text is already in the training")
+
+
 def test_pool_without_text_column(workspace):
     (workspace / "notext.csv").write_text("body\nhello\n", encoding="utf-8")
     result = CliRunner().invoke(main, ["queue", "notext.csv", "--budget", "1"])

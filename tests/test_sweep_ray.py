@@ -1,8 +1,12 @@
-"""`lorasent sweep` on a local Ray cluster, end to end on the tiny repo: a 2 × 2 grid with
-1 CPU per run lands four DVC experiments equal to the same runs made one by one (one of
-them); through --git-remote, a failed run is reported with its log and the other is
+"""`lorasent sweep` and `lorasent learning-curve` on a local Ray cluster, end to end on the
+tiny repo. The sweep: the learning curve's 2 × 2 grid (`train.fraction=0.5,1.0`, 2 seeds)
+with 1 CPU per run lands four DVC experiments equal to the same runs made one by one (one
+of them); through --git-remote, a failed run is reported with its log and the other is
 pulled back; Ctrl-C stops the running runs and cancels the queued ones; and with a fake
-list of GPUs, no two runs ever hold the same one (the variable each run sees)."""
+list of GPUs, no two runs ever hold the same one (the variable each run sees). The
+learning curve, over 3 seeds: it reuses the sweep's four runs, trains the third seed's
+two on nested subsets, says it cannot fit 2 fractions, and a second invocation reuses
+all six (trains nothing)."""
 
 import json
 import os
@@ -21,8 +25,11 @@ from tiny_repo import clone_run, env, exp_named, run
 
 pytestmark = pytest.mark.slow
 
-GRID = ("-S", "train.lora.r=2,4", "--seeds", "2")
-NAMES = ["grid-r2-seed42", "grid-r2-seed43", "grid-r4-seed42", "grid-r4-seed43"]
+# The learning curve's own grid and names (`lorasent learning-curve --fractions 0.5,1
+# --name lc` runs this sweep), so that its test below reuses these runs.
+GRID = ("-S", "train.fraction=0.5,1.0", "--seeds", "2")
+NAMES = ["lc-fraction0.5-seed42", "lc-fraction0.5-seed43", "lc-fraction1.0-seed42",
+         "lc-fraction1.0-seed43"]
 
 
 def _sweep(root: Path, *args: str, timeout_s: float = 900) -> subprocess.CompletedProcess[str]:
@@ -49,6 +56,10 @@ def _adapter_md5(root: Path, rev: str) -> str:
                 if out["path"] == "models/adapter")
 
 
+def _fraction(name: str) -> float:
+    return float(name.split("fraction")[1].split("-")[0])
+
+
 def _yaml(text: str):
     from ruamel.yaml import YAML
 
@@ -58,9 +69,10 @@ def _yaml(text: str):
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory, tiny_run):
     """A clone of the tiny run after `lorasent sweep` of the 2 × 2 grid, 1 CPU per run (2
-    at once on 2 cores); and the sweep's output."""
+    at once on 2 cores; fraction 1.0 at seed 42 is the committed run: nothing to train);
+    and the sweep's output."""
     root = clone_run(tiny_run, tmp_path_factory.mktemp("ray-sweep") / "repo")
-    done = _sweep(root, *GRID, "--name", "grid", "--cpus-per-run", "1")
+    done = _sweep(root, *GRID, "--name", "lc", "--cpus-per-run", "1")
     assert done.returncode == 0, done.stdout + done.stderr
     return root, done
 
@@ -71,7 +83,7 @@ def test_a_two_by_two_sweep_lands_four_named_experiments(swept):
     for name in NAMES:
         (exp,) = exp_named(shown, name)
         params = exp["data"]["params"]["params.yaml"]["data"]
-        assert params["train"]["lora"]["r"] == int(name.split("-")[1][1:])
+        assert params["train"]["fraction"] == _fraction(name)
         assert params["base"]["seed"] == int(name.rsplit("seed", 1)[1])
     # the progress: each run queued, running, succeeded; then the summary
     for name in NAMES:
@@ -80,9 +92,11 @@ def test_a_two_by_two_sweep_lands_four_named_experiments(swept):
     out = done.stdout.splitlines()
     assert [line.split()[0] for line in out[1:5]] == NAMES
     assert all(line.split()[2] == "CPU" for line in out[1:5])
-    assert out[6].startswith("grid-r2: accuracy ") and " (2 seeds); macro-F1 " in out[6]
-    assert out[8].startswith("grid-r4 against grid-r2: ") and "over seeds" in out[8]
-    assert out[-1] == "Compare two groups: lorasent compare 'grid-r2-seed*' 'grid-r4-seed*'"
+    assert out[6].startswith("lc-fraction0.5: accuracy ") and " (2 seeds); macro-F1 " in out[6]
+    assert out[8].startswith("lc-fraction1.0 against lc-fraction0.5: ") and \
+        "over seeds" in out[8]
+    assert out[-1] == ("Compare two groups: lorasent compare 'lc-fraction0.5-seed*' "
+                       "'lc-fraction1.0-seed*'")
     # each run had one CPU: one torch thread, and no GPU variable
     device = json.loads(_show(root, NAMES[0], "metrics/provenance/train.json"))["device"]
     # (which GPU variable a run had is a machine fact: metrics/provenance/machine/, not here)
@@ -96,14 +110,14 @@ def test_a_two_by_two_sweep_lands_four_named_experiments(swept):
 
 def test_the_groups_compare_over_seeds(swept, tmp_path):
     root, _ = swept
-    out = run(root, "lorasent", "compare", "grid-r2-seed*", "grid-r4-seed*",
+    out = run(root, "lorasent", "compare", "lc-fraction0.5-seed*", "lc-fraction1.0-seed*",
               "--out", str(tmp_path / "report"))
     assert "over seeds" in out and "(2 seeds)" in out
 
 
 def test_the_runs_equal_the_same_runs_made_one_by_one(swept, tiny_run, tmp_path):
-    """One of the four runs (the one whose value and seed both differ from HEAD's; the
-    sweep makes every run the same way) made again by `dvc exp run` with one torch
+    """One of the four runs (one whose value and seed both differ from HEAD's; the sweep
+    makes every run the same way) made again by `dvc exp run` with one torch
     thread, in a clone with a DVC cache of its own (DVC's run cache cannot hand back the
     sweep's outputs)."""
     root, _ = swept
@@ -113,15 +127,15 @@ def test_the_runs_equal_the_same_runs_made_one_by_one(swept, tiny_run, tmp_path)
     run(tmp_path, "git", "clone", "-q", str(tiny_run), str(solo))
     run(solo, "dvc", "cache", "dir", "--local", str(cache))
     run(solo, "dvc", "checkout", "-q")
-    for name in NAMES[3:]:
-        r, seed = name.split("-")[1][1:], name.rsplit("seed", 1)[1]
-        done = subprocess.run(["dvc", "exp", "run", "-n", name, "-S", f"train.lora.r={r}",
-                               "-S", f"base.seed={seed}"], cwd=solo, text=True,
-                              capture_output=True, env={**env(), "OMP_NUM_THREADS": "1"})
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert "is cached" not in done.stdout  # trained here, not restored
-        assert _adapter_md5(solo, name) == _adapter_md5(root, name), name
-        assert _show(solo, name, "metrics/eval.json") == _show(root, name, "metrics/eval.json")
+    name = NAMES[1]
+    done = subprocess.run(["dvc", "exp", "run", "-n", name, "-S",
+                           f"train.fraction={_fraction(name)}", "-S", "base.seed=43"],
+                          cwd=solo, text=True, capture_output=True,
+                          env={**env(), "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "is cached" not in done.stdout  # trained here, not restored
+    assert _adapter_md5(solo, name) == _adapter_md5(root, name)
+    assert _show(solo, name, "metrics/eval.json") == _show(root, name, "metrics/eval.json")
 
 
 def test_a_failed_run_is_reported_with_its_log_and_the_other_comes_back_from_the_remote(
@@ -241,3 +255,64 @@ def test_two_runs_never_hold_the_same_gpu(tiny_run, gpus):
     overlapping = any(s1 < e2 and s2 < e1 for i, (_, s1, e1) in enumerate(held)
                       for _, s2, e2 in held[i + 1:])
     assert overlapping == (gpus == 2)
+
+
+# ---------------------------------------------------------------------- learning curve
+
+LC_ARGS = ("--fractions", "0.5,1", "--seeds", "3", "--name", "lc", "--cpus-per-run", "1")
+LC_NAMES = [f"lc-fraction{f}-seed{s}" for f in ("0.5", "1.0") for s in (42, 43, 44)]
+
+
+def _curve(root: Path, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["lorasent", "learning-curve", *LC_ARGS, "--out", str(out)],
+                          cwd=root, env=env(), text=True, capture_output=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def curved(swept):
+    """`lorasent learning-curve` over 3 seeds in the sweep's clone, after the sweep's tests
+    (which count its groups' 2 seeds): the sweep's four runs are the curve's first two
+    seeds."""
+    root, _ = swept
+    out = root.parent / "lc-out"
+    done = _curve(root, out)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return root, out, done, (out / "learning_curve.json").read_text(encoding="utf-8")
+
+
+def test_the_learning_curve_reuses_the_sweeps_runs_and_trains_the_rest_on_nested_subsets(
+        curved):
+    root, out, done, _ = curved
+    assert "learning-curve: 2 fractions × 3 seeds = 6 runs; 4 landed before and are " \
+           "reused, 2 to run; about " in done.stderr
+    # only the third seed's runs went through the sweep
+    assert sorted(re.findall(r"^sweep: (\S+) queued", done.stderr, re.M)) == \
+        [LC_NAMES[2], LC_NAMES[5]], done.stderr
+    shown = json.loads(run(root, "dvc", "exp", "show", "--json"))
+    for name in LC_NAMES:
+        (exp,) = exp_named(shown, name)
+        assert exp["data"]["params"]["params.yaml"]["data"]["train"]["fraction"] == \
+            _fraction(name)
+    record = json.loads((out / "learning_curve.json").read_text(encoding="utf-8"))
+    counts = json.loads(run(root, "git", "show", "HEAD:metrics/data.json"))["class_counts"]
+    half = sum(-(-n // 2) for n in counts["train"].values())  # ceil of each class's half
+    assert [f["train_rows"] for f in record["fractions"]] == [half, sum(counts["train"].values())]
+    assert [[r["experiment"] for r in f["runs"]] for f in record["fractions"]] == \
+        [LC_NAMES[:3], LC_NAMES[3:]]
+    assert record["fit"] is None and record["failed"] == []
+    assert record["sentence"].startswith("cannot fit accuracy = a − b·n^(−c) (3 parameters) "
+                                         "to 2 fractions")
+    assert (out / "learning-curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert done.stdout.splitlines()[-2] == f"learning-curve: {record['sentence']}"
+
+
+def test_a_second_learning_curve_reuses_every_run_and_trains_nothing(curved):
+    root, out, done, first = curved
+    before = run(root, "git", "for-each-ref", "refs/exps")
+    again = _curve(root, out)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "6 landed before and are reused, 0 to run; nothing to train" in again.stderr
+    assert " on Ray " not in again.stderr  # no cluster started
+    assert run(root, "git", "for-each-ref", "refs/exps") == before
+    assert (out / "learning_curve.json").read_text(encoding="utf-8") == first
+    shutil.rmtree(_folder(done.stderr))  # the sweep's logs, kept for a failed run

@@ -470,7 +470,8 @@ def queue(pool_path: str, budget: int, strategy: str, relabel: bool, out_path: s
                      encoding=encoding) as inputs:
         pool = clean_pool(inputs.rows, labelled)
         columns = inputs.columns
-    check_pool(pool, budget, pool_path)
+    shown = "standard input" if pool_path == "-" else pool_path
+    check_pool(pool, budget, shown)
     train_rows = read_jsonl(split_dir / "train.jsonl") if relabel else []
     check_adapter_folder(adapter_dir)
     scaling = read_temperature_scaling(adapter_dir)
@@ -482,7 +483,7 @@ def queue(pool_path: str, budget: int, strategy: str, relabel: bool, out_path: s
         raise QueueError(f"{split_dir / 'train.jsonl'}: labels {unknown} are not the "
                          f"adapter's {record.labels}: the split and {adapter_dir} are of "
                          "different runs; run `dvc repro` so that they match")
-    click.echo(pool_note(pool, pool_path), err=True)
+    click.echo(pool_note(pool, shown), err=True)
     click.echo(probabilities_note(adapter_dir, scaling), err=True)
     scored = list(stream_predictions(model, encoder, record.labels, pool.rows, batch_size,
                                      temperature=temperature))
@@ -991,7 +992,35 @@ def _progress_bars_only_in_a_terminal() -> None:
             os.environ.setdefault(name, "1")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _OneLineUsageError(click.UsageError):
+    """A bad option, argument or command, shown in one line as every other error is."""
+
+    def show(self, file: Any = None) -> None:
+        path = self.ctx.command_path if self.ctx else "lorasent"
+        click.echo(f"{path}: error: {self.format_message().removesuffix('.')} (see "
+                   f"`{path} --help`)", file=file, err=True)
+
+
+class _Group(click.Group):
+    """click's group, its usage errors (and its commands') in one line instead of
+    click's three (usage, hint, error); the exit status stays click's 2."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as err:
+            raise _OneLineUsageError(err.format_message(), err.ctx) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except _OneLineUsageError:
+            raise
+        except click.UsageError as err:  # a command's options and arguments, parsed here
+            raise _OneLineUsageError(err.format_message(), err.ctx) from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="lorasent")
 def main() -> None:
     """lorasent: LoRA fine-tuning for text classification, one DVC stage per command.
