@@ -90,14 +90,17 @@ test-integration: $(STAMP)  ## The integration tier: the stages in-process on th
 # git): two pytest processes, each test file in one of them, so that a module's fixtures
 # (a clone, its experiments) are built once; each process builds its own tiny run.
 E2E_PROCESSES ?= 2
+# Without this make's MAKEFLAGS: under `make test`'s -j2 it names a jobserver that the
+# `make` a test runs cannot reach ("jobserver unavailable" on its first line).
+NO_MAKEFLAGS := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL
 test-e2e: $(STAMP) browser  ## The end-to-end tier: dvc, make and Chromium in subprocesses on a tiny repo
-	$(BIN)/python -m pytest -m slow -n $(E2E_PROCESSES) --dist loadfile $(PYTEST_ARGS)
+	$(NO_MAKEFLAGS) $(BIN)/python -m pytest -m slow -n $(E2E_PROCESSES) --dist loadfile $(PYTEST_ARGS)
 
 # Builds docker/cpu/Dockerfile (and docker/rocm/Dockerfile against a stand-in base) in a
 # Docker engine, starting one (and installing Debian's docker.io) when none answers;
 # skips when it cannot, fails instead under CI=true (tests/container_tier.py).
 test-container: $(STAMP)  ## The container tier: the images built, checked and run; the run's bytes against the venv's
-	$(BIN)/python -m pytest -m container $(PYTEST_ARGS)
+	$(NO_MAKEFLAGS) $(BIN)/python -m pytest -m container $(PYTEST_ARGS)
 
 # The report test opens report.html in headless Chromium. Debian's package; as root or
 # through sudo. CHROMIUM=/path/to/chrome uses another build instead. Looked up again when
