@@ -14,7 +14,7 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -1001,23 +1001,25 @@ class _OneLineUsageError(click.UsageError):
                    f"`{path} --help`)", file=file, err=True)
 
 
+@contextlib.contextmanager
+def _usage_errors_in_one_line() -> Iterator[None]:
+    try:
+        yield
+    except click.UsageError as err:
+        raise _OneLineUsageError(err.format_message(), err.ctx) from None
+
+
 class _Group(click.Group):
-    """click's group, its usage errors (and its commands') in one line instead of
-    click's three (usage, hint, error); the exit status stays click's 2."""
+    """click's group, its usage errors (and its commands', parsed in ``invoke``) in one
+    line instead of click's three (usage, hint, error); the exit status stays click's 2."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        try:
+        with _usage_errors_in_one_line():
             return super().parse_args(ctx, args)
-        except click.UsageError as err:
-            raise _OneLineUsageError(err.format_message(), err.ctx) from None
 
     def invoke(self, ctx: click.Context) -> Any:
-        try:
+        with _usage_errors_in_one_line():
             return super().invoke(ctx)
-        except _OneLineUsageError:
-            raise
-        except click.UsageError as err:  # a command's options and arguments, parsed here
-            raise _OneLineUsageError(err.format_message(), err.ctx) from None
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
