@@ -109,10 +109,26 @@ def test_a_two_by_two_sweep_lands_four_named_experiments(swept):
 
 
 def test_the_groups_compare_over_seeds(swept, tmp_path):
+    """`lorasent compare` of the sweep's two groups: mean ± sd and Welch's t-test."""
+    from lorasent.review.verdict import group_verdict
+    from lorasent.statistics import group_comparison
+
     root, _ = swept
-    out = run(root, "lorasent", "compare", "lc-fraction0.5-seed*", "lc-fraction1.0-seed*",
-              "--out", str(tmp_path / "report"))
-    assert "over seeds" in out and "(2 seeds)" in out
+    printed = run(root, "lorasent", "compare", "lc-fraction0.5-seed*", "lc-fraction1.0-seed*",
+                  "--out", str(tmp_path / "report"))
+    text = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
+    shown = json.loads(run(root, "dvc", "exp", "show", "--json"))
+    accuracy = {name: next(exp_named(shown, name))["data"]["metrics"]["metrics/eval.json"][
+        "data"]["accuracy"] for name in NAMES}
+    expected = group_comparison("accuracy", [accuracy[n] for n in NAMES[:2]],
+                                [accuracy[n] for n in NAMES[2:]])
+    assert printed.startswith(f"**{group_verdict(expected)}**")
+    assert "over seeds" in printed and "(2 seeds)" in printed
+    assert ("A is **lc-fraction0.5-seed42, lc-fraction0.5-seed43**, B is "
+            "**lc-fraction1.0-seed42, lc-fraction1.0-seed43**") in text
+    assert "| B | lc-fraction1.0-seed43 | 43 | 24 |" in text
+    assert "| `train.fraction` | 0.5 | 1.0 |" in text  # the params that differ, but the seed
+    assert "- ⚠ 2 runs on a side give Welch's t-test little power" in text
 
 
 def test_the_runs_equal_the_same_runs_made_one_by_one(swept, tiny_run, tmp_path):
