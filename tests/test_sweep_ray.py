@@ -1,12 +1,12 @@
 """`lorasent sweep` and `lorasent learning-curve` on a local Ray cluster, end to end on the
 tiny repo. The sweep: the learning curve's 2 × 2 grid (`train.fraction=0.5,1.0`, 2 seeds)
 with 1 CPU per run lands four DVC experiments equal to the same runs made one by one (one
-of them); through --git-remote, a failed run is reported with its log and the other is
-pulled back; Ctrl-C stops the running runs and cancels the queued ones; and with a fake
-list of GPUs, no two runs ever hold the same one (the variable each run sees). The
-learning curve, over 3 seeds: it reuses the sweep's four runs, trains the third seed's
-two on nested subsets, says it cannot fit 2 fractions, and a second invocation reuses
-all six (trains nothing)."""
+of them), compared as two groups over seeds (Welch's t-test); through --git-remote, a
+failed run is reported with its log and the other is pulled back; Ctrl-C stops the
+running runs and cancels the queued ones; and with a fake list of GPUs, no two runs ever
+hold the same one (the variable each run sees). The learning curve, over 3 seeds: it
+reuses the sweep's four runs, trains the third seed's two on nested subsets, says it
+cannot fit 2 fractions, and a second invocation reuses all six (trains nothing)."""
 
 import json
 import os
