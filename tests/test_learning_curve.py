@@ -113,6 +113,20 @@ def test_doubling_a_rising_curve_is_said_with_its_interval():
     assert [round(x, 6) for x in p.interval[2]] == [round(gain, 6)] * 2
     assert sentence(p, 4) == ("doubling the labels is expected to add +0.015 [+0.015, +0.015] "
                               "accuracy (+0.025 [+0.025, +0.025] at 4×)")
+    assert not p.fit.at_bound and p.refits_at_bound == 0
+
+
+def test_a_ceiling_at_its_bound_is_said_with_the_gains():
+    """A curve still rising at the last fraction (its true ceiling 1.2, above any accuracy):
+    the fit's a stops at 1, which holds the projected gain below the true one."""
+    p = project(_curve(1.2, 2.0, 0.3, ROWS, noise=[-0.01, 0.0, 0.01]), resamples=50)
+    assert p is not None and p.fit.at_bound and (p.refits_at_bound, p.resamples) == (50, 50)
+    assert p.gain[2] < 2.0 * 1600 ** -0.3 * (1 - 2 ** -0.3)  # the true f(2N) - f(N)
+    assert sentence(p, 4) == (
+        "doubling the labels is expected to add +0.016 [+0.015, +0.017] accuracy (+0.025 "
+        "[+0.023, +0.027] at 4×); the fit's ceiling is at its bound, accuracy 1 (and in 50 "
+        "of 50 refits): the runs show no levelling off yet, so the bound, not the data, "
+        "limits these gains")
 
 
 def test_a_flat_curve_says_more_labels_like_these_do_not_help():
@@ -248,8 +262,10 @@ def test_the_outputs_of_a_sweep_with_a_failed_run(tmp_path):
     evals = _evals(0.5)
     assert record["baselines"] == {"majority_class": evals.baseline.majority_accuracy,
                                    "zero_shot": evals.baseline.zero_shot_accuracy}
-    assert record["fit"]["bootstrap"] == {"resamples": 20, "converged": 20, "seed": 0,
-                                          "confidence": 0.95}
+    assert record["fit"]["bootstrap"] == {"resamples": 20, "converged": 20, "a_at_bound": 16,
+                                          "seed": 0, "confidence": 0.95}
+    assert curve.projection is not None
+    assert record["fit"]["a_at_bound"] is curve.projection.fit.at_bound
     assert record["sentence"] == curve.summary_sentence == sentence(curve.projection, 3)
     md = (tmp_path / "out/learning_curve.md").read_text()
     assert "![Learning curve](learning-curve.png)" in md

@@ -70,6 +70,7 @@ from lorasent.subsets import subset_counts
 FRACTIONS = (0.125, 0.25, 0.5, 1.0)  # the issue's default: 1/8, 1/4, 1/2 and all
 FIT_RESAMPLES = 1000  # bootstrap refits of the power law (each ~1 ms)
 FIT_PARAMS = 3        # a, b, c: a fit needs at least this many distinct fractions
+A_MAX = 1.0           # the fit's bound on its ceiling a: accuracy cannot pass 1
 # A projected gain whose upper bound is below this (accuracy, absolute: one point) is
 # "flat": more labels like these are not expected to help. A choice of lorasent's.
 FLAT_GAIN = 0.01
@@ -149,6 +150,12 @@ class Fit:
     def at(self, n: float) -> float:
         return float(power_law(np.asarray(float(n)), self.a, self.b, self.c))
 
+    @property
+    def at_bound(self) -> bool:
+        """The ceiling a at its bound :data:`A_MAX` (to 1e-6): the runs show no levelling
+        off, and the bound, not the data, limits the projected gains."""
+        return self.a >= A_MAX - 1e-6
+
 
 def fit_power_law(rows: Sequence[float], accuracy: Sequence[float]) -> Fit | None:
     """The least-squares fit of accuracy = a − b·n^(−c) to runs ``(rows[i], accuracy[i])``
@@ -163,13 +170,13 @@ def fit_power_law(rows: Sequence[float], accuracy: Sequence[float]) -> Fit | Non
         return None
     scale = float(n.max())
     x = n / scale
-    a0 = min(1.0, float(y.max()) + 0.01)
+    a0 = min(A_MAX, float(y.max()) + 0.01)
     b0 = max(a0 - float(y[x == x.min()].mean()), 1e-3) * float(x.min()) ** 0.5
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", OptimizeWarning)
             (a, b, c), _ = curve_fit(power_law, x, y, p0=(a0, b0, 0.5),
-                                     bounds=([1e-9, 0.0, 1e-6], [1.0, np.inf, 10.0]),
+                                     bounds=([1e-9, 0.0, 1e-6], [A_MAX, np.inf, 10.0]),
                                      method="trf", maxfev=20_000)
     except (RuntimeError, ValueError):
         return None
@@ -189,6 +196,7 @@ class Projection:
     seeds: int                                # the fewest runs of a fraction
     resamples: int                            # bootstrap refits that converged
     requested: int = FIT_RESAMPLES            # bootstrap refits tried
+    refits_at_bound: int = 0                  # converged refits whose a is at A_MAX
 
 
 def project(points: Sequence[tuple[int, Sequence[float]]],
@@ -211,10 +219,12 @@ def project(points: Sequence[tuple[int, Sequence[float]]],
     full = max(n for n, _ in points)
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     drawn: list[tuple[float, float]] = []
+    at_bound = 0
     for _ in range(resamples):
         ys = [a for _, accs in points for a in rng.choice(accs, size=len(accs), replace=True)]
         again = fit_power_law(rows, ys)
         if again is not None:
+            at_bound += again.at_bound
             drawn.append((again.at(2 * full) - again.at(full), again.at(4 * full) - again.at(full)))
     if drawn:
         low, high = percentile_interval(np.asarray(drawn).T)
@@ -223,7 +233,7 @@ def project(points: Sequence[tuple[int, Sequence[float]]],
         interval = {2: (math.nan, math.nan), 4: (math.nan, math.nan)}
     gain = {k: fit.at(k * full) - fit.at(full) for k in (2, 4)}
     return Projection(fit, full, gain, interval, min(len(accs) for _, accs in points),
-                      len(drawn), resamples)
+                      len(drawn), resamples, at_bound)
 
 
 def _signed(x: float) -> str:
@@ -242,7 +252,8 @@ def sentence(p: Projection | None, fractions: int) -> str:
     - one seed at some fraction: no spread to tell noise from a gain;
     - the 2× gain's upper bound below :data:`FLAT_GAIN`: "the curve is flat: ...";
     - else its interval above 0 (:data:`ZERO_GAIN`): "doubling the labels is expected
-      to add ...";
+      to add ...", saying so when the fit's ceiling is at its bound (:attr:`Fit.at_bound`:
+      the gains are then the bound's, and larger ones cannot be ruled out);
     - else "too noisy to tell", with the seeds per fraction that would narrow the
       interval to a side (a percentile interval's width shrinks as 1/√seeds:
       ``ceil(seeds · (half width / margin)²)``, the margin being the distance from the
@@ -261,7 +272,11 @@ def sentence(p: Projection | None, fractions: int) -> str:
         return (f"the curve is flat: {doubled}, under {FLAT_GAIN:g}; more labels like these are "
                 "not expected to help; look at the test-label audit (metrics/label_issues.csv)")
     if low >= ZERO_GAIN:
-        return f"{doubled} ({_gain_text(p, 4)} at 4×)"
+        bound = (f"; the fit's ceiling is at its bound, accuracy {A_MAX:g} (and in "
+                 f"{p.refits_at_bound:,} of {p.resamples:,} refits): the runs show no levelling "
+                 "off yet, so the bound, not the data, limits these gains"
+                 if p.fit.at_bound else "")
+        return f"{doubled} ({_gain_text(p, 4)} at 4×){bound}"
     half = (high - low) / 2
     margin = max(p.gain[2], FLAT_GAIN - p.gain[2])
     more = max(1, math.ceil(p.seeds * (half / margin) ** 2) - p.seeds)
@@ -323,7 +338,9 @@ class LearningCurve:
                                         "accuracy": p.fit.at(k * p.full_rows),
                                         "gain": p.gain[k], "gain_ci95_low": p.interval[k][0],
                                         "gain_ci95_high": p.interval[k][1]} for k in (2, 4)},
+                "a_at_bound": p.fit.at_bound,
                 "bootstrap": {"resamples": p.requested, "converged": p.resamples,
+                              "a_at_bound": p.refits_at_bound,
                               "seed": BOOTSTRAP_SEED, "confidence": CONFIDENCE},
             },
             "sentence": self.summary_sentence,
