@@ -29,6 +29,7 @@ from lorasent.review.learning_curve import (
     fraction_sets,
     markdown,
     parse_fractions,
+    plot_spec,
     project,
     sentence,
     write_outputs,
@@ -303,3 +304,21 @@ def test_the_estimate_scales_the_last_training_by_each_runs_share(tmp_path):
         "about 10 min of training one after the other (the last training here took 240 s; "
         "each run scaled by its share of the rows; evaluation not counted, runs side by "
         "side take less)")
+
+
+def _plot_record(fit: dict[str, Any] | None) -> dict[str, Any]:
+    fractions = [{"train_rows": n, "accuracy_mean": acc, "accuracy_ci95_low": acc - 0.02,
+                  "accuracy_ci95_high": acc + 0.02, "runs": [{"accuracy": acc}]}
+                 for n, acc in ((201, 0.44), (401, 0.54), (801, 0.65), (1600, 0.71))]
+    return {"fractions": fractions, "fit": fit, "baselines": {"majority_class": 0.43}}
+
+
+def test_the_plots_x_ticks_are_the_fractions_rows_and_the_projections():
+    """A log axis's own ticks ran together near its end ("5,0006,000"): the ticks are each
+    fraction's training rows, then 2x and 4x the full rows when there is a fit."""
+    fit = {"a": 1.0, "b": 3.1, "c": 0.32, "full_train_rows": 1600}
+    for record, ticks in ((_plot_record(fit), [201, 401, 801, 1600, 3200, 6400]),
+                          (_plot_record(None), [201, 401, 801, 1600])):
+        axes = {json.dumps(layer["encoding"]["x"]["axis"], sort_keys=True)
+                for layer in plot_spec(record)["layer"] if "x" in layer["encoding"]}
+        assert axes == {json.dumps({"format": ",d", "values": ticks}, sort_keys=True)}
