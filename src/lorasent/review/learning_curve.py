@@ -397,11 +397,11 @@ def plot_spec(record: dict[str, Any]) -> dict[str, Any]:
     means = [{"rows": f["train_rows"], "accuracy": f["accuracy_mean"],
               "low": f["accuracy_ci95_low"], "high": f["accuracy_ci95_high"]}
              for f in record["fractions"] if f["train_rows"] and f["accuracy_mean"] is not None]
-    fit = record["fit"]
+    fit = record["fit"] if means else None  # drawn from the smallest fraction's mean
     # ticks at each fraction's rows and at the projections' 2x and 4x (a log axis's own
     # ticks run together near its end: "5,0006,000")
-    ticks = sorted({m["rows"] for m in means} | ({k * fit["full_train_rows"] for k in (2, 4)}
-                                                 if fit and means else set()))
+    ticks = sorted({m["rows"] for m in means}
+                   | ({k * fit["full_train_rows"] for k in (2, 4)} if fit else set()))
     x = {"field": "rows", "type": "quantitative", "title": "training rows",
          "scale": {"type": "log", "nice": False},
          "axis": {"format": ",d", **({"values": ticks} if ticks else {})}}
@@ -416,7 +416,7 @@ def plot_spec(record: dict[str, Any]) -> dict[str, Any]:
         {"data": {"values": runs}, "mark": {"type": "point", "opacity": 0.6},
          "encoding": {"x": x, "y": y}},
     ]
-    if fit and means:
+    if fit:
         # the fitted power law from the smallest fraction to 4x the full rows, dashed
         grid = np.geomspace(min(m["rows"] for m in means), 4 * fit["full_train_rows"], 40)
         fitted = [{"rows": float(n), "accuracy": float(power_law(n, fit["a"], fit["b"], fit["c"]))}
