@@ -85,11 +85,12 @@ def out_size(stage: str, path: str) -> int:
 
 
 def run_machine() -> str:
-    """The machine of the committed run as the README and performance.md say it."""
+    """The machine of the committed run as the README and performance.md say it: what
+    provenance tracks (no memory: a machine fact, issue 50)."""
     device = PROVENANCE["train"]["device"]
     gpu = "no GPU" if device["cuda"] is None and device["hip"] is None else "a GPU"
-    return (f"{device['cpu_count']} cores ({device['cpu']}), "
-            f"{round(device['memory_total_bytes'] / 2**30)} GiB, {gpu}, torch "
+    return (f"{device['cpu_count']} cores ({device['cpu']}, torch's "
+            f"{device['kernels']['torch_cpu_capability']} kernels), {gpu}, torch "
             f"{device['torch'].split('+')[0]} CPU build")
 
 

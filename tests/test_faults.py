@@ -3,6 +3,8 @@ remote code. Each keeps the last good outputs and says what to do."""
 
 import json
 import shutil
+import subprocess
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -164,12 +166,12 @@ def test_a_provenance_record_is_split_into_what_defines_the_result_and_machine_f
               "device": {"device": "cpu", "memory_free_bytes": 7, "memory_total_bytes": 9,
                          "visible_devices": {}}}
     tracked, machine = split_record(record)
-    assert tracked == {"stage": "train", "params": {"r": 8},
-                       "device": {"device": "cpu", "memory_total_bytes": 9}}
+    assert tracked == {"stage": "train", "params": {"r": 8}, "device": {"device": "cpu"}}
     assert machine == {"wall_time_s": 12.5, "git": {"commit": "ab", "dirty": False},
                        "machine_load": {"busy": True}, "platform": "Linux-6",
                        "training_speed": {"train_runtime": 10.0},
-                       "device": {"memory_free_bytes": 7, "visible_devices": {}}}
+                       "device": {"memory_free_bytes": 7, "memory_total_bytes": 9,
+                                  "visible_devices": {}}}
     path = tmp_path / "provenance" / "train.json"
     path.parent.mkdir()
     write_provenance(path, record)
@@ -197,3 +199,65 @@ def test_trainer_speed_figures_go_to_the_machine_record_not_to_the_history():
                                        "train_steps_per_second": 0.4}
     assert [key for record in history for key in record if not MACHINE_SPEED.search(key)] == [
         "loss", "step", "eval_accuracy", "step", "train_loss", "total_flos"]
+
+
+# Two machines of one kind, at two moments: every machine fact lorasent reads differs.
+# The cores are the kind's (the README's "2 cores"), and torch's threads follow from them.
+MACHINES = [
+    {"memory": (25275973632, 20e9), "load": (1.0, 2.0, 3.0), "platform": "Linux-6.1-x86_64",
+     "wall_time_s": 612.5, "speed": 3.1, "image": "sha256:aa", "revision": "c0ffee",
+     "digest": "python@sha256:11", "gpu": "0"},
+    {"memory": (25276071936, 9e9), "load": (7.0, 6.0, 5.0), "platform": "Linux-6.8-x86_64",
+     "wall_time_s": 1225.0, "speed": 1.4, "image": "sha256:bb", "revision": "beef-dirty",
+     "digest": "python@sha256:22", "gpu": "3"},
+]
+
+
+def test_no_machine_fact_reaches_the_tracked_provenance(tmp_path, monkeypatch):
+    """Issue 50: a rerun on another machine of this kind must leave git and dvc.lock
+    clean. Every machine fact the record reads (memory, load, platform, times, Trainer's
+    speed, the image, the GPU a scheduler gave, the commit and whether the tree is dirty)
+    differs between two runs here; the tracked bytes do not, and every path of
+    MACHINE_FACTS differs in the machine records (a new one must be varied here too)."""
+    import psutil
+
+    from lorasent.artifacts import MACHINE_FACTS, machine_path, provenance, write_provenance
+
+    machine_records = []
+    for i, fact in enumerate(MACHINES):
+        repo = tmp_path / f"checkout{i}"
+        repo.mkdir()
+        for args in (["init", "-q"], ["add", "-A"],
+                     ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "c"]):
+            if args[0] == "add":
+                (repo / "f").write_text(str(i))
+            subprocess.run(["git", *args], cwd=repo, check=True)
+        if i:
+            (repo / "f").write_text("dirty")
+        monkeypatch.chdir(repo)
+        total, free = fact["memory"]
+        monkeypatch.setattr(psutil, "virtual_memory",
+                            lambda t=total, f=free: SimpleNamespace(total=t, available=f))
+        monkeypatch.setattr("os.getloadavg", lambda f=fact: f["load"])
+        monkeypatch.setattr("platform.platform", lambda f=fact: f["platform"])
+        for name, value in (("LORASENT_IMAGE_ID", fact["image"]),
+                            ("LORASENT_IMAGE_REVISION", fact["revision"]),
+                            ("LORASENT_BASE_DIGEST", fact["digest"]),
+                            ("CUDA_VISIBLE_DEVICES", fact["gpu"])):
+            monkeypatch.setenv(name, value)
+        record = provenance(stage="train", params={"train": {"lora": {"r": 8}}}, device="cpu",
+                            wall_time_s=fact["wall_time_s"], inputs={"model": "ab12"},
+                            extra={"training_speed": {"train_samples_per_second": fact["speed"]},
+                                   "steps": 200})
+        write_provenance(tmp_path / f"run{i}" / "train.json", record)
+        machine_records.append(json.loads(machine_path(tmp_path / f"run{i}" / "train.json")
+                                          .read_text()))
+    assert (tmp_path / "run0" / "train.json").read_bytes() == \
+        (tmp_path / "run1" / "train.json").read_bytes()
+    for path in MACHINE_FACTS:
+        values = []
+        for record in machine_records:
+            for key in path:
+                record = record[key]
+            values.append(record)
+        assert values[0] != values[1], path

@@ -713,13 +713,17 @@ def provenance(*, stage: str, params: dict[str, Any], device: torch.device | str
 # bytes, so they go to the git-ignored machine record (:func:`write_provenance`), not to
 # the tracked one that git and dvc.lock hash. What defines the result stays tracked: the
 # params, the inputs' hashes, the package versions, Python, the device type and build
-# (torch, hip, cuda, bf16, attention, the CPU or GPU name, cores, total memory), the
-# processes, the steps. A new key goes on the machine side when it changes from one run
-# to the next on the same machine (times, load, free memory, host names, container or
-# process ids, the commit a run started at), else on the tracked side.
+# (torch, hip, cuda, bf16, attention, the CPU or GPU name and cores, what chooses the
+# kernels), venv or container, the processes, the steps. A new key goes on the machine
+# side when it can differ between two runs that give the same bytes (times, load, memory,
+# host names, image, container or process ids, the commit a run started at): two
+# machines of one kind differ in their total memory by a few pages, and an image built
+# twice gets two ids (issue 50; tests/test_provenance.py changes every such fact).
 MACHINE_FACTS: tuple[tuple[str, ...], ...] = (
     ("wall_time_s",), ("machine_load",), ("git",), ("platform",), ("training_speed",),
-    ("device", "memory_free_bytes"), ("device", "visible_devices"),
+    ("device", "memory_free_bytes"), ("device", "memory_total_bytes"),
+    ("device", "visible_devices"), ("device", "container", "image_id"),
+    ("device", "container", "image_revision"), ("device", "container", "base_digest"),
 )
 MACHINE_DIR_NAME = "machine"  # <provenance_dir>/machine/<stage>.json (git-ignored)
 
@@ -731,11 +735,13 @@ def split_record(record: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
     machine: dict[str, Any] = {}
     for path in MACHINE_FACTS:
         *parents, key = path
-        source, target = tracked, machine
+        source: Any = tracked
         for parent in parents:
             source = source.get(parent) if isinstance(source, dict) else None
-            target = target.setdefault(parent, {})
         if isinstance(source, dict) and key in source:
+            target = machine
+            for parent in parents:
+                target = target.setdefault(parent, {})
             target[key] = source.pop(key)
     return tracked, machine
 

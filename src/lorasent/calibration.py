@@ -4,8 +4,8 @@
   score (Brier 1950, "Verification of forecasts expressed in terms of probability") and the
   expected calibration error over :data:`ECE_BINS` equal-width bins (Guo et al. 2017, "On
   Calibration of Modern Neural Networks"), each with a 95% percentile bootstrap interval
-  over the rows (10,000 resamples, seed 0) drawn from per-stratum sufficient statistics,
-  so its cost does not grow with N (:data:`INTERVAL_METHOD`);
+  over the rows (10,000 resamples, seed 0), each resample drawn exactly, as counts of
+  the distinct rows (:data:`INTERVAL_METHOD`);
   :func:`calibration_deltas` compares two models on the same rows.
 - **Temperature scaling** (:func:`fit_temperature`, Guo et al. 2017): one T > 0 such that
   ``softmax(scores / T)`` is calibrated, fitted by scikit-learn.
@@ -24,7 +24,6 @@ predicted class of a row is its argmax (the first on ties, as lorasent predicts)
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, TypedDict
@@ -37,8 +36,9 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from lorasent.errors import LorasentError
 from lorasent.statistics import (
     BOOTSTRAP_SEED,
-    percentile_interval,
-    resampled_counts,
+    RESAMPLES,
+    bootstrap,
+    method_text,
 )
 
 if TYPE_CHECKING:
@@ -48,16 +48,10 @@ if TYPE_CHECKING:
 ECE_BINS = 15
 PROB_FLOOR = 1e-12  # nll: a probability below it counts as it (at most 27.6 nats a row)
 SUM_TOLERANCE = 1e-5  # how far a row of probs may sum from 1 (float32 softmax)
-# A stratum (confidence bin, right or wrong) of at least this many rows is resampled as
-# its count and a normal draw of its sum (central limit theorem); a smaller one row by row.
-STRATUM_ROWS = 50
 INTERVAL_METHOD = (
-    "percentile bootstrap over test rows (95%, 10,000 resamples, seed 0) from per-stratum "
-    f"sufficient statistics: the rows are grouped by (confidence bin, right or wrong), by "
-    f"both sides' confidence bins for a paired difference; each "
-    f"resample draws the strata's row counts multinomially, and the sum of a stratum of at "
-    f"least {STRATUM_ROWS} rows from a normal with its mean and covariance times its count "
-    f"(central limit theorem); smaller strata are resampled row by row")
+    method_text("the distinct rows (their NLL, Brier term, gap and confidence bin; both "
+                "sides' for a paired difference)")
+    + f" ({RESAMPLES:,} resamples, 95%, seed {BOOTSTRAP_SEED})")
 
 Array = npt.NDArray[np.float64]
 
@@ -108,22 +102,6 @@ def _rows(y: npt.NDArray[np.int64], p: Array, bins: int = ECE_BINS
             confidence - correct, _bin_of(confidence, bins))
 
 
-def _ece(gap: np.ndarray, bin_of: np.ndarray, bins: int = ECE_BINS,
-         rows: np.ndarray | float | None = None) -> np.ndarray:
-    """ECE from gaps summed per row or cell along the last axis (any leading resample
-    axes): ``sum_b |sum of the gaps in bin b| / N``, the same as ``sum_b rows_b / N *
-    |accuracy_b - confidence_b|``.
-
-    Args:
-        gap: float ``(..., C)``: per row, or per cell the sum of its rows' gaps.
-        bin_of: int (C,): each row's or cell's confidence bin.
-        rows: N, ``(...)``; default C (one row per entry).
-    """
-    onehot = (np.asarray(bin_of)[:, None] == np.arange(bins)).astype(np.float64)
-    n = gap.shape[-1] if rows is None else rows
-    return np.asarray(np.sum(np.abs(gap @ onehot), axis=-1) / n)
-
-
 def nll(y: ClassIds, probs: npt.ArrayLike) -> float:
     """Mean negative log-likelihood of the gold class, in nats (natural log).
 
@@ -147,9 +125,11 @@ def ece(y: ClassIds, probs: npt.ArrayLike, bins: int = ECE_BINS) -> float:
 
     ``sum_b rows_b / N * |accuracy_b - confidence_b|`` over ``bins`` equal-width bins of
     the confidence: bin i is ``(i/bins, (i+1)/bins]``, the first ``[0, 1/bins]``. In [0, 1].
+    Computed as ``sum_b |sum of the gaps (confidence - correct) in bin b| / N``, each bin's
+    gaps added in the rows' order (``numpy.bincount``; see :func:`_three`).
     """
     _, _, gap, bin_of = _rows(*_checked(y, probs), bins)
-    return float(_ece(gap, bin_of, bins))
+    return float(np.sum(np.abs(np.bincount(bin_of, weights=gap, minlength=bins))) / len(gap))
 
 
 class ReliabilityBin(TypedDict):
@@ -184,72 +164,64 @@ def reliability_bins(y: ClassIds, probs: npt.ArrayLike, bins: int = ECE_BINS
     return out
 
 
-def _strata_bootstrap(rows: Array, stratum: npt.NDArray[np.int64],
-                      statistic: Callable[[Array, Array, np.ndarray], np.ndarray]
-                      ) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile interval of ``statistic`` over resampled rows, from per-stratum sufficient
-    statistics (:data:`INTERVAL_METHOD`).
+def _values(y: npt.NDArray[np.int64], p: Array) -> tuple[Array, npt.NDArray[np.int64]]:
+    """Per row: (NLL, Brier term, gap) float (N, 3) and its confidence bin int (N,)."""
+    nll_row, brier_row, gap, bin_of = _rows(y, p)
+    return np.stack([nll_row, brier_row, gap], axis=1), bin_of
 
-    Resampling N rows with replacement draws each stratum a multinomial number of times
-    (exact, ``lorasent.statistics.resampled_counts``); the sum of n rows drawn from a
-    stratum of at least :data:`STRATUM_ROWS` rows is drawn from a normal of mean n * its
-    rows' mean and covariance n * their covariance (the central limit theorem), so a
-    resample costs O(strata x D^2), not O(N). A smaller stratum's rows are cells of their
-    own, drawn exactly. Same 10,000 resamples, 95%, seed 0 as ``lorasent.statistics``.
+
+def _three(counts: np.ndarray, values: Array, bin_of: npt.NDArray[np.int64]) -> Array:
+    """NLL, Brier and ECE of B resamples given as counts: float ``(3, B)``.
 
     Args:
-        rows: float (N, D): per row the D values whose sums the statistic needs.
-        stratum: int (N, S): per row its stratum's key (S ints).
-        statistic: ``statistic(sums, counts, key)``: sums ``(B, C, D)`` and counts
-            ``(B, C)`` per cell of B resamples, key (C, S) the cells' strata, returns
-            ``(M, B)``.
+        counts: int ``(B, C)``: how often each cell is drawn (a row of ones: the rows
+            themselves).
+        values: float (C, 3): each cell's NLL, Brier term and gap (:func:`_values`).
+        bin_of: int (C,): each cell's confidence bin, in ``[0, ECE_BINS)``.
+
+    Every sum runs in an order fixed by the data: elementwise products summed by
+    ``numpy.sum``, the gaps per bin by ``numpy.bincount`` in the cells' order. Never a
+    matrix product: its BLAS kernel (OpenBLAS picks one per CPU, or as the environment's
+    ``OPENBLAS_CORETYPE`` says) orders the additions its own way, so that two processes on
+    one machine wrote other last bits (docs/reproducibility.md).
     """
-    keys, inverse, sizes = np.unique(stratum, axis=0, return_inverse=True,
-                                     return_counts=True)
-    inverse = inverse.reshape(-1)
-    big = sizes >= STRATUM_ROWS
-    small_rows = np.flatnonzero(~big[inverse])
-    d = rows.shape[1]
-    mean = np.zeros((int(big.sum()) + len(small_rows), d))
-    root = np.zeros((int(big.sum()), d, d))  # covariance = root @ root.T
-    for i, s in enumerate(np.flatnonzero(big)):
-        values = rows[inverse == s]
-        mean[i] = values.mean(axis=0)
-        # root = X^T U / sqrt(m) for the centred rows X = U S V^T: root @ root.T is their
-        # covariance, and equal columns of X (a side against itself) get equal rows
-        centred = values - mean[i]
-        u = np.linalg.svd(centred, full_matrices=False)[0]
-        root[i] = np.einsum("md,me->de", centred, u) / np.sqrt(len(values))
-    mean[len(root):] = rows[small_rows]
-    key = np.concatenate([keys[big], stratum[small_rows]])
-    counts = np.concatenate([sizes[big], np.ones(len(small_rows), dtype=np.int64)])
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    drawn = []
-    step = max(1, 2**22 // (len(counts) * d))  # (step, C, D) float64: at most 32 MiB
-    for batch in resampled_counts(counts, rng):
-        noise = rng.standard_normal((len(batch), len(root), d))
-        for at in range(0, len(batch), step):
-            weights = batch[at:at + step]
-            sums = weights[..., None] * mean
-            sums[:, :len(root)] += np.sqrt(weights[:, :len(root), None]) * np.einsum(
-                "sij,bsj->bsi", root, noise[at:at + step])
-            drawn.append(statistic(sums, weights, key))
-    return percentile_interval(np.concatenate(drawn, axis=1))
+    weights = np.asarray(counts, dtype=np.float64)
+    n = np.sum(weights, axis=1)
+    per_bin = np.bincount(
+        (bin_of + ECE_BINS * np.arange(len(weights))[:, None]).ravel(),
+        weights=(weights * values[:, 2]).ravel(), minlength=len(weights) * ECE_BINS)
+    return np.stack([np.sum(weights * values[:, 0], axis=1) / n,
+                     np.sum(weights * values[:, 1], axis=1) / n,
+                     np.sum(np.abs(per_bin.reshape(-1, ECE_BINS)), axis=1) / n])
 
 
-def _three(sums: np.ndarray, counts: np.ndarray, bin_of: np.ndarray) -> np.ndarray:
-    """NLL, Brier and ECE from per-cell sums ``(..., C, 3)`` of :func:`_rows`' NLL, Brier
-    term and gap, rows per cell ``(..., C)`` and each cell's bin (C,): ``(3, ...)``."""
-    n = np.sum(counts, axis=-1)
-    return np.stack([np.sum(sums[..., 0], axis=-1) / n, np.sum(sums[..., 1], axis=-1) / n,
-                     _ece(sums[..., 2], bin_of, ECE_BINS, n)])
+def _resampled(values: Array, bins: npt.NDArray[np.int64]
+               ) -> tuple[Array, tuple[np.ndarray, np.ndarray]]:
+    """NLL, Brier and ECE of one side (``values`` (N, 3), ``bins`` (N, 1)), or B − A of
+    two (``values`` (N, 6), A's columns first; ``bins`` (N, 2)), with 95% intervals.
 
+    Rows that agree in all their values and bins are one cell (``numpy.unique``); a
+    resample draws the N rows over the cells exactly
+    (``lorasent.statistics.resampled_counts``: one multinomial, or the rows one by one
+    where the cells outnumber ``ROW_DRAWS_ABOVE`` × N), so that each resampled value is
+    one that some resample of the rows takes, and so is each bound: no approximation puts
+    one where no resample can. 10,000 resamples, 95%, seed 0, as ``lorasent.statistics``.
 
-def _strata(y: npt.NDArray[np.int64], p: Array) -> tuple[Array, npt.NDArray[np.int64]]:
-    """Per row: (NLL, Brier term, gap) float (N, 3) and its stratum (bin, right) (N, 2)."""
-    nll_row, brier_row, gap, bin_of = _rows(y, p)
-    right = (p.argmax(axis=1) == y).astype(np.int64)
-    return np.stack([nll_row, brier_row, gap], axis=1), np.stack([bin_of, right], axis=1)
+    Returns:
+        ``(points, (low, high))``: float (3,) each: NLL, Brier, ECE.
+    """
+    sides = bins.shape[1]
+    cell, counts = np.unique(np.concatenate([values, bins.astype(np.float64)], axis=1),
+                             axis=0, return_counts=True)
+    cell_values, cell_bins = cell[:, :3 * sides], cell[:, 3 * sides:].astype(np.int64)
+
+    def statistic(weights: np.ndarray, v: Array = cell_values,
+                  b: npt.NDArray[np.int64] = cell_bins) -> np.ndarray:
+        each = [_three(weights, v[:, 3 * s:3 * s + 3], b[:, s]) for s in range(sides)]
+        return each[0] if sides == 1 else each[1] - each[0]
+
+    point = statistic(np.ones((1, len(values)), dtype=np.int64), values, bins)
+    return point[:, 0], bootstrap(counts, statistic)
 
 
 _NAMES = ("nll", "brier", "ece")
@@ -259,19 +231,17 @@ def calibration_metrics(y: ClassIds, probs: npt.ArrayLike) -> dict[str, float | 
     """NLL, Brier score and ECE (:data:`ECE_BINS` bins), each with its 95% interval.
 
     The intervals are a percentile bootstrap over the rows (10,000 resamples, seed 0), the
-    three scored on the same resampled rows, drawn from per-stratum sufficient statistics
-    (:data:`INTERVAL_METHOD`); bit-identical across runs. ECE is biased upwards on few rows
-    per bin, so for a well-calibrated model its resamples may sit above the point, and the
-    interval miss it: read it as a spread.
+    three scored on the same resampled rows, each resample drawn exactly
+    (:data:`INTERVAL_METHOD`); bit-identical across runs and processes. ECE is biased
+    upwards on few rows per bin, so for a well-calibrated model its resamples may sit
+    above the point, and the interval miss it: read it as a spread.
 
     Returns:
         ``nll``, ``nll_ci95_low``, ``nll_ci95_high``, the same for ``brier`` and ``ece``,
         and ``ece_bins``: 15.
     """
-    values, stratum = _strata(*_checked(y, probs))
-    low, high = _strata_bootstrap(
-        values, stratum, lambda sums, counts, key: _three(sums, counts, key[:, 0]))
-    points = _three(values, np.ones(len(values)), stratum[:, 0])
+    values, bin_of = _values(*_checked(y, probs))
+    points, (low, high) = _resampled(values, bin_of[:, None])
     out: dict[str, float | int] = {}
     for name, value, lo, hi in zip(_NAMES, points, low, high, strict=True):
         out[name], out[f"{name}_ci95_low"], out[f"{name}_ci95_high"] = (
@@ -293,23 +263,14 @@ def calibration_deltas(y: ClassIds, probs_a: npt.ArrayLike, probs_b: npt.ArrayLi
     Returns:
         ``delta_nll``, ``delta_nll_ci95_low``, ``delta_nll_ci95_high``, the same for
         ``brier`` and ``ece``: negative means B is better calibrated. The bootstrap
-        resamples the same rows for A and B, stratified by (A's bin, B's bin)
-        (:data:`INTERVAL_METHOD`).
+        resamples the same rows for A and B (:data:`INTERVAL_METHOD`).
     """
     (ids, a), (_, b) = _checked(y, probs_a), _checked(y, probs_b)
     if a.shape != b.shape:
         raise ValueError(f"need probs_a and probs_b of one shape; got {a.shape} and {b.shape}")
-    (values_a, stratum_a), (values_b, stratum_b) = _strata(ids, a), _strata(ids, b)
-
-    def statistic(sums: np.ndarray, counts: np.ndarray, key: np.ndarray) -> np.ndarray:
-        return (_three(sums[..., 3:], counts, key[:, 1])
-                - _three(sums[..., :3], counts, key[:, 0]))
-
-    values = np.concatenate([values_a, values_b], axis=1)
-    # (bin A, bin B): 225 strata at most, not 900 (the ECE needs only each side's bin)
-    stratum = np.stack([stratum_a[:, 0], stratum_b[:, 0]], axis=1)
-    low, high = _strata_bootstrap(values, stratum, statistic)
-    points = statistic(values, np.ones(len(values)), stratum)
+    (values_a, bin_a), (values_b, bin_b) = _values(ids, a), _values(ids, b)
+    points, (low, high) = _resampled(np.concatenate([values_a, values_b], axis=1),
+                                     np.stack([bin_a, bin_b], axis=1))
     out = {}
     for name, value, lo, hi in zip(_NAMES, points, low, high, strict=True):
         out[f"delta_{name}"], out[f"delta_{name}_ci95_low"], out[f"delta_{name}_ci95_high"] = (

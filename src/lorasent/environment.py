@@ -278,6 +278,59 @@ def attention_backends() -> dict[str, Any]:
     return backends
 
 
+# The CPU flags by which torch (ATen's capability, oneDNN, MKL), numpy and OpenBLAS pick
+# their kernels on x86 (Linux /proc/cpuinfo names), and on Arm: two CPUs that differ in
+# one of them may round the same sum differently (docs/reproducibility.md).
+KERNEL_CPU_FLAGS = (
+    "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512cd", "avx512bw", "avx512dq",
+    "avx512vl", "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx512ifma", "avx512vbmi",
+    "amx_tile", "amx_bf16", "amx_int8", "amx_fp16", "asimd", "asimddp", "bf16", "i8mm",
+    "sve", "sve2")
+# Environment variables that change which kernels run or how many threads share a sum:
+# ATen's capability, oneDNN's ISA cap, MKL's conditional numerical reproducibility and
+# ISA cap, OpenBLAS's kernel, numpy's SIMD targets, the thread counts, cuBLAS's workspace.
+KERNEL_VARIABLES = (
+    "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_CBWR",
+    "MKL_ENABLE_INSTRUCTIONS", "OPENBLAS_CORETYPE", "NPY_DISABLE_CPU_FEATURES",
+    "NPY_ENABLE_CPU_FEATURES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+    "CUBLAS_WORKSPACE_CONFIG")
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str] | None:
+    """The :data:`KERNEL_CPU_FLAGS` this CPU lists in ``cpuinfo``, in that order; None
+    where the file is absent (not Linux)."""
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    listed = next((line.split(":", 1)[1].split() for line in text.splitlines()
+                   if line.startswith(("flags", "Features"))), [])
+    return [flag for flag in KERNEL_CPU_FLAGS if flag in listed]
+
+
+def numpy_simd() -> str | None:
+    """numpy's highest SIMD dispatch target this CPU runs (``X86_V3``, ``AVX512_SKX``,
+    ...), as ``numpy.show_runtime()`` reports it; None where numpy does not say."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    except ImportError:
+        return None
+    running = [target for target in __cpu_dispatch__ if __cpu_features__.get(target)]
+    return running[-1] if running else "baseline"
+
+
+def kernel_report() -> dict[str, Any]:
+    """What chooses the CPU kernels, and so the last bits of a float: torch's ATen CPU
+    capability (``torch.backends.cpu.get_cpu_capability()``: ``AVX2``, ``AVX512``, ...),
+    numpy's SIMD target (:func:`numpy_simd`), the CPU's :data:`KERNEL_CPU_FLAGS` and the
+    :data:`KERNEL_VARIABLES` set in the environment. The same on every machine of one
+    kind, so provenance keeps them beside the result (lorasent reproduce shows them)."""
+    return {"torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "numpy_simd": numpy_simd(), "cpu_flags": cpu_flags(),
+            "variables": {name: os.environ[name] for name in KERNEL_VARIABLES
+                          if name in os.environ}}
+
+
 # Files a container runtime puts at the root of every container it starts.
 CONTAINER_MARKERS = (Path("/.dockerenv"), Path("/run/.containerenv"))
 
@@ -306,9 +359,10 @@ def environment_report(device: torch.device | str | None = None) -> dict[str, An
         torch version, ``hip`` / ``cuda`` versions, device type, name and architecture
         (gfx id on AMD, sm_XY on NVIDIA), the GPU variables set
         (:func:`lorasent.programs.visible_devices`: which GPU a sweep gave the run), torch's
-        CPU threads, bf16 support, attention backends, the container and image it runs in
-        (:func:`container_report`) and free memory in bytes (device memory on a GPU, RAM on
-        the CPU).
+        CPU threads, bf16 support, attention backends, what chooses the CPU kernels
+        (:func:`kernel_report`), the container and image it runs in
+        (:func:`container_report`) and free and total memory in bytes (device memory on a
+        GPU, RAM on the CPU).
     """
     import psutil
 
@@ -324,6 +378,7 @@ def environment_report(device: torch.device | str | None = None) -> dict[str, An
                      "not native (emulated, slower than fp32: base.precision bf16 is refused "
                      "on this CPU)"),
         "attention": attention_backends(),
+        "kernels": kernel_report(),
         "container": container_report(),
     }
     if device.type == "cuda":

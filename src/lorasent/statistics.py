@@ -48,10 +48,18 @@ BATCH = 500  # resamples drawn at once: a (500, cells) array at a time
 # 2-core dev machine, numpy 2.4: 500 resamples of 10,000 rows over 3,000 cells 0.20 s
 # either way; of 100,000 rows over 5,000 cells 0.8 s against 5.0 s).
 ROW_DRAWS_ABOVE = 1 / 2
-METHOD = {"method": "percentile bootstrap over test rows, drawn as counts: one multinomial "
-                    "draw of the N rows over the observed (actual, predicted[, reference]) "
-                    "cells per resample (the same distribution as resampling rows; row by "
-                    "row where the cells outnumber N/20)",
+
+
+def method_text(cells: str) -> str:
+    """How a bootstrap over ``cells`` (what rows are grouped by) draws its resamples: the
+    one wording of ``intervals.method`` here and ``calibration.interval_method`` in
+    ``lorasent.calibration``, its threshold :data:`ROW_DRAWS_ABOVE` itself."""
+    return (f"percentile bootstrap over test rows, drawn as counts: one multinomial draw of "
+            f"the N rows over {cells} per resample (the same distribution as resampling "
+            f"rows; row by row where the cells outnumber {ROW_DRAWS_ABOVE:g} × N)")
+
+
+METHOD = {"method": method_text("the observed (actual, predicted[, reference]) cells"),
           "confidence": CONFIDENCE, "resamples": RESAMPLES, "seed": BOOTSTRAP_SEED}
 
 
