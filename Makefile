@@ -26,7 +26,7 @@ PYTEST_ARGS ?=
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run smoke test test-fast test-integration test-e2e test-container bench device-check exp exp-show metrics seeds sweep queue-trial compare browser lint lock lock-check \
+.PHONY: help setup run reproduce smoke test test-fast test-integration test-e2e test-container bench device-check exp exp-show metrics seeds sweep queue-trial compare browser lint lock lock-check \
 	doctor clean \
 	docker-build docker-run docker-build-cpu docker-run-cpu
 
@@ -51,11 +51,22 @@ CONFIG ?=
 # stage's outputs from it instead of running the stage: a clone of a pushed run trains
 # nothing. Without one, --pull would fail, so it is left out. lorasent.repro runs DVC's
 # own `dvc repro [--pull]`, says once what DVC's "Unable to pull data" warnings mean (an
-# empty remote: the stages run here), and ends with what to commit (and push).
-run: $(STAMP)  ## Set up if needed, then run the pipeline (dvc repro; --pull with a DVC remote); CONFIG=configs/x.yaml applies a preset first
+# empty remote: the stages run here), and ends with what to commit (and push). Then the
+# reproduction verdict against HEAD's committed run (`lorasent reproduce --workspace`:
+# identical, equivalent, consistent or different), or why the run is not one of HEAD (a
+# preset's params, uncommitted code); it never changes make's exit status.
+run: $(STAMP)  ## Set up if needed, then run the pipeline (dvc repro; --pull with a DVC remote) and judge it against HEAD's run; CONFIG=configs/x.yaml applies a preset first
 	$(if $(CONFIG),$(BIN)/lorasent preset $(CONFIG))
 	if $(BIN)/dvc remote default >/dev/null 2>&1; then $(BIN)/python -m lorasent.repro --pull; \
 	else $(BIN)/python -m lorasent.repro; fi
+	$(BIN)/lorasent reproduce --after-run
+
+# REV (default HEAD) rerun in a temporary clone and judged against what it committed;
+# REPRODUCE_ARGS=--no-train re-scores its adapter only, --workspace judges the outputs here.
+REV ?= HEAD
+REPRODUCE_ARGS ?=
+reproduce: $(STAMP)  ## Rerun REV (default HEAD) in a temporary clone and judge it: identical, equivalent, consistent or different (REPRODUCE_ARGS=--no-train)
+	$(BIN)/lorasent reproduce $(REV) $(REPRODUCE_ARGS)
 
 # A first run of all five stages in about two minutes on 2 cores: a tiny split, 4 steps.
 # It changes params.yaml (and, once run, dvc.lock and metrics/), and says so.

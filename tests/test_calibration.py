@@ -9,9 +9,9 @@ import warnings
 
 import numpy as np
 import pytest
+from cleanlab.filter import find_label_issues
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from cleanlab.filter import find_label_issues
 from scipy.optimize import minimize_scalar
 from scipy.special import log_softmax
 from sklearn.metrics import brier_score_loss, log_loss

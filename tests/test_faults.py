@@ -5,6 +5,7 @@ import json
 import shutil
 import subprocess
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -203,7 +204,7 @@ def test_trainer_speed_figures_go_to_the_machine_record_not_to_the_history():
 
 # Two machines of one kind, at two moments: every machine fact lorasent reads differs.
 # The cores are the kind's (the README's "2 cores"), and torch's threads follow from them.
-MACHINES = [
+MACHINES: list[dict[str, Any]] = [
     {"memory": (25275973632, 20e9), "load": (1.0, 2.0, 3.0), "platform": "Linux-6.1-x86_64",
      "wall_time_s": 612.5, "speed": 3.1, "image": "sha256:aa", "revision": "c0ffee",
      "digest": "python@sha256:11", "gpu": "0"},

@@ -418,3 +418,34 @@ def test_no_shared_training_prefix_when_the_batch_outgrows_the_sliding_window(
     finally:
         hook.remove()
     assert calls == [(4, width)]
+
+
+# How far a probability may move between batchings of the same rows: lorasent reproduce's
+# default tolerance (issue 50). Measured on the packaged Gemma 3 270M in fp32 on the CPU:
+# docs/reproducibility.md, "Batch sizes".
+@pytest.mark.parametrize("lm", ["tiny_gemma",
+                                pytest.param("gemma", marks=pytest.mark.integration)])
+def test_batch_size_and_order_do_not_change_labels_or_probabilities(lm, request):
+    """Batch invariance: 32 tweets of the packaged corpus (34 to 193 characters)
+    scored at batch sizes 1, 8 and 32 and, at 8, in a shuffled order give the same labels
+    and probabilities within reproduce's tolerance: batches differ in their padding and
+    their shared prompt start, and a padded row must not see its padding."""
+    from lorasent.review.reproduce import TOLERANCE
+    from lorasent.stages.fetch import read_source
+
+    model, tokenizer = request.getfixturevalue(lm)
+    encoder = PromptEncoder.create(
+        tokenizer, "Classify the sentiment of the tweet as negative, neutral or positive.\n"
+        "Tweet: {text}\nSentiment:", [" negative", " neutral", " positive"], max_length=128)
+    rows, _ = read_source("packaged:tweets-en", text_column="text", label_column="label",
+                          encoding="utf-8", hf_split="train")
+    texts = [r["text"] for r in rows[:32]]
+    one = probabilities(score_texts(model, encoder, texts, batch_size=1))
+    runs = {size: probabilities(score_texts(model, encoder, texts, batch_size=size))
+            for size in (8, 32)}
+    order = np.random.default_rng(0).permutation(len(texts))
+    shuffled = probabilities(score_texts(model, encoder, [texts[i] for i in order], 8))
+    runs["shuffled"] = shuffled[np.argsort(order)]
+    for name, probs in runs.items():
+        assert (probs.argmax(axis=1) == one.argmax(axis=1)).all(), name
+        assert np.abs(probs - one).max() <= TOLERANCE, (name, np.abs(probs - one).max())

@@ -884,6 +884,53 @@ def compare(rev_a: str, rev_b: str, out_dir: Path | None, force: bool) -> None:
     click.echo(f"wrote {out / REPORT_MD} and {out / REPORT_HTML}")
 
 
+@click.command()
+@click.argument("rev", metavar="[REV]", default="HEAD")
+@click.option("--workspace", is_flag=True,
+              help="Judge the outputs a run left here (make run, dvc repro) instead of "
+              "rerunning REV in a temporary clone.")
+@click.option("--no-train", is_flag=True,
+              help="Re-score REV's adapter only (its evaluate stage, minutes): REV's outputs "
+              "from the DVC cache or remote; without them, the whole pipeline runs.")
+@click.option("--tolerance", type=float,
+              help="How far a probability may move for 'equivalent' (absolute); a metric "
+              "computed from probabilities may move by this or 0.1% of itself  "
+              "[default: 1e-4]")
+@click.option("--seed-groups", nargs=2, metavar="REV_GROUP HERE_GROUP",
+              help="Judge two groups of runs over seeds instead (experiments, e.g. 'ref-seed*' "
+              "'here-seed*', as lorasent seeds names them): Welch's t-test, olympic means.")
+@click.option("--after-run", is_flag=True, hidden=True,
+              help="make run's call: a workspace that is no reproduction is said, not refused.")
+@_user_errors
+def reproduce(rev: str, workspace: bool, no_train: bool, tolerance: float | None,
+              seed_groups: tuple[str, str] | None, after_run: bool) -> None:
+    """Did this machine reproduce REV's run (default HEAD)? One verdict line first:
+    identical, equivalent (within --tolerance), consistent (no detectable difference by
+    the paired test) or different; then each file that differs and the two machines side
+    by side. Reruns REV in a temporary clone unless --workspace. Exit 1 when different.
+    """
+    from lorasent.review.reproduce import TOLERANCE, NotAReproduction, judge_groups
+    from lorasent.review.reproduce import reproduce as run_reproduce
+
+    repo = Path(".")
+    if seed_groups:
+        verdict = judge_groups(repo, *seed_groups)
+    else:
+        try:
+            verdict = run_reproduce(repo, rev, workspace=workspace or after_run,
+                                    no_train=no_train,
+                                    tolerance=TOLERANCE if tolerance is None else tolerance,
+                                    progress=lambda line: click.echo(line, err=True))
+        except NotAReproduction as err:
+            if not after_run:
+                raise
+            click.echo(f"run: not judged as a reproduction of {rev}: {err}")
+            return
+    click.echo(verdict.text())
+    if not verdict.ok and not after_run:
+        sys.exit(1)
+
+
 def _test_set_findings(params: Params, folder: Path) -> list[Finding]:
     """``doctor``'s check of the inputs the params name (:func:`_input_problems`, sources
     read from ``folder``, the params file's): each problem a ``fail``."""
@@ -1033,7 +1080,7 @@ def main() -> None:
 
 
 for _command in (fetch, split, baseline, train, evaluate, doctor, predict, export, queue,
-                 preset, compare, pr_comment, metrics, seeds, sweep, learning_curve):
+                 preset, compare, pr_comment, metrics, seeds, sweep, learning_curve, reproduce):
     main.add_command(_command)
 
 

@@ -311,12 +311,15 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str] | None:
 def numpy_simd() -> str | None:
     """numpy's highest SIMD dispatch target this CPU runs (``X86_V3``, ``AVX512_SKX``,
     ...), as ``numpy.show_runtime()`` reports it; None where numpy does not say."""
-    try:
-        from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
-    except ImportError:
+    import importlib
+
+    try:  # numpy's own module for show_runtime's SIMD section (no public name)
+        umath = importlib.import_module("numpy._core._multiarray_umath")
+        dispatch, features = umath.__cpu_dispatch__, umath.__cpu_features__
+    except (ImportError, AttributeError):
         return None
-    running = [target for target in __cpu_dispatch__ if __cpu_features__.get(target)]
-    return running[-1] if running else "baseline"
+    running = [target for target in dispatch if features.get(target)]
+    return str(running[-1]) if running else "baseline"
 
 
 def kernel_report() -> dict[str, Any]:

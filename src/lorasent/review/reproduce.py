@@ -1,0 +1,810 @@
+"""``lorasent reproduce [REV]``: did this machine reproduce REV's run, and how closely?
+
+Usage: ``lorasent reproduce`` (or ``make reproduce``) reruns HEAD's pipeline in a
+temporary clone and judges what it wrote against what HEAD committed;
+``--workspace`` judges the outputs a run already left here (``make run`` ends so);
+``--no-train`` re-scores the committed adapter only (the evaluate stage).
+
+PyTorch promises bitwise reproducibility only "on one specific platform and PyTorch
+release" (https://pytorch.org/docs/stable/notes/randomness.html); another CPU family, a
+GPU or bf16 rounds sums another way. So "reproduced" has tiers, judged in this order
+(:data:`TIERS`; docs/reproducibility.md):
+
+- **identical**: every output of the pipeline byte for byte (its provenance records
+  aside: they describe the machine, shown side by side below the verdict);
+- **equivalent**: the same inputs, the same predicted labels on every test row but rows
+  whose top-two probability margin is under the tolerance (a tie either way), every
+  probability within the tolerance (:data:`TOLERANCE`, ``--tolerance``), every metric
+  within its own (:func:`metric_tolerance`), the adapter's weights judged by what they
+  predict;
+- **consistent**: the predictions differ (a retraining on other hardware), but on the
+  same test rows the paired test (paired bootstrap of Δ accuracy and McNemar's exact
+  test, ``lorasent.statistics.paired_comparison``) finds no detectable difference from
+  REV, on every test set; for seed groups, ``--seed-groups`` judges REV's group against
+  this machine's by Welch's t-test, as MLPerf judges a new platform's runs against
+  reference runs over seeds;
+- **different**: anything else, with the paired verdict and the files.
+
+The verdict is one line first; then each file that differs, with its largest deviation;
+then the two machines side by side (:data:`MACHINE_ROWS`). Exit status 0 for identical,
+equivalent and consistent, 1 for different.
+
+REV is run in a clone in the temp folder (``git clone``, ``git checkout --detach``, the
+clone's DVC cache this repo's: nothing is written to the workspace; the cache gains the
+objects the run makes). ``dvc repro --force --no-run-cache`` runs every stage (with
+``--no-train``: ``dvc checkout`` of REV's outputs, ``dvc pull`` where the cache lacks
+them and a remote is set, then the evaluate stage alone; without REV's adapter it
+retrains, after saying how long that took here). Ctrl-C or SIGTERM stops DVC's process
+group and removes the clone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import math
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lorasent.artifacts import machine_facts, machine_path, with_machine_facts
+from lorasent.errors import LorasentError
+from lorasent.metrics import Predictions, read_predictions
+from lorasent.paths import (
+    ADAPTER_DIR,
+    BASE_MODEL_DIR,
+    EVAL_PREDICTIONS,
+    EVAL_TEST_SETS,
+    PROVENANCE_DIR,
+    RAW_DIR,
+    SPLIT_DIR,
+)
+from lorasent.programs import environment, program
+from lorasent.review.collect import check_revisions, read_at, read_lock, resolve_commits, run_dvc
+from lorasent.review.markup import visible
+from lorasent.review.verdict import delta_text, p_text, paired_verdict
+from lorasent.statistics import PairedComparison, group_comparison, paired_comparison
+
+Progress = Callable[[str], None]
+
+TIERS = ("identical", "equivalent", "consistent", "different")
+# The default tolerance of a probability (absolute; --tolerance): ten times the largest
+# deviation measured between two kernels of one CPU (ATEN_CPU_CAPABILITY capped: 2e-6 on
+# the packaged Gemma), under the fourth decimal the predictions file shows
+# (docs/reproducibility.md).
+TOLERANCE = 1e-4
+# A metric computed from probabilities (NLL, Brier score, ECE, temperature, training
+# loss) may move by this much relative to its size, or by the tolerance, whichever is
+# more: a mean of logs moves by more than the probabilities it is made of.
+METRIC_RTOL = 1e-3
+# The inputs of the stages that score: when one differs, nothing after it is paired.
+INPUTS = (RAW_DIR, BASE_MODEL_DIR, SPLIT_DIR)
+# Keys (any part of a JSON path) of values that follow from the predicted labels alone:
+# equal where no label differs, else judged through the predictions.
+LABEL_KEYS = ("accuracy", "f1", "precision", "recall", "support", "confusion",
+              "relative_error_reduction", "count", "rows", "predicted", "actual", "majority")
+# A provenance record describes the machine (MACHINE_ROWS), not a result.
+DESCRIPTIONS = (PROVENANCE_DIR,)
+SHOWN = 10  # rows listed by id at most
+
+
+def metric_tolerance(value: float, tolerance: float) -> float:
+    """How far a metric computed from probabilities may move: ``max(tolerance,
+    METRIC_RTOL * |value|)``."""
+    return max(tolerance, METRIC_RTOL * abs(value))
+
+
+# ------------------------------------------------------------------ what differs
+
+
+@dataclass
+class FileDiff:
+    """One output file that differs from REV's: its largest deviation in words, and
+    whether that deviation is within the tiers' tolerances (``within``)."""
+
+    path: str
+    deviation: str
+    within: bool
+
+
+@dataclass
+class SetResult:
+    """One test set's predictions, REV's against these."""
+
+    name: str
+    rows: int
+    flipped: list[str]       # ids whose predicted label differs
+    near_ties: list[str]     # of those, the ones whose top-two margin is under the tolerance
+    max_deviation: float     # largest |Δ probability|
+    paired: PairedComparison | None
+    problem: str | None = None  # why the rows could not be paired
+
+    def within(self, tolerance: float) -> bool:
+        return (self.problem is None and len(self.flipped) == len(self.near_ties)
+                and self.max_deviation <= tolerance)
+
+
+@dataclass
+class Verdict:
+    """The judgement of this machine's outputs against REV's."""
+
+    tier: str
+    rev: str
+    commit: str
+    line: str
+    files: list[FileDiff] = field(default_factory=list)
+    sets: list[SetResult] = field(default_factory=list)
+    machines: list[tuple[str, str, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.tier != "different"
+
+    def text(self) -> str:
+        """The verdict line, the files that differ, the machines side by side."""
+        lines = [f"reproduce: {self.tier}: {self.line}", *self.notes]
+        if self.files:
+            lines.append(f"files that differ from {self.rev} ({len(self.files)}):")
+            lines += [f"  {'  ' if d.within else '✗ '}{visible(d.path)}: {d.deviation}"
+                      for d in self.files]
+        if self.machines:
+            width = max(len(name) for name, _, _ in self.machines)
+            lines.append(f"  {'':{width}}  {self.rev[:24]:<28}this run")
+            lines += [f"  {name:{width}}  {a:<28}{b}{'' if a == b else '   ≠'}"
+                      for name, a, b in self.machines]
+        return "\n".join(lines)
+
+
+def outputs(lock: dict[str, Any]) -> dict[str, str]:
+    """``{path: md5}`` of every output in a dvc.lock (a folder's md5 ends in ``.dir``)."""
+    return {out["path"]: str(out.get("md5", "")) for stage in (lock.get("stages") or {}).values()
+            for out in stage.get("outs") or []}
+
+
+def _under(path: str, folders: Sequence[Path]) -> bool:
+    return any(path == f.as_posix() or path.startswith(f"{f.as_posix()}/") for f in folders)
+
+
+class Sides:
+    """REV's and this checkout's files of one output path: REV's from git (an output git
+    tracks) or from the DVC cache, these from disk."""
+
+    def __init__(self, repo: Path, commit: str) -> None:
+        self.repo, self.commit = repo, commit
+        self._cache: Path | None | bool = False  # not asked yet
+
+    def _git(self, *args: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([program("git"), *args], cwd=self.repo, capture_output=True)
+
+    def tracked(self, path: str) -> dict[str, bytes] | None:
+        """REV's files under ``path`` (``{relative path: bytes}``) when git tracks them."""
+        listed = self._git("ls-tree", "-r", "--name-only", self.commit, "--", path)
+        names = listed.stdout.decode().splitlines() if listed.returncode == 0 else []
+        return {name: self._git("show", f"{self.commit}:{name}").stdout
+                for name in names} or None
+
+    def cached(self, path: str, md5: str) -> dict[str, bytes] | None:
+        """REV's files of a DVC-cached output from the cache (None: not there)."""
+        if self._cache is False:
+            found = run_dvc(self.repo, "cache", "dir", as_json=False,
+                            command="reproduce").strip()
+            self._cache = Path(found) if found else None
+        cache = self._cache if isinstance(self._cache, Path) else None
+        if cache is None or not md5:
+            return None
+
+        def blob(digest: str) -> Path:
+            return cache / "files" / "md5" / digest[:2] / digest[2:]
+
+        if not blob(md5).is_file():
+            return None
+        if not md5.endswith(".dir"):
+            return {path: blob(md5).read_bytes()}
+        found_files = {}
+        for entry in json.loads(blob(md5).read_text(encoding="utf-8")):
+            if not blob(entry["md5"]).is_file():
+                return None
+            found_files[f"{path}/{entry['relpath']}"] = blob(entry["md5"]).read_bytes()
+        return found_files
+
+    def here_files(self, path: str) -> dict[str, bytes]:
+        root = self.repo / path
+        if root.is_file():
+            return {path: root.read_bytes()}
+        return {p.relative_to(self.repo).as_posix(): p.read_bytes()
+                for p in sorted(root.rglob("*")) if p.is_file()} if root.is_dir() else {}
+
+
+def _leaves(value: Any, at: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _leaves(item, f"{at}.{key}" if at else str(key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _leaves(item, f"{at}[{i}]")
+    else:
+        yield at, value
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _label_key(key: str) -> bool:
+    return any(word in key.lower() for word in LABEL_KEYS)
+
+
+def json_diff(name: str, old: bytes, new: bytes, tolerance: float, labels_moved: bool
+              ) -> FileDiff:
+    """A JSON output: its numbers compared leaf by leaf. A value that follows from the
+    labels (:data:`LABEL_KEYS`) must be equal unless some predicted label moved
+    (``labels_moved``; the predictions judge those rows); any other number within
+    :func:`metric_tolerance`; a text leaf that differs is said, and judged with the
+    numbers it quotes."""
+    try:
+        a, b = json.loads(old), json.loads(new)
+    except ValueError:
+        return FileDiff(name, "not JSON on one side", False)
+    left, right = dict(_leaves(a)), dict(_leaves(b))
+    if set(left) != set(right):
+        keys = sorted(set(left) ^ set(right))
+        return FileDiff(name, f"other keys: {', '.join(keys[:3])}", False)
+    worst: tuple[float, str, float, float] | None = None  # (ratio, key, gap, allowed)
+    within, texts = True, []
+    for key, x in left.items():
+        y = right[key]
+        if x == y:
+            continue
+        if not (_number(x) and _number(y)):
+            texts.append(key)
+            continue
+        gap = abs(float(x) - float(y))
+        allowed = math.inf if _label_key(key) and labels_moved else (
+            0.0 if _label_key(key) else metric_tolerance(float(x), tolerance))
+        within &= gap <= allowed
+        ratio = gap / allowed if allowed else math.inf
+        if worst is None or ratio > worst[0] or (ratio == worst[0] and gap > worst[2]):
+            worst = (ratio, key, gap, allowed)
+    if worst is not None:
+        _, key, gap, allowed = worst
+        said = (f"largest deviation {gap:.3g} at {key}" + (
+            " (follows from the predicted labels)" if math.isinf(allowed)
+            else f" (allowed {allowed:.3g})"))
+    else:
+        said = f"text differs at {', '.join(texts[:3])}"
+    return FileDiff(name, said, within)
+
+
+def table_diff(name: str, old: bytes, new: bytes, tolerance: float) -> FileDiff:
+    """A TSV of numbers (dvclive's training history): cell by cell, within
+    :func:`metric_tolerance`."""
+    rows_a = list(csv.reader(io.StringIO(old.decode()), delimiter="\t"))
+    rows_b = list(csv.reader(io.StringIO(new.decode()), delimiter="\t"))
+    if len(rows_a) != len(rows_b) or any(len(r) != len(s) for r, s in zip(rows_a, rows_b,
+                                                                          strict=True)):
+        return FileDiff(name, f"{len(rows_a)} against {len(rows_b)} lines", False)
+    worst, within = 0.0, True
+    for row_a, row_b in zip(rows_a, rows_b, strict=True):
+        for x, y in zip(row_a, row_b, strict=True):
+            if x == y:
+                continue
+            try:
+                gap = abs(float(x) - float(y))
+            except ValueError:
+                return FileDiff(name, f"text differs: {x[:20]!r} against {y[:20]!r}", False)
+            worst = max(worst, gap)
+            within &= gap <= metric_tolerance(float(x), tolerance)
+    return FileDiff(name, f"largest deviation {worst:.3g}", within)
+
+
+def weights_diff(name: str, old: bytes, new: bytes) -> FileDiff:
+    """Safetensors weights (the adapter): their largest |Δ|, judged by what they predict."""
+    from safetensors.numpy import load
+
+    a, b = load(old), load(new)
+    if set(a) != set(b) or any(a[k].shape != b[k].shape for k in a):
+        return FileDiff(name, "other tensors or shapes", False)
+    worst = max((float(np.max(np.abs(a[k].astype(np.float64) - b[k].astype(np.float64))))
+                 for k in a if a[k].size), default=0.0)
+    return FileDiff(name, f"weights up to {worst:.3g} apart (judged by their predictions)",
+                    True)
+
+
+def margins(probabilities: np.ndarray) -> np.ndarray:
+    """The top-two probability margin of each row: float (N,)."""
+    top = np.sort(probabilities, axis=1)
+    return top[:, -1] - top[:, -2]
+
+
+def judge_set(name: str, old: Predictions, new: Predictions, tolerance: float) -> SetResult:
+    """REV's predictions of one test set against these, row by row by id."""
+    if sorted(old.ids) != sorted(new.ids) or old.labels != new.labels:
+        return SetResult(name, len(old.ids), [], [], math.inf, None,
+                         "other rows or classes than REV's: not paired")
+    at = {row_id: i for i, row_id in enumerate(new.ids)}
+    order = [at[row_id] for row_id in old.ids]
+    predicted, probs = new.predicted[order], new.probabilities[order]
+    if (new.actual[order] != old.actual).any():
+        return SetResult(name, len(old.ids), [], [], math.inf, None,
+                         "the same rows carry other gold labels: not paired")
+    flipped = np.flatnonzero(predicted != old.predicted)
+    tie = np.minimum(margins(old.probabilities), margins(probs)) < tolerance
+    return SetResult(
+        name, len(old.ids), [old.ids[i] for i in flipped],
+        [old.ids[i] for i in flipped if tie[i]],
+        float(np.max(np.abs(probs - old.probabilities))),
+        paired_comparison(old.actual, old.predicted, predicted, old.labels))
+
+
+def _predictions_sets(files: dict[str, tuple[bytes, bytes]]) -> list[str]:
+    """The predictions files of the test sets, the split's first."""
+    main = EVAL_PREDICTIONS.as_posix()
+    others = sorted(p for p in files if p.startswith(f"{EVAL_TEST_SETS.as_posix()}/")
+                    and p.endswith("/predictions.csv"))
+    return [p for p in [main, *others] if p in files]
+
+
+# ------------------------------------------------------------------ the machines
+
+MACHINE_ROWS: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
+    ("device", lambda r: r["device"].get("device")),
+    ("CPU", lambda r: r["device"].get("cpu")),
+    ("torch CPU capability", lambda r: r["device"].get("kernels", {}).get(
+        "torch_cpu_capability")),
+    ("numpy SIMD", lambda r: r["device"].get("kernels", {}).get("numpy_simd")),
+    ("kernel CPU flags", lambda r: ",".join(r["device"]["kernels"]["cpu_flags"] or [])
+     if r["device"].get("kernels", {}).get("cpu_flags") is not None else None),
+    ("kernel variables", lambda r: " ".join(
+        f"{k}={v}" for k, v in r["device"]["kernels"]["variables"].items()) or "none"
+     if "kernels" in r["device"] else None),
+    ("torch threads", lambda r: r["device"].get("torch_threads")),
+    ("processes", lambda r: r.get("processes")),
+    ("precision", lambda r: r.get("compute_dtype") or r["params"]["base"].get("precision")),
+    ("torch", lambda r: r["packages"].get("torch")),
+    ("numpy", lambda r: r["packages"].get("numpy")),
+    ("python", lambda r: r.get("python")),
+    ("venv or container", lambda r: None if "container" not in r["device"] else (
+        "container" if r["device"]["container"].get("in_container") else "venv")),
+)
+
+
+def machine_rows(old: dict[str, Any] | None, new: dict[str, Any] | None
+                 ) -> list[tuple[str, str, str]]:
+    """:data:`MACHINE_ROWS` of two provenance records (``not recorded`` where absent)."""
+    def value(record: dict[str, Any] | None, get: Callable[[dict[str, Any]], Any]) -> str:
+        try:
+            found = get(record) if record else None
+        except (KeyError, TypeError, AttributeError):
+            found = None
+        return "not recorded" if found is None else visible(str(found))
+
+    return [(name, value(old, get), value(new, get)) for name, get in MACHINE_ROWS]
+
+
+# ------------------------------------------------------------------ the judgement
+
+
+def judge(repo: Path, rev: str, commit: str, tolerance: float = TOLERANCE,
+          record_stage: str = "evaluate") -> Verdict:
+    """This checkout's outputs against what ``commit`` (named ``rev``) committed.
+
+    An output git tracks is compared by its bytes, REV's blob against the file here; one
+    DVC caches by dvc.lock's md5 (REV's against this checkout's), its files read from the
+    DVC cache where it holds REV's copy.
+
+    Args:
+        repo: the checkout whose outputs (its dvc.lock and files) are judged.
+        rev, commit: REV as the user named it, and its commit.
+        tolerance: how far a probability may move (absolute).
+        record_stage: whose provenance record describes the machines (evaluate: the stage
+            that scores last).
+    """
+    old_outs = outputs(read_lock(repo, commit))
+    new_outs = outputs(read_lock(repo, "workspace"))
+    sides = Sides(repo, commit)
+    pairs: dict[str, tuple[bytes, bytes]] = {}
+    changed, missing = [], []
+    for path in sorted(set(old_outs) | set(new_outs)):
+        if _under(path, DESCRIPTIONS):
+            continue
+        tracked = sides.tracked(path)
+        if tracked is None and old_outs.get(path) == new_outs.get(path):
+            continue
+        old = tracked if tracked is not None else sides.cached(path, old_outs.get(path, ""))
+        new = sides.here_files(path)
+        if old is None:
+            changed.append(path)
+            missing.append(path)
+            continue
+        differing = {name: (old.get(name, b""), new.get(name, b""))
+                     for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)}
+        if differing or (tracked is None and old_outs.get(path) != new_outs.get(path)):
+            changed.append(path)
+        pairs.update(differing)
+    return verdict_of(pairs, rev=rev, commit=commit, tolerance=tolerance,
+                      inputs=[p for p in changed if _under(p, INPUTS)], missing=missing,
+                      outputs=len([p for p in old_outs if not _under(p, DESCRIPTIONS)]),
+                      machines=machine_rows(_record(repo, commit, record_stage),
+                                            _record(repo, "workspace", record_stage)))
+
+
+def verdict_of(pairs: dict[str, tuple[bytes, bytes]], *, rev: str, commit: str = "",
+               tolerance: float = TOLERANCE, inputs: Sequence[str] = (),
+               missing: Sequence[str] = (), outputs: int | None = None,
+               machines: Sequence[tuple[str, str, str]] = ()) -> Verdict:
+    """The tier of the files that differ (``{path: (REV's bytes, these bytes)}``; a side
+    without the file has ``b""``), as the module says.
+
+    Args:
+        inputs: outputs among :data:`INPUTS` that differ (nothing is paired after them).
+        missing: outputs that differ but whose REV copy could not be read.
+        outputs: how many outputs were compared, for the identical line.
+        machines: :func:`machine_rows`.
+    """
+    where = f"{visible(rev)}" + (f" ({commit[:7]})" if commit else "")
+    machines = list(machines)
+    if not pairs and not missing:
+        count = f" ({outputs} outputs" if outputs is not None else " ("
+        return Verdict("identical", rev, commit,
+                       f"every output of {where} byte for byte{count}; the provenance "
+                       "records describe the machines, below)", machines=machines)
+    sets = []
+    for name in _predictions_sets(pairs):
+        old_bytes, new_bytes = pairs[name]
+        try:
+            sets.append(judge_set(name, read_predictions(old_bytes.decode(), f"{rev}:{name}"),
+                                  read_predictions(new_bytes.decode(), name), tolerance))
+        except LorasentError as err:
+            sets.append(SetResult(name, 0, [], [], math.inf, None, str(err)))
+    moved = any(s.flipped for s in sets)
+    probs_within = all(s.within(tolerance) for s in sets)
+    files = [_file_diff(name, *pairs[name], tolerance, moved, probs_within, sets)
+             for name in pairs]
+    files += [FileDiff(p, "differs; REV's copy is neither in git nor in the DVC cache "
+                       "(dvc pull), so no deviation", _under(p, (ADAPTER_DIR,)))
+              for p in missing]
+    if inputs:
+        return Verdict("different", rev, commit,
+                       f"its inputs differ from {visible(rev)}'s ({', '.join(inputs)}): the "
+                       "same test rows cannot be assumed; rerun from the same data",
+                       files, sets, machines)
+    if all(d.within for d in files):
+        flips = sum(len(s.near_ties) for s in sets)
+        deviation = max((s.max_deviation for s in sets), default=0.0)
+        ties = [visible(i) for s in sets for i in s.near_ties][:SHOWN]
+        said = (f"the same predicted labels on every test row of {where}" if not flips else
+                f"the same predicted labels as {where} but {flips} near-tie rows (top-two "
+                f"margin under {tolerance:g}: {', '.join(ties)})")
+        return Verdict("equivalent", rev, commit,
+                       f"{said}; probabilities within {deviation:.2g} (tolerance "
+                       f"{tolerance:g}); every metric within its tolerance; {len(files)} "
+                       "files differ (below)", files, sets, machines)
+    main = next((s for s in sets if s.paired is not None), None)
+    if main is None or main.paired is None:
+        return Verdict("different", rev, commit,
+                       "files differ beyond the tolerances and no test set could be paired "
+                       f"with {visible(rev)}'s: "
+                       + ("; ".join(s.problem or s.name for s in sets) or "no predictions"),
+                       files, sets, machines)
+    significant = any(s.paired is None or s.paired.significant for s in sets)
+    line = (f"{len(main.flipped)} of {main.rows} predictions differ from {where}; "
+            + paired_verdict(main.paired).replace("B is", "this run is")
+            .replace("than A", f"than {visible(rev)}"))
+    notes = [f"  {visible(s.name)}: {len(s.flipped)} of {s.rows} predictions differ; "
+             + (paired_verdict(s.paired) if s.paired else f"not paired: {s.problem}")
+             for s in sets[1:]]
+    return Verdict("different" if significant else "consistent", rev, commit, line, files,
+                   sets, machines, notes)
+
+
+def _file_diff(name: str, old: bytes, new: bytes, tolerance: float, moved: bool,
+               probs_within: bool, sets: list[SetResult]) -> FileDiff:
+    """One differing file, judged by its kind."""
+    if not old or not new:
+        return FileDiff(name, "only in REV" if old else "only here", False)
+    result = next((s for s in sets if s.name == name), None)
+    if result is not None:
+        if result.problem:
+            return FileDiff(name, result.problem, False)
+        said = (f"{len(result.flipped)} of {result.rows} predicted labels differ "
+                f"({len(result.near_ties)} near a tie); probabilities up to "
+                f"{result.max_deviation:.3g} apart")
+        return FileDiff(name, said, result.within(tolerance))
+    if name.endswith("label_issues.csv"):
+        old_rows = {row.get("id"): row for row in csv.DictReader(io.StringIO(old.decode()))}
+        new_rows = {row.get("id"): row for row in csv.DictReader(io.StringIO(new.decode()))}
+        both = set(old_rows) & set(new_rows)
+        moved_by = max((abs(float(old_rows[i].get("self_confidence") or 0)
+                            - float(new_rows[i].get("self_confidence") or 0)) for i in both),
+                       default=0.0)
+        said = (f"{len(set(new_rows) - set(old_rows))} rows flagged only here, "
+                f"{len(set(old_rows) - set(new_rows))} only in REV (of {len(old_rows)}); "
+                f"self-confidence up to {moved_by:.3g} apart")
+        # a flag is a threshold on the probabilities: with each of them within the
+        # tolerance, a flag that differs sat on its threshold
+        return FileDiff(name, said, probs_within)
+    if name.endswith(".json"):
+        return json_diff(name, old, new, tolerance, moved)
+    if name.endswith(".tsv"):
+        return table_diff(name, old, new, tolerance)
+    if name.endswith(".safetensors"):
+        return weights_diff(name, old, new)
+    return FileDiff(name, f"bytes differ ({len(old)} and {len(new)} bytes)", False)
+
+
+def _record(repo: Path, rev: str, stage: str) -> dict[str, Any] | None:
+    """The provenance record of ``stage`` at ``rev`` (its machine facts joined in here)."""
+    path = (PROVENANCE_DIR / f"{stage}.json").as_posix()
+    text = read_at(repo, rev, path)
+    try:
+        record = (None if not text else with_machine_facts(text, repo / machine_path(path))
+                  if rev == "workspace" else json.loads(text))
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+# ------------------------------------------------------------------ the checks
+
+
+def not_reps(repo: Path, commit: str) -> tuple[list[str], list[str]]:
+    """``(code, other)``: the files, outputs of the pipeline aside, that differ from
+    ``commit`` in ``repo`` (tracked changes and untracked files git does not ignore):
+    those a stage reads (params files, its deps) and the rest."""
+    lock = read_lock(repo, commit)
+    outs = [Path(p) for p in outputs(lock)] + [Path("dvc.lock")]
+    diff = subprocess.run([program("git"), "diff", "--name-only", commit, "--"], cwd=repo,
+                          capture_output=True, text=True).stdout.splitlines()
+    new = subprocess.run([program("git"), "ls-files", "--others", "--exclude-standard"],
+                         cwd=repo, capture_output=True, text=True).stdout.splitlines()
+    files = sorted(p for p in set(diff) | set(new) if not _under(p, outs))
+    deps = {d["path"] for stage in (lock.get("stages") or {}).values()
+            for d in stage.get("deps") or []}
+    params = {f for stage in (lock.get("stages") or {}).values() for f in stage.get("params") or {}}
+    reads = [Path(p) for p in deps | params | {"dvc.yaml"}]
+    code = [p for p in files if _under(p, reads)]
+    return code, [p for p in files if p not in code]
+
+
+def _listing(paths: list[str], limit: int = 8) -> str:
+    more = f" and {len(paths) - limit} more" if len(paths) > limit else ""
+    return ", ".join(visible(p) for p in paths[:limit]) + more
+
+
+class NotAReproduction(LorasentError):
+    """The workspace is not a run of REV's code and params (so: compare, not reproduce)."""
+
+
+def check_workspace(repo: Path, rev: str, commit: str) -> None:
+    """Refuse a workspace that is not a run of REV as it stands, before any reading.
+
+    Raises:
+        NotAReproduction: params or code differ from REV's; files that are no output
+            differ; ``dvc status`` finds stages out of date; or REV's model stages did not
+            run here (no machine record: their outputs were pulled or checked out).
+    """
+    from lorasent.review.collect import workspace_staleness
+
+    code, other = not_reps(repo, commit)
+    if code:
+        raise NotAReproduction(
+            f"params or code differ from {visible(rev)}'s ({_listing(code)}): this is not a "
+            f"reproduction of {visible(rev)}; `lorasent compare {visible(rev)} workspace` "
+            "compares the two runs")
+    if other:
+        raise NotAReproduction(
+            f"the workspace holds files that are not {visible(rev)}'s ({_listing(other)}); "
+            "commit or stash them (git stash -u), or run `lorasent reproduce "
+            f"{visible(rev)}` without --workspace, which reruns it in a clean clone")
+    stale = workspace_staleness(repo)
+    if stale:
+        raise NotAReproduction(
+            f"the outputs here are not those of a run of this code and params (stale: "
+            f"{', '.join(stale.stages)}): run `dvc repro` (make run) first")
+    ran = [stage for stage in ("baseline", "train", "evaluate")
+           if (repo / PROVENANCE_DIR / f"{stage}.json").is_file() and machine_facts(
+               (repo / PROVENANCE_DIR / f"{stage}.json").read_text(encoding="utf-8"),
+               repo / machine_path(PROVENANCE_DIR / f"{stage}.json"))]
+    if "evaluate" not in ran:
+        raise NotAReproduction(
+            f"{visible(rev)}'s outputs were not made here (no machine record of its evaluate "
+            "stage: they were pulled or checked out, or the stage ran elsewhere): run the "
+            "pipeline (make run), or `lorasent reproduce` without --workspace")
+
+
+# ------------------------------------------------------------------ rerunning REV
+
+
+def _run(argv: list[str], cwd: Path, progress: Progress) -> None:
+    """``argv`` in ``cwd``, its output passed on; in a session of its own, stopped with
+    its children (SIGTERM, then SIGKILL) when this process is interrupted.
+
+    Raises:
+        LorasentError: a non-zero exit, naming the command.
+    """
+    from lorasent.review.sweep import _stop
+
+    progress(f"reproduce: $ {' '.join(argv)}")
+    proc = subprocess.Popen(argv, cwd=cwd, env=environment(), stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        code = proc.wait()
+    except BaseException:
+        _stop(proc)
+        raise
+    if code:
+        raise LorasentError(f"reproduce: `{' '.join(argv[:3])}` exited with {code} in the "
+                            f"clone of REV (its output above)")
+
+
+@contextlib.contextmanager
+def _terminated_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt here, so that the clone is removed either way."""
+    from lorasent.review.sweep import _interrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _estimate(repo: Path, stages: Sequence[str]) -> str:
+    """How long ``stages`` took when they last ran here (their machine records)."""
+    seconds = []
+    for stage in stages:
+        try:
+            record = json.loads((repo / machine_path(PROVENANCE_DIR / f"{stage}.json"))
+                                .read_text(encoding="utf-8"))
+            seconds.append(float(record["wall_time_s"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return "no record of these stages on this machine to estimate from"
+    total = sum(seconds)
+    return f"about {int(total // 60)} min {int(total % 60)} s, as they last took here"
+
+
+def reproduce(repo: Path, rev: str = "HEAD", *, workspace: bool = False, no_train: bool = False,
+              tolerance: float = TOLERANCE, progress: Progress = print) -> Verdict:
+    """Judge REV's run reproduced here: the workspace's outputs (``workspace``), or a
+    rerun in a temporary clone (every stage; with ``no_train`` the evaluate stage on REV's
+    adapter).
+
+    Raises:
+        LorasentError: REV unknown; the workspace is not a run of REV
+            (:class:`NotAReproduction`); a step of the rerun failed.
+    """
+    if not (0 < tolerance < 1):
+        raise LorasentError(f"reproduce: --tolerance must be in (0, 1); got {tolerance:g}")
+    check_revisions(repo, {"REV": [rev]})
+    commit = _full_commit(repo, rev)
+    if workspace:
+        check_workspace(repo, rev, commit)
+        return judge(repo, rev, commit, tolerance)
+    clone = Path(tempfile.mkdtemp(prefix="lorasent-reproduce-"))
+    try:
+        with _terminated_as_interrupt():
+            return _rerun(repo, rev, commit, clone, no_train, tolerance, progress)
+    finally:
+        shutil.rmtree(clone, ignore_errors=True)
+
+
+def _full_commit(repo: Path, rev: str) -> str:
+    short = resolve_commits(repo, rev).get(rev, rev)
+    done = subprocess.run([program("git"), "rev-parse", f"{short}^{{commit}}"], cwd=repo,
+                          capture_output=True, text=True)
+    return done.stdout.strip() or short
+
+
+def _rerun(repo: Path, rev: str, commit: str, clone: Path, no_train: bool, tolerance: float,
+           progress: Progress) -> Verdict:
+    cache = run_dvc(repo, "cache", "dir", as_json=False, command="reproduce").strip()
+    _run([program("git"), "clone", "-q", "--no-checkout", str(repo.resolve()), str(clone)],
+         clone.parent, progress)
+    _run([program("git"), "checkout", "-q", "--detach", commit], clone, progress)
+    local = repo / ".dvc" / "config.local"
+    if local.is_file():  # a default remote set with --local
+        shutil.copy2(local, clone / ".dvc" / "config.local")
+    for argv in (["cache", "dir", "--local", cache],
+                 # links, not copies, of REV's outputs (a 1 GiB base model): DVC keeps its
+                 # cache read-only, and a stage replaces its outputs, never edits them
+                 ["config", "--local", "cache.type", "reflink,hardlink,symlink,copy"]):
+        _run([program("dvc"), *argv], clone, lambda _: None)
+    stages = ["evaluate"]
+    if no_train:
+        have = _checkout(clone, progress)
+        lacking = [p for p in (ADAPTER_DIR.as_posix(), SPLIT_DIR.as_posix(),
+                               BASE_MODEL_DIR.as_posix()) if p not in have]
+        if lacking:
+            stages = ["fetch", "split", "baseline", "train", "evaluate"]
+            progress(f"reproduce: {visible(rev)}'s {', '.join(lacking)} are neither in the "
+                     "DVC cache nor on a remote: the pipeline runs from the start, training "
+                     f"included ({_estimate(repo, ['baseline', 'train', 'evaluate'])})")
+            _run([program("dvc"), "repro", "--quiet", "--force", "--no-run-cache"], clone,
+                 progress)
+        else:
+            progress(f"reproduce: re-scoring {visible(rev)}'s adapter "
+                     f"({_estimate(repo, stages)})")
+            _run([program("dvc"), "repro", "--quiet", "--force", "--no-run-cache",
+                  "--single-item", "evaluate"], clone, progress)
+    else:
+        progress(f"reproduce: running {visible(rev)}'s pipeline from the start, training "
+                 f"included ({_estimate(repo, ['baseline', 'train', 'evaluate'])})")
+        _run([program("dvc"), "repro", "--quiet", "--force", "--no-run-cache"], clone,
+             progress)
+    return judge(clone, rev, commit, tolerance)
+
+
+def _checkout(clone: Path, progress: Progress) -> set[str]:
+    """Check REV's outputs out of the cache (pulling what it lacks where a default remote
+    is set); the output paths that are there afterwards."""
+    for argv in (["checkout", "--quiet"], ["pull", "--quiet"]):
+        if argv[0] == "pull" and subprocess.run([program("dvc"), "remote", "default"],
+                                                cwd=clone, capture_output=True).returncode:
+            break
+        subprocess.run([program("dvc"), *argv], cwd=clone, env=environment(),
+                       capture_output=True)
+    lock = read_lock(clone, "workspace")
+    return {p for p, md5 in outputs(lock).items() if (clone / p).exists()
+            and (not md5.endswith(".dir") or (clone / p).is_dir())}
+
+
+def judge_groups(repo: Path, rev_group: str, here_group: str) -> Verdict:
+    """REV's runs over seeds against this machine's, MLPerf's way: each group reported by
+    its olympic mean (the mean less the highest and the lowest run, where there are at
+    least 4) and judged by Welch's t-test (:func:`lorasent.statistics.group_comparison`)
+    on their accuracies: consistent when it finds no detectable difference.
+
+    Args:
+        rev_group, here_group: experiments or revisions, as ``lorasent compare`` takes a
+            group: comma-separated, or a pattern such as ``'ref-seed*'``.
+
+    Raises:
+        LorasentError: a group of fewer than 2 runs, or a run without metrics/eval.json.
+    """
+    from lorasent.review.collect import expand_group
+
+    accuracies = []
+    for spec in (rev_group, here_group):
+        revs = expand_group(repo, spec)
+        check_revisions(repo, {"a seed group": revs})
+        commits = resolve_commits(repo, *revs)
+        values = []
+        for rev in revs:
+            text = read_at(repo, commits[rev], "metrics/eval.json")
+            if not text:
+                raise LorasentError(f"reproduce: {visible(rev)} has no metrics/eval.json")
+            values.append(float(json.loads(text)["accuracy"]))
+        if len(values) < 2:
+            raise LorasentError(f"reproduce: the group {visible(spec)} holds {len(values)} run; "
+                                "a group over seeds needs at least 2 (lorasent seeds -n 3)")
+        accuracies.append(values)
+    test = group_comparison("accuracy", *accuracies)
+
+    def olympic(values: Sequence[float]) -> float:
+        kept = sorted(values)[1:-1] if len(values) >= 4 else list(values)
+        return float(np.mean(kept))
+
+    said = (f"accuracy over seeds: {visible(rev_group)} {test.spread(test.a)}, olympic mean "
+            f"{olympic(test.a):.4f}; {visible(here_group)} {test.spread(test.b)}, olympic mean "
+            f"{olympic(test.b):.4f}; Δ {delta_text(test.delta)}")
+    if test.p_value is None:
+        return Verdict("different", rev_group, "", f"{said}; neither group varies over its "
+                       "seeds, so Welch's t-test is undefined")
+    said += f", Welch's t-test p = {p_text(test.p_value)}"
+    if test.significant:
+        return Verdict("different", rev_group, "", f"{said}: the groups differ")
+    return Verdict("consistent", rev_group, "", f"no detectable difference over seeds: {said}")
