@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from lorasent.artifacts import atomic_write_text, jsonl_text
 from lorasent.cli import main
 from lorasent.stages.split import normalise_text
+from lorasent.tables import spreadsheet_text
 from lorasent.tools.label_queue import (
     Pool,
     QueueError,
@@ -231,7 +232,9 @@ def test_queue_on_the_tiny_run(tiny_run, tmp_path):
     out = tmp_path / "q.csv"
     run(tiny_run, "lorasent", "queue", str(pool), "--budget", "6", "--relabel",
         "--out", str(out))
-    rows = list(csv.DictReader(out.open(encoding="utf-8", newline="")))
+    # each cell as it was: a tweet's "@user ..." is written "'@user ..." for spreadsheets
+    rows = [{k: spreadsheet_text(v) for k, v in r.items()}
+            for r in csv.DictReader(out.open(encoding="utf-8", newline=""))]
     queued = [r for r in rows if not r["given_label"]]
     assert [r["rank"] for r in rows] == [str(i) for i in range(1, len(rows) + 1)]
     assert len(queued) == 6 and {r["text"] for r in queued} <= set(fresh)
@@ -279,6 +282,8 @@ def test_the_queue_trial_runs_both_arms_and_compares(tiny_copy):
               "--budget", "4", "--name", "qt", logs=True)
     queued = list(csv.DictReader((tiny_copy / "qt-queued.csv").open(encoding="utf-8")))
     assert len(queued) == 4
+    for r in queued:  # as written: a formula-like cell (a tweet's "@user ...") has a quote
+        r["text"] = spreadsheet_text(r["text"])
     for arm in ("random", "queued"):
         rows = [json.loads(line) for line in
                 (tiny_copy / f"qt-{arm}.jsonl").read_text(encoding="utf-8").splitlines()]
