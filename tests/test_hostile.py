@@ -229,6 +229,9 @@ def _open(path: Path, page: str) -> _Elements:
     ("https://x.y www.x.y a&amp;", "https:&#8203;//x.y www&#8203;.x.y a&amp;amp;"),
     ("one\r\ntwo\tthree", "one<br>two three"),
     ("a\u202eb\x00c\ud800", "a‹U+202E›b‹U+0000›c‹U+D800›"),
+    # issue 51: every default-ignorable and format character, not only bidi controls
+    ("I\u200b lo\u00adve\ufeff it\u2060", "I‹U+200B› lo‹U+00AD›ve‹U+FEFF› it‹U+2060›"),
+    ("\u180e\u3164\ufe0f\U000e0041\u0600", "‹U+180E›‹U+3164›‹U+FE0F›‹U+E0041›‹U+0600›"),
     ("x" * 201, "x" * 199 + "… (201 characters)"),
     ("消极", "消极"),
     ("# B is better than A", "\\# B is better than A"), ("> q", "&gt; q"),
@@ -245,6 +248,7 @@ def test_md_text_shows_each_character_and_makes_nothing_of_it(value, expected):
     ("train.lora.r", "`train.lora.r`"), ("[1, 2]", "`[1, 2]`"),
     ("a|b", "<code>a\\|b</code>"), ("x`y", "<code>x\\`y</code>"),
     ("a\nb", "<code>a<br>b</code>"), ("", "<code></code>"),
+    ("a\u200bb", "<code>a‹U+200B›b</code>"),
 ])
 def test_md_code_keeps_a_code_span_only_for_plain_text(value, expected):
     assert md_code(value) == expected

@@ -130,6 +130,28 @@ def test_predictions_csv_rows_and_probabilities():
     np.testing.assert_allclose(back.probabilities, np.exp(scores), atol=1e-6)
 
 
+def test_metrics_csvs_neutralise_formulas_and_read_back_as_written():
+    """Issue 51: predictions.csv and label_issues.csv, as evaluate writes them, hold no
+    cell a spreadsheet runs; their readers give the values back (a row id or label of a
+    file that holds one)."""
+    from lorasent.calibration import LabelIssues
+    from lorasent.review.collect import read_label_issues
+    from lorasent.stages.evaluate import label_issues_csv
+
+    scores = np.log(np.array([[0.7, 0.2, 0.1], [0.1, 0.1, 0.8], [0.2, 0.6, 0.2]]))
+    ids = ["=1+1", "-2", "'q"]
+    text = predictions_csv(ids, [0, 1, 2], scores, LABELS)
+    assert text.splitlines()[1:] == ["'=1+1,a,a,0.700000,0.200000,0.100000",
+                                     "-2,b,c,0.100000,0.100000,0.800000",
+                                     "''q,c,b,0.200000,0.600000,0.200000"]
+    assert read_predictions(text, "predictions.csv").ids == ids
+    issues = LabelIssues(np.array([2, 0]), np.array([0.2, 0.7]), np.array([1, 0]), "m")
+    text = label_issues_csv(ids, np.array([0, 1, 2]), issues, LABELS)
+    assert text.splitlines() == ["rank,id,actual,suggested,self_confidence",
+                                 "1,''q,c,b,0.200000", "2,'=1+1,a,a,0.700000"]
+    assert list(read_label_issues(text, "label_issues.csv")) == ["'q", "=1+1"]
+
+
 def test_predictions_without_row_ids_cannot_be_paired():
     with pytest.raises(LorasentError, match="old.csv: no `id` column.*rerun its stage"):
         read_predictions("index,actual,predicted,p_a\n0,a,a,1.0\n", "old.csv")

@@ -32,7 +32,13 @@ from lorasent.artifacts import (
     marker_text,
 )
 from lorasent.cli import main
-from lorasent.tools.predict import Prediction, write_predictions, written_by_predict
+from lorasent.tables import spreadsheet_cell
+from lorasent.tools.predict import (
+    Prediction,
+    open_inputs,
+    write_predictions,
+    written_by_predict,
+)
 from test_compare import make_metrics_repo
 
 LABELS = ["negative", "neutral", "positive"]
@@ -328,22 +334,47 @@ def _predictions(texts: list[str]) -> list[Prediction]:
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_csv_predictions_read_back_identical_and_in_order(seed):
+def test_csv_predictions_read_back_identical_and_in_order(seed, tmp_path):
     texts = _texts(seed, 200)
     out = io.StringIO()
     write_predictions(_predictions(texts), LABELS, out, "csv", ["id", "text"])
     text = out.getvalue()
+    # as written for spreadsheets: a text starting with a tab, a CR or a quote has a quote
+    # in front (spreadsheet_cell), which pandas users take off with .str.removeprefix
+    shown = [spreadsheet_cell(t) for t in texts]
+    assert shown != texts
     frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
     assert list(frame.columns) == ["id", "input_text", "text", "label", "p_negative",
                                    "p_neutral", "p_positive", "note"]
-    assert frame["text"].tolist() == texts
-    assert frame["input_text"].tolist() == texts
+    assert frame["text"].tolist() == frame["input_text"].tolist() == shown
+    assert frame["text"].str.removeprefix("'").tolist() == texts
     assert frame["id"].tolist() == [f"r{i}" for i in range(len(texts))]
     rows = list(csv.reader(io.StringIO(text, newline="")))
-    assert [row[2] for row in rows[1:]] == texts
+    assert [row[2] for row in rows[1:]] == shown
+    # lorasent's own reader (predict --input, queue, fetch) gives the texts back as they were
+    (tmp_path / "p.csv").write_text(text, encoding="utf-8", newline="")
+    with open_inputs(str(tmp_path / "p.csv")) as inputs:
+        assert [(t, c["input_text"]) for t, c in inputs.rows] == [(t, t) for t in texts]
     assert {len(row) for row in rows} == {8}
     # rows end in \n: each \r\n is inside a text, written twice (text and input_text)
     assert text.count("\r\n") == 2 * sum(t.count("\r\n") for t in texts)
+
+
+def test_predict_csv_neutralises_formulas_in_every_text_cell(tmp_path):
+    """Issue 51: `predict --output x.csv` is opened in spreadsheets; a text, a kept
+    column's value or name that would run as a formula gets a leading quote, a number
+    stays a number, and the file is still told as predict's."""
+    out = io.StringIO()
+    write_predictions([Prediction("=HYPERLINK(\"http://x.example\")", "neutral",
+                                  {label: 1 / 3 for label in LABELS},
+                                  columns={"@who": "-1+2", "score": "-0.5", "n": -3})],
+                      LABELS, out, "csv", ["@who", "score", "n"])
+    assert out.getvalue() == (
+        "'@who,score,n,text,label,p_negative,p_neutral,p_positive,note\n"
+        "'-1+2,-0.5,-3,\"'=HYPERLINK(\"\"http://x.example\"\")\",neutral,0.333333,0.333333,"
+        "0.333333,\n")
+    (tmp_path / "p.csv").write_text(out.getvalue(), encoding="utf-8")
+    assert written_by_predict(tmp_path / "p.csv")
 
 
 def test_a_bare_carriage_return_is_quoted():

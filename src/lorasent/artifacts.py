@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import glob
 import hashlib
+import itertools
 import json
 import os
 import platform
@@ -605,6 +606,31 @@ def check_output_file(path: str | Path, *, force: bool, option: str = "--output"
         raise OutputPathError(f"{where}: an existing file that `lorasent {ours[0]}` did not "
                               "write; writing it would replace it: give another output "
                               "file, or pass --force to replace it")
+
+
+def aside_names(path: Path) -> Iterator[Path]:
+    """``<path>.1.bak``, ``<path>.2.bak``, ...: the names :func:`keep_aside` tries."""
+    return (path.with_name(f"{path.name}.{n}.bak") for n in itertools.count(1))
+
+
+def keep_aside(path: str | Path) -> Path:
+    """Copy the file at ``path`` to the first of :func:`aside_names` that does not exist,
+    created exclusively (``open(..., "xb")``), so that no file is ever overwritten; its
+    times and mode copied too. Returns the copy's path.
+
+    Raises:
+        OSError: ``path`` cannot be read, or the copy cannot be written.
+    """
+    path = Path(path)
+    for aside in aside_names(path):
+        try:
+            with open(path, "rb") as src, open(aside, "xb") as dst:
+                shutil.copyfileobj(src, dst)
+        except FileExistsError:
+            continue
+        shutil.copystat(path, aside)
+        return aside
+    raise AssertionError("unreachable: aside_names never ends")
 
 
 def sha256_file(path: str | Path, chunk_bytes: int = 1 << 20) -> str:

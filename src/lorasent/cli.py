@@ -421,8 +421,9 @@ def export(adapter_dir: Path, base_dir: Path, out_dir: Path, force: bool, metric
               help="Encoding of the UNLABELLED file.")
 @_BATCH_SIZE
 @click.option("--force", is_flag=True,
-              help="Replace an --out file that git or DVC tracks, or that queue did not "
-              "write (never the UNLABELLED file).")
+              help="Replace an --out file that git or DVC tracks, that queue did not "
+              "write, or that holds labels (kept first as <out>.<n>.bak); never the "
+              "UNLABELLED file.")
 @_DEVICE
 @_user_errors
 def queue(pool_path: str, budget: int, strategy: str, relabel: bool, out_path: str,
@@ -432,7 +433,7 @@ def queue(pool_path: str, budget: int, strategy: str, relabel: bool, out_path: s
     """Queue the UNLABELLED texts (read as predict --input reads) that the adapter is
     least sure of for labelling: near-duplicates and texts of the splits left out,
     balanced over the predicted classes (docs/active-learning.md)."""
-    from lorasent.artifacts import atomic_open, check_output_file, read_jsonl
+    from lorasent.artifacts import atomic_open, check_output_file, keep_aside, read_jsonl
     from lorasent.calibration import label_issues
     from lorasent.contracts import read_temperature_scaling
     from lorasent.modeling import load_trained_model
@@ -440,12 +441,16 @@ def queue(pool_path: str, budget: int, strategy: str, relabel: bool, out_path: s
     from lorasent.tools.label_queue import (
         QueueError,
         check_budget,
+        check_labels_kept,
         check_pool,
         clean_pool,
         done_note,
+        kept_note,
+        labelled_rows,
         pool_note,
         rank_pool,
         relabel_rows,
+        relabel_warnings,
         split_keys,
         write_queue,
         written_by_queue,
@@ -462,6 +467,7 @@ def queue(pool_path: str, budget: int, strategy: str, relabel: bool, out_path: s
     if Path(out_path).suffix.lower() != ".csv":
         raise QueueError(f"--out {out_path}: queue writes a .csv file; give a path ending "
                          "in .csv (nothing was written)")
+    check_labels_kept(out_path, force)
     check_output_file(out_path, force=force, option="--out",
                       inputs=[("UNLABELLED", pool_path)] if pool_path != "-" else [],
                       ours=("queue", written_by_queue))
@@ -494,11 +500,18 @@ def queue(pool_path: str, budget: int, strategy: str, relabel: bool, out_path: s
                                           ((r["text"], {c: r[c] for c in columns if c in r})
                                            for r in train_rows), batch_size,
                                           temperature=temperature))
-        flagged = relabel_rows(audited, [r["label"] for r in train_rows], record.labels,
-                               strategy, len(queued) + 1,
+        given = [r["label"] for r in train_rows]
+        for line in relabel_warnings(audited, given, record.labels):
+            click.echo(line, err=True)
+        flagged = relabel_rows(audited, given, record.labels, strategy, len(queued) + 1,
                                lambda ids, p: label_issues(ids, p).indices)
+    # again: labels may have been filled in while the texts were scored
+    held = labelled_rows(out_path)
+    aside = keep_aside(out_path) if check_labels_kept(out_path, force) else None
     with atomic_open(out_path) as out:
         write_queue([*queued, *(flagged or [])], record.labels, strategy, columns, out)
+    if aside is not None:
+        click.echo(kept_note(out_path, aside, held), err=True)
     click.echo(done_note(queued, flagged, out_path, record.labels), err=True)
 
 

@@ -19,6 +19,7 @@ import numpy.typing as npt
 from sklearn.metrics import accuracy_score, confusion_matrix, precision_recall_fscore_support
 
 from lorasent.errors import LorasentError
+from lorasent.tables import spreadsheet_row, spreadsheet_text
 
 # Class ids as callers hold them: a list read from a split, or an array such as
 # ``scores.argmax(1)``. Functions taking them convert once, with ``np.asarray``.
@@ -153,15 +154,18 @@ def predictions_csv(ids: Sequence[str], y_true: Sequence[int], scores: np.ndarra
 
     ``id`` is the split's row id (:func:`lorasent.stages.split.row_id`), never the text, so two
     revisions' files pair row by row and a private text never reaches git. DVC's
-    confusion plots draw :func:`confusion_records` instead, which keep every cell.
+    confusion plots draw :func:`confusion_records` instead, which keep every cell. A cell
+    a spreadsheet would run as a formula is neutralised
+    (:func:`lorasent.tables.spreadsheet_cell`; :func:`read_predictions` reverses it).
     """
     probs = probabilities(scores)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["id", "actual", "predicted", *(f"p_{label}" for label in labels)])
+    writer.writerow(spreadsheet_row(["id", "actual", "predicted",
+                                     *(f"p_{label}" for label in labels)]))
     for row_id, gold, row in zip(ids, y_true, probs, strict=True):
-        writer.writerow([row_id, labels[gold], labels[int(np.argmax(row))],
-                         *(f"{p:.6f}" for p in row)])
+        writer.writerow(spreadsheet_row([row_id, labels[gold], labels[int(np.argmax(row))],
+                                         *(f"{p:.6f}" for p in row)]))
     return out.getvalue()
 
 
@@ -246,12 +250,14 @@ def read_predictions(text: str, source: str) -> Predictions:
 
 def csv_header(reader: Iterator[list[str]], source: str,
                error: type[LorasentError]) -> list[str]:
-    """The header of a metrics CSV file (``reader``: a ``csv.reader`` at its start).
+    """The header of a metrics CSV file (``reader``: a ``csv.reader`` at its start), each
+    name as written (:func:`lorasent.tables.spreadsheet_text`).
 
     Raises:
         error: an empty file, or a column named twice (naming ``source`` and line 1).
     """
     header = next(reader, None)
+    header = header and [spreadsheet_text(name) for name in header]
     if not header:
         raise error(f"{source}: the file is empty (no header, no rows); rerun its stage "
                     "(dvc repro)")
@@ -266,7 +272,9 @@ def csv_rows(reader: Any, header: list[str], source: str, error: type[LorasentEr
              rule: str) -> Iterator[tuple[str, str, list[str]]]:
     """The rows after :func:`csv_header` of a metrics CSV file whose rows carry an ``id``
     column: ``(where, id, cells)``, ``where`` naming ``source``, the row's first line
-    (a quoted newline spans lines) and its id, for the caller's own checks.
+    (a quoted newline spans lines) and its id, for the caller's own checks; each cell as
+    written (:func:`lorasent.tables.spreadsheet_text` reverses the writer's
+    :func:`lorasent.tables.spreadsheet_cell`).
 
     Args:
         reader: the ``csv.reader`` :func:`csv_header` read the header of.
@@ -281,7 +289,8 @@ def csv_rows(reader: Any, header: list[str], source: str, error: type[LorasentEr
     seen: dict[str, tuple[int, list[str]]] = {}
     last = None  # the previous row's id
     end = 1  # the line the previous row ended on
-    for row in reader:
+    for cells in reader:
+        row = [spreadsheet_text(cell) for cell in cells]
         line = end + 1  # a row may span lines (a quoted newline); errors name its first
         end = reader.line_num
         if not row:
@@ -332,6 +341,32 @@ def run_warnings(metrics: Mapping[str, Any]) -> list[str]:
     return list(warnings_by_kind(metrics).values())
 
 
+def class_warnings(matrix: Mapping[str, Mapping[str, int]], rows_name: str = "test rows"
+                   ) -> dict[str, str]:
+    """The kinds of :func:`warnings_by_kind` that a confusion matrix (``{actual: {predicted:
+    rows}}``) tells, in its order: ``never_predicted:<classes>`` and ``collapsed:<class>``
+    (a degenerate classifier: one class for nearly every row). ``rows_name`` names the
+    rows in the first (``test rows``; the queue's ``--relabel``: ``training rows``)."""
+    found: dict[str, str] = {}
+    labels = list(matrix)
+    rows = sum(sum(row.values()) for row in matrix.values())
+    if rows:
+        predicted = {label: sum(row.get(label, 0) for row in matrix.values()) for label in labels}
+        actual = {label: sum(matrix[label].values()) for label in labels}
+        never = [label for label in labels if predicted[label] == 0 and actual[label] > 0]
+        if never:
+            found[f"never_predicted:{','.join(never)}"] = ("never predicted: " + ", ".join(
+                f"`{label}` ({actual[label]} of {rows} {rows_name} are {label})"
+                for label in never))
+        top = max(labels, key=lambda label: predicted[label])
+        share, true_share = predicted[top] / rows, actual[top] / rows
+        if share >= COLLAPSE_SHARE and share - true_share >= COLLAPSE_EXCESS:
+            found[f"collapsed:{top}"] = (
+                f"`{top}` is predicted for {predicted[top]} of {rows} rows ({share:.0%}), "
+                f"though {true_share:.0%} of them are {top}")
+    return found
+
+
 def warnings_by_kind(metrics: Mapping[str, Any]) -> dict[str, str]:
     """What a reviewer must not miss in one run's ``metrics/eval.json``: ``{kind:
     sentence}``, at most one sentence of each kind, in this order:
@@ -359,22 +394,7 @@ def warnings_by_kind(metrics: Mapping[str, Any]) -> dict[str, str]:
             f"accuracy {acc:.3f} is below the majority-class baseline {majority:.3f} (always "
             f"`{baseline.get('majority_class')}`): the adapter does worse than predicting one "
             "class")
-    matrix = metrics.get("confusion_matrix") or {}
-    labels = list(matrix)
-    rows = sum(sum(row.values()) for row in matrix.values())
-    if rows:
-        predicted = {label: sum(row.get(label, 0) for row in matrix.values()) for label in labels}
-        actual = {label: sum(matrix[label].values()) for label in labels}
-        never = [label for label in labels if predicted[label] == 0 and actual[label] > 0]
-        if never:
-            found[f"never_predicted:{','.join(never)}"] = ("never predicted: " + ", ".join(
-                f"`{label}` ({actual[label]} of {rows} test rows are {label})" for label in never))
-        top = max(labels, key=lambda label: predicted[label])
-        share, true_share = predicted[top] / rows, actual[top] / rows
-        if share >= COLLAPSE_SHARE and share - true_share >= COLLAPSE_EXCESS:
-            found[f"collapsed:{top}"] = (
-                f"`{top}` is predicted for {predicted[top]} of {rows} rows ({share:.0%}), "
-                f"though {true_share:.0%} of them are {top}")
+    found.update(class_warnings(metrics.get("confusion_matrix") or {}))
     reference, ref_acc = metrics.get("reference"), metrics.get("reference_accuracy")
     if reference != "majority" and ref_acc is not None and majority is not None \
             and ref_acc < majority:

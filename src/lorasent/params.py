@@ -25,6 +25,7 @@ import json
 import os
 import re
 import subprocess
+import unicodedata
 from datetime import date
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
@@ -42,7 +43,13 @@ from pydantic_core import PydanticCustomError
 
 from lorasent.errors import LorasentError
 from lorasent.modes import MODES, ModeName
-from lorasent.tables import check_separator
+from lorasent.tables import (
+    character_name,
+    check_separator,
+    decomposed,
+    invisible_characters,
+    label_key,
+)
 
 PositiveInt = Annotated[int, Field(gt=0)]
 # The seeds numpy takes (``np.random.seed``: 0 to 2**32 - 1). ``base.seed`` seeds
@@ -89,6 +96,60 @@ LABEL_RULE = ("1 to 50 letters, digits, spaces, '_' or '-', starting and ending 
               "map the data's name to it in base.label_aliases")
 
 
+SAME_LABEL = ("once compared as the data's labels are (Unicode NFKC, trimmed, case "
+              "folded)")
+
+
+def _unseen_characters(name: str, composed: bool = True) -> str | None:
+    """Why a class name (or, ``composed`` False, an alias) does not show what it is, or
+    None: it holds an invisible character (:func:`lorasent.tables.is_invisible`:
+    default-ignorable or format, ``Cf``), or, ``composed``, a combining mark that
+    Unicode NFC composes with the character before it (``e`` + U+0301 for ``é``): the
+    same name would be written two ways.
+
+    The sets: Unicode's Default_Ignorable_Code_Point property (DerivedCoreProperties.txt)
+    and general category Cf; composition: Unicode Standard Annex #15 (NFC)."""
+    found = invisible_characters(name)
+    if found:
+        where, ch = found[0]
+        return (f"holds {character_name(ch)} at character {where}, an invisible character "
+                "(Unicode default-ignorable or format) that would make two names look the "
+                "same; remove it")
+    mark = decomposed(name) if composed else None
+    if mark is None:
+        return None
+    where, ch = mark
+    whole = unicodedata.normalize("NFC", name[where - 2] + ch)
+    return (f"is written decomposed: {character_name(ch)} at character {where} is a "
+            f"combining mark on the {name[where - 2]!r} before it; write the label composed "
+            f"(Unicode NFC: {unicodedata.normalize('NFC', name)!r}, with "
+            f"{character_name(whole)}), here and in prompt.label_words")
+
+
+def _one_label(labels: tuple[str, ...], aliases: dict[str, str]) -> str | None:
+    """Two labels, two aliases of different labels, or an alias of another label than
+    the label it equals, that are one name :data:`SAME_LABEL` (the split could not tell
+    them apart): the message naming both, or None."""
+    first: dict[str, str] = {}
+    for label in labels:
+        other = first.setdefault(label_key(label), label)
+        if other != label:
+            return (f"base.labels: {other!r} and {label!r} are one label {SAME_LABEL}; keep "
+                    "one of them")
+    targets: dict[str, tuple[str, str]] = {}
+    for alias, target in aliases.items():
+        key = label_key(alias)
+        if key in first and first[key] != target:
+            return (f"base.label_aliases: {alias!r} maps to {target!r} but is the label "
+                    f"{first[key]!r} {SAME_LABEL}; remove the alias or map it to "
+                    f"{first[key]!r}")
+        other, other_target = targets.setdefault(key, (alias, target))
+        if other_target != target:
+            return (f"base.label_aliases: {other!r} and {alias!r} are one name {SAME_LABEL} "
+                    f"but map to {other_target!r} and {target!r}; keep one of them")
+    return None
+
+
 class BaseParams(_Section):
     """Shared by every stage: reproducibility, the model, the classes, the device."""
 
@@ -119,11 +180,19 @@ class BaseParams(_Section):
         if any(not f for f in folded):
             raise ValueError("base.labels: a label is empty")
         for label in self.labels:
+            unseen = _unseen_characters(label)
+            if unseen:
+                raise ValueError(f"base.labels: label {label[:60]!r} {unseen}")
             if not LABEL_NAME.fullmatch(label):
                 raise ValueError(f"base.labels: label {label[:60]!r} breaks the rule for class "
                                  f"names: {LABEL_RULE}")
-        if len(set(folded)) != len(folded):
-            raise ValueError(f"base.labels: labels repeat (ignoring case): {list(self.labels)}")
+        for alias in self.label_aliases:
+            unseen = _unseen_characters(alias, composed=False)
+            if unseen:
+                raise ValueError(f"base.label_aliases: key {alias[:60]!r} {unseen}")
+        same = _one_label(self.labels, self.label_aliases)
+        if same:
+            raise ValueError(same)
         bad = {alias: target for alias, target in self.label_aliases.items()
                if target not in self.labels}
         if bad:

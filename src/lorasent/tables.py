@@ -20,6 +20,10 @@ Formats, chosen by the file's suffix:
 anything else (only where ``lines`` is allowed, i.e. predict) and ``-`` (standard input)
     One text per line; a blank line is an empty text, so output line N is input line N.
 
+A CSV whose header is that of ``lorasent predict --output`` or ``lorasent queue``
+(:func:`written_for_people`) is read back as written: the quote that neutralised a
+formula-like cell (:func:`spreadsheet_cell`) is taken off (:func:`spreadsheet_text`).
+
 Rules common to all: text files are decoded with the given encoding and a byte-order
 mark is dropped; blank lines of a table are skipped; header names (CSV, TSV, Parquet)
 are stripped of surrounding spaces (logged); a column name given twice is an error
@@ -33,6 +37,18 @@ an ``id`` joins back.
 
 Errors are :class:`TableError`: they name the file, the line (text files) or row
 (Parquet) and the column, and say what to do.
+
+The CSV files lorasent writes for people to open in a spreadsheet (``lorasent queue``'s
+``to_label.csv``, ``lorasent predict --output x.csv``, the evaluate stage's predictions
+and label audits) neutralise every text cell a spreadsheet would run as a formula
+(:func:`spreadsheet_cell`, OWASP's CSV-injection rule), and everything that reads them
+back reverses it (:func:`spreadsheet_text`): this reader for a file with the header of
+predict's or the queue's CSV (:func:`written_for_people`), :mod:`lorasent.metrics` for the
+evaluate stage's files.
+
+The characters no reader sees are defined here too (:data:`DEFAULT_IGNORABLE`, Unicode's
+default-ignorable code points, and the format characters): the split's text key drops
+them, a class name holding one is refused, the review's Markdown spells them out.
 """
 
 from __future__ import annotations
@@ -42,8 +58,10 @@ import csv
 import io
 import json
 import logging
+import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+import unicodedata
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -60,6 +78,65 @@ TSV_QUOTED = ("If the file was written with CSV quoting (pandas' to_csv(sep='\\t
               "spreadsheet), name it .csv and set the separator to '\\t'")
 FETCH_SETTINGS = {"separator": "data.separator", "encoding": "data.encoding"}
 PREDICT_SETTINGS = {"separator": "--separator", "encoding": "--encoding"}
+
+
+# A text cell starting with one of these is run as a formula by a spreadsheet (Excel,
+# LibreOffice Calc, Google Sheets): OWASP, "CSV Injection"
+# (https://owasp.org/www-community/attacks/CSV_Injection). The quote is what neutralises
+# them, so a text that starts with one is marked too, and the rule can be reversed.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def spreadsheet_cell(value: Any) -> Any:
+    """``value`` as a CSV cell a spreadsheet shows as text: a ``str`` that starts with one
+    of :data:`FORMULA_STARTS` or with a single quote gets a single quote in front
+    (``=HYPERLINK(...)`` -> ``'=HYPERLINK(...)``, ``'tis`` -> ``''tis``), OWASP's rule;
+    anything else is returned as it is: a number (``-0.5``, as a ``float`` or as its
+    decimal text) stays a number, it runs nothing. :func:`spreadsheet_text` reverses it.
+    """
+    if isinstance(value, str) and value.startswith((*FORMULA_STARTS, "'")) \
+            and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
+def spreadsheet_text(cell: str) -> str:
+    """The text :func:`spreadsheet_cell` was given: ``cell`` without one leading single
+    quote (a cell that starts with one was always given one)."""
+    return cell[1:] if cell.startswith("'") else cell
+
+
+def spreadsheet_row(row: Iterable[Any]) -> list[Any]:
+    """:func:`spreadsheet_cell` of each cell of ``row``."""
+    return [spreadsheet_cell(value) for value in row]
+
+
+def written_for_people(names: Sequence[str]) -> str | None:
+    """Which lorasent command writes a CSV with the header ``names`` (as written, or read
+    back), or None:
+
+    - ``predict`` (``--output x.csv``): the kept input columns, then ``text``, ``label``,
+      one or more ``p_<class>``, ``note``, and ``abstained`` with ``--min-confidence``;
+    - ``queue`` (``to_label.csv``): the kept input columns, then ``text``, ``label``,
+      ``predicted``, one or more ``p_<class>``, ``margin`` or ``entropy``, ``rank``,
+      ``given_label``, ``reason``.
+    """
+    names = list(names)
+    if names[-3:] == ["rank", "given_label", "reason"] \
+            and names[-4:-3] in (["margin"], ["entropy"]):
+        head, own = names[:-4], ["text", "label", "predicted"]
+    else:
+        head = names[:-1] if names[-1:] == ["abstained"] else names
+        if head[-1:] != ["note"]:
+            return None
+        head, own = head[:-1], ["text", "label"]
+    probabilities = 0
+    while head and head[-1].startswith("p_"):
+        head, probabilities = head[:-1], probabilities + 1
+    if not probabilities or head[-len(own):] != own:
+        return None
+    return "queue" if "predicted" in own else "predict"
 
 
 class TableError(LorasentError, ValueError):
@@ -145,6 +222,9 @@ class Table:
         self.settings = dict(settings)
         self.lines = lines
         self.typed = typed
+        # a CSV lorasent wrote for people (:func:`written_for_people`): its cells are read
+        # back with :func:`spreadsheet_text`
+        self.for_people = False
         self._stack = ExitStack()
         try:
             codecs.lookup(encoding)
@@ -233,6 +313,9 @@ class Table:
         if stripped:
             log.warning("%s: column names stripped of surrounding spaces: %s", self.source,
                         ", ".join(stripped))
+        if self.kind == "csv" and written_for_people(self.columns):
+            self.for_people = True
+            self.columns = [spreadsheet_text(name) for name in self.columns]
         seen: set[str] = set()
         for name in self.columns:
             if name and name in seen:
@@ -324,6 +407,8 @@ class Table:
             if not line.strip():
                 continue
             fields = self._split(line, number)
+            if self.for_people:
+                fields = [spreadsheet_text(f) for f in fields]
             if len(fields) != len(self.columns):
                 raise TableError(self._field_count_error(number, line, len(fields)))
             if [f.strip() for f in fields] == self.columns:
@@ -525,3 +610,90 @@ def _json_text(value: Any, key: str, number: int, source: str, strict: bool) -> 
         raise TableError(f"{source}: line {number}, key {key!r} is a JSON {_json_type(value)} "
                          f"({json.dumps(value)[:40]}); write it as a string")
     return json.dumps(value, ensure_ascii=False)
+
+
+# ---------------------------------------------------------- characters no reader sees
+#
+# Two texts that differ only in characters no one sees (a zero-width space, a soft
+# hyphen, a byte-order mark, a word joiner) are the same text to a reader, so the split's
+# deduplication and the queue compare them as one (:func:`without_ignorable`, used by
+# :func:`lorasent.stages.split.normalise_text`). A class name must be what it shows, so
+# one holding such a character is refused, naming it (:func:`invisible_characters`,
+# :func:`character_name`: lorasent.params), and the review's Markdown spells each of them
+# out (:func:`lorasent.review.markup.visible`). The invisible characters are those of
+# Unicode's Default_Ignorable_Code_Point property (:data:`DEFAULT_IGNORABLE`; Python's
+# unicodedata does not give it) and the format characters, general category Cf
+# (bidirectional controls, the Arabic and Syriac marks among them).
+
+# Default_Ignorable_Code_Point, as first..last code points: the ranges of
+# DerivedCoreProperties.txt of the Unicode Character Database
+# (https://www.unicode.org/Public/UCD/latest/ucd/DerivedCoreProperties.txt, the same since
+# Unicode 14.0 added U+180F). tests/test_tables.py checks them against the `regex`
+# module's \p{Default_Ignorable_Code_Point}.
+DEFAULT_IGNORABLE = (
+    (0x00AD, 0x00AD),    # SOFT HYPHEN
+    (0x034F, 0x034F),    # COMBINING GRAPHEME JOINER
+    (0x061C, 0x061C),    # ARABIC LETTER MARK
+    (0x115F, 0x1160),    # HANGUL CHOSEONG FILLER, HANGUL JUNGSEONG FILLER
+    (0x17B4, 0x17B5),    # KHMER VOWEL INHERENT AQ, AA
+    (0x180B, 0x180F),    # MONGOLIAN FREE VARIATION SELECTORS, VOWEL SEPARATOR
+    (0x200B, 0x200F),    # ZERO WIDTH SPACE, ZWNJ, ZWJ, LEFT-TO-RIGHT and RIGHT-TO-LEFT MARK
+    (0x202A, 0x202E),    # the bidirectional embeddings and overrides
+    (0x2060, 0x206F),    # WORD JOINER, invisible operators, bidirectional isolates, ...
+    (0x3164, 0x3164),    # HANGUL FILLER
+    (0xFE00, 0xFE0F),    # VARIATION SELECTORS 1-16
+    (0xFEFF, 0xFEFF),    # ZERO WIDTH NO-BREAK SPACE (the byte-order mark)
+    (0xFFA0, 0xFFA0),    # HALFWIDTH HANGUL FILLER
+    (0xFFF0, 0xFFF8),    # unassigned
+    (0x1BCA0, 0x1BCA3),  # SHORTHAND FORMAT CONTROLS
+    (0x1D173, 0x1D17A),  # MUSICAL SYMBOL BEGIN BEAM ... END PHRASE
+    (0xE0000, 0xE0FFF),  # TAGS, VARIATION SELECTORS 17-256, unassigned
+)
+_IGNORABLE = re.compile("[" + "".join(f"{chr(a)}-{chr(b)}" for a, b in DEFAULT_IGNORABLE)
+                        + "]")
+
+
+def is_ignorable(ch: str) -> bool:
+    """Whether the one character ``ch`` is a ``Default_Ignorable_Code_Point``."""
+    return _IGNORABLE.fullmatch(ch) is not None
+
+
+def is_invisible(ch: str) -> bool:
+    """Whether the one character ``ch`` is default-ignorable (:data:`DEFAULT_IGNORABLE`)
+    or a format character (general category ``Cf``)."""
+    return is_ignorable(ch) or unicodedata.category(ch) == "Cf"
+
+
+def without_ignorable(text: str) -> str:
+    """``text`` without its default-ignorable characters (:data:`DEFAULT_IGNORABLE`)."""
+    return _IGNORABLE.sub("", text)
+
+
+def character_name(ch: str) -> str:
+    """``U+200B ZERO WIDTH SPACE``: the code point and its Unicode name (``U+E0FFF``
+    alone for a code point without one)."""
+    name = unicodedata.name(ch, "")
+    return f"U+{ord(ch):04X}" + (f" {name}" if name else "")
+
+
+def invisible_characters(text: str) -> list[tuple[int, str]]:
+    """``(position from 1, character)`` of each invisible character of ``text``
+    (:func:`is_invisible`), in order."""
+    return [(i, ch) for i, ch in enumerate(text, start=1) if is_invisible(ch)]
+
+
+def label_key(label: str) -> str:
+    """The key a label is compared on, in ``base.labels``, ``base.label_aliases`` and the
+    data: Unicode NFKC, surrounding spaces trimmed, case folded."""
+    return unicodedata.normalize("NFKC", label).strip().casefold()
+
+
+def decomposed(label: str) -> tuple[int, str] | None:
+    """The first combining character (general category ``M*``) of ``label`` that Unicode
+    NFC composes with the character before it, as ``(position from 1, character)``; None
+    when ``label`` is in NFC or its marks compose with nothing."""
+    for i, ch in enumerate(label):
+        if i and unicodedata.category(ch).startswith("M") and len(
+                unicodedata.normalize("NFC", label[i - 1] + ch)) == 1:
+            return i + 1, ch
+    return None

@@ -203,7 +203,8 @@ def read_label_issues(text: str, source: str) -> dict[str, LabelIssue]:
     """A test-label audit, ``rank,id,actual,suggested,self_confidence`` (columns found by
     name), as ``{row id: issue}`` in rank order; a header alone is an audit that flagged
     no row. Read as strictly as :func:`read_predictions_strict`, with the same checks of
-    each row (:func:`lorasent.metrics.csv_rows`).
+    each row (:func:`lorasent.metrics.csv_rows`, which also takes off the quote that
+    neutralised a formula-like cell: :func:`lorasent.tables.spreadsheet_text`).
 
     Args:
         source: the file as the user names it, ``<rev>:metrics/label_issues.csv``.

@@ -17,6 +17,8 @@ import re
 import unicodedata
 from typing import Any
 
+from lorasent.tables import is_invisible
+
 CELL_LIMIT = 200  # characters of a value shown in a table cell or a sentence
 SENTENCE_LIMIT = 1000  # characters of a sentence a data file holds (eval.json's warnings)
 
@@ -57,12 +59,15 @@ def visible(text: str) -> str:
     """``text`` with each character a reader cannot see or that changes how others show
     spelled out as ``‹U+202E›``: control characters (NUL among them) but newline and tab,
     the bidirectional formatting characters (an override reorders what follows: Unicode
-    Standard Annex #9, the "Trojan Source" attack, CVE-2021-42574), and lone surrogates,
+    Standard Annex #9, the "Trojan Source" attack, CVE-2021-42574), every other
+    default-ignorable or format character (:func:`lorasent.tables.is_invisible`: a
+    zero-width space, a soft hyphen, a byte-order mark, a word joiner, a variation
+    selector, ...: two texts that differ in them look the same), and lone surrogates,
     which no UTF-8 file can hold."""
     return "".join(f"‹U+{ord(ch):04X}›" if ch not in "\n\t" and (
         unicodedata.category(ch) in ("Cc", "Cs") or unicodedata.bidirectional(ch) in (
             "LRE", "RLE", "LRO", "RLO", "PDF", "LRI", "RLI", "FSI", "PDI")
-        or ch in "\u200e\u200f\u061c") else ch for ch in text)
+        or is_invisible(ch)) else ch for ch in text)
 
 
 def clipped(text: str, limit: int | None = CELL_LIMIT) -> str:
@@ -89,7 +94,8 @@ def md_text(value: Any, limit: int | None = CELL_LIMIT) -> str:
     - nothing that starts a block at the start of a line (``# h``, ``> q``, ``1. x``,
       ``- x``, ``+ x``, ``---``, ``===``, an indent): a backslash before its character,
       leading spaces as ``&#32;``;
-    - invisible and reordering characters spelled out (:func:`visible`);
+    - invisible and reordering characters spelled out as ``‹U+200B›`` (:func:`visible`:
+      controls, bidirectional controls, every default-ignorable and format character);
     - at most ``limit`` characters of the value (:func:`clipped`).
     """
     text = clipped(visible(str(value).replace("\r\n", "\n")), limit)

@@ -114,6 +114,7 @@ from lorasent.paths import (
 from lorasent.scoring import Encoder, contextual_calibration, score_texts
 from lorasent.stages.test_sets import TestSet, load_test_sets
 from lorasent.statistics import METHOD, intervals, with_interval
+from lorasent.tables import spreadsheet_row
 
 REFERENCES = ("majority", "zero_shot", "zero_shot_calibrated")
 _INTERVAL_KEYS = [f"{name}_ci95_{end}" for name in
@@ -448,14 +449,16 @@ def label_issues_csv(ids: Sequence[str], y: np.ndarray, issues: LabelIssues,
                      labels: Sequence[str]) -> str:
     """The flagged rows ranked, most likely mislabelled first: ``rank, id, actual,
     suggested, self_confidence`` (the adapter's probability of the given label, 6
-    decimals); the header alone when no row is flagged."""
+    decimals); the header alone when no row is flagged. A cell a spreadsheet would run as
+    a formula is neutralised (:func:`lorasent.tables.spreadsheet_cell`;
+    :func:`lorasent.review.collect.read_label_issues` reverses it)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["rank", "id", "actual", "suggested", "self_confidence"])
     for rank, (row, confidence, suggested) in enumerate(zip(
             issues.indices, issues.self_confidence, issues.suggested, strict=True), start=1):
-        writer.writerow([rank, ids[row], labels[y[row]], labels[suggested],
-                         f"{confidence:.6f}"])
+        writer.writerow(spreadsheet_row([rank, ids[row], labels[y[row]], labels[suggested],
+                                         f"{confidence:.6f}"]))
     return out.getvalue()
 
 

@@ -12,12 +12,13 @@ The rules, in order:
    label is empty is dropped (``empty_label``).
 2. Each label is mapped onto ``base.labels``: compared after Unicode NFKC, trimming
    and case folding, directly or through ``base.label_aliases``. Any other label stops
-   the stage with an error naming it and its rows; nothing is written.
+   the stage with an error naming it and its rows (and the invisible character it
+   holds, if any); nothing is written.
 3. Duplicates are found on the normalised text (NFKC, case folded, whitespace
-   collapsed) *before* splitting, so no text can land in two splits. Copies that agree
-   on the label keep the first row (``duplicate`` counts the others); a text whose copies
-   disagree is dropped entirely (``conflicting_label``), since no rule can tell which
-   label is right.
+   collapsed, default-ignorable characters such as U+200B dropped: :func:`normalise_text`)
+   *before* splitting, so no text can land in two splits. Copies that agree on the label
+   keep the first row (``duplicate`` counts the others); a text whose copies disagree is
+   dropped entirely (``conflicting_label``), since no rule can tell which label is right.
 4. A stratified split (scikit-learn ``train_test_split``) by ``base.seed``: the test
    split first, then validation from the rest, then the training rows. Sizes are row
    counts (int) or fractions (float) of the deduplicated rows.
@@ -37,6 +38,12 @@ from typing import Any
 from lorasent.artifacts import atomic_dir, jsonl_text, read_json, read_jsonl, write_json
 from lorasent.errors import LorasentError
 from lorasent.paths import DATA_REPORT, DATASET_FILE, MANIFEST, RAW_DIR, SPLIT_DIR
+from lorasent.tables import (
+    character_name,
+    invisible_characters,
+    label_key,
+    without_ignorable,
+)
 
 SPLITS = ("train", "validation", "test")
 
@@ -52,8 +59,13 @@ class SplitResult:
 
 
 def normalise_text(text: str) -> str:
-    """The key duplicates are found on: NFKC, case folded, whitespace collapsed."""
-    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text)).strip().casefold()
+    """The key duplicates are found on: NFKC, case folded, whitespace collapsed, and the
+    default-ignorable characters (:data:`lorasent.tables.DEFAULT_IGNORABLE`: a
+    zero-width space, a soft hyphen, a byte-order mark, a word joiner, ...) dropped, before
+    NFKC (so that the characters they separated compose) and after it (NFKC maps U+FFA0
+    to U+3164, both ignorable)."""
+    nfkc = unicodedata.normalize("NFKC", without_ignorable(text))
+    return re.sub(r"\s+", " ", without_ignorable(nfkc)).strip().casefold()
 
 
 def row_id(text: str) -> str:
@@ -66,14 +78,10 @@ def row_id(text: str) -> str:
     return hashlib.sha256(normalise_text(text).encode("utf-8")).hexdigest()[:16]
 
 
-def _label_key(label: str) -> str:
-    return unicodedata.normalize("NFKC", label).strip().casefold()
-
-
 def label_lookup(labels: Sequence[str], aliases: Mapping[str, str]) -> dict[str, str]:
     """Map from a normalised raw label to its configured label (labels win over aliases)."""
-    lookup = {_label_key(alias): target for alias, target in aliases.items()}
-    lookup.update({_label_key(label): label for label in labels})
+    lookup = {label_key(alias): target for alias, target in aliases.items()}
+    lookup.update({label_key(label): label for label in labels})
     return lookup
 
 
@@ -103,7 +111,7 @@ def clean_rows(rows: Sequence[Mapping[str, Any]], labels: Sequence[str],
         if not raw.strip():
             dropped["empty_label"] += 1
             continue
-        label = lookup.get(_label_key(raw))
+        label = lookup.get(label_key(raw))
         if label is None:
             unknown.setdefault(raw, []).append(r["row"])
             continue
@@ -113,7 +121,8 @@ def clean_rows(rows: Sequence[Mapping[str, Any]], labels: Sequence[str],
                      "label_id": ids[label]})
     if unknown:
         listed = "; ".join(
-            f"{raw!r} in row{'s' if len(rws) > 1 else ''} {', '.join(map(str, rws[:10]))}"
+            f"{raw!r}{_invisible_note(raw)} in row{'s' if len(rws) > 1 else ''} "
+            f"{', '.join(map(str, rws[:10]))}"
             + (f" and {len(rws) - 10} more" if len(rws) > 10 else "")
             for raw, rws in unknown.items())
         raise SplitError(
@@ -122,6 +131,19 @@ def clean_rows(rows: Sequence[Mapping[str, Any]], labels: Sequence[str],
             "base.labels, map it in base.label_aliases (e.g. mixed: neutral), or remove "
             "those rows. Nothing was written.")
     return kept, dropped, remapped
+
+
+def _invisible_note(label: str) -> str:
+    """`` (holds U+200B ZERO WIDTH SPACE at character 4, an invisible character)`` for a
+    data label holding one (:func:`lorasent.tables.invisible_characters`: the first),
+    else ``""``: no configured label holds one, so the label is unknown for that."""
+    found = invisible_characters(label)
+    if not found:
+        return ""
+    where, ch = found[0]
+    more = f" and {len(found) - 1} more" if len(found) > 1 else ""
+    return (f" (holds {character_name(ch)} at character {where}{more}, an invisible "
+            "character: remove it from the data)")
 
 
 def deduplicate(rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], Counter[str]]:

@@ -12,7 +12,8 @@ rules and errors) and cleaned before any model loads:
 1. blank texts are dropped;
 2. near-duplicates within the pool are dropped, the first copy kept, on the split
    stage's key (:func:`lorasent.stages.split.normalise_text`: NFKC, case folded,
-   whitespace collapsed), as the split stage deduplicates;
+   whitespace collapsed, default-ignorable characters dropped), as the split stage
+   deduplicates;
 3. a text whose key is that of a row of the training, validation or test split
    (``data/split/*.jsonl``) is dropped: it is labelled already.
 
@@ -41,7 +42,15 @@ Output (:data:`header`): a CSV with the pool's other columns first (as predict w
 them, renamed ``input_<name>`` where a name is taken), then ``text``, ``label`` (empty:
 the labeller fills it in), ``predicted``, ``p_<class>`` per class, ``margin`` or
 ``entropy``, ``rank`` (1 = label first; the relabel rows follow the queue), the
-``given_label`` (relabel rows only) and ``reason`` (why the row is here).
+``given_label`` (relabel rows only) and ``reason`` (why the row is here). A text cell a
+spreadsheet would run as a formula is written with a leading ``'``
+(:func:`lorasent.tables.spreadsheet_cell`, OWASP's rule), and taken off again wherever
+lorasent reads the file (:class:`lorasent.tables.Table` knows its header).
+
+An ``--out`` whose ``label`` column holds a value (:func:`labelled_rows`) is replaced only
+with ``--force``, after a copy is kept as ``<out>.<n>.bak`` (:func:`check_labels_kept`).
+With ``--relabel``, an adapter that predicts one class for nearly every training row is
+said to be degenerate (:func:`relabel_warnings`, the evaluate stage's warning).
 """
 
 from __future__ import annotations
@@ -56,10 +65,12 @@ from typing import Any, TextIO
 import numpy as np
 import numpy.typing as npt
 
-from lorasent.artifacts import read_jsonl
+from lorasent.artifacts import aside_names, read_jsonl
 from lorasent.errors import LorasentError
+from lorasent.metrics import class_warnings
 from lorasent.paths import SPLIT_DIR
 from lorasent.stages.split import SPLITS, normalise_text
+from lorasent.tables import PREDICT_SETTINGS, Table, TableError, written_for_people
 from lorasent.tools.predict import CsvRows, Prediction, kept_names
 
 STRATEGIES = ("margin", "entropy")
@@ -281,7 +292,8 @@ def relabel_rows(predictions: Sequence[Prediction], given: Sequence[str],
 def write_queue(rows: Iterable[QueueRow], labels: Sequence[str], strategy: str,
                 columns: Sequence[str], out: TextIO) -> None:
     """The CSV of the module's docstring, through predict's :class:`CsvRows` (texts with
-    line breaks, quotes or separators read back as one field)."""
+    line breaks, quotes or separators read back as one field; a cell a spreadsheet would
+    run as a formula neutralised with a leading ``'``)."""
     own = header(labels, strategy)
     writer = CsvRows(out)
     writer.writerow([*kept_names(columns, own), *own])
@@ -296,22 +308,94 @@ def write_queue(rows: Iterable[QueueRow], labels: Sequence[str], strategy: str,
 def written_by_queue(path: str | Path) -> bool:
     """Whether the file at ``path`` starts with a header :func:`write_queue` writes (its
     own columns last: ``text``, ``label``, ``predicted``, ``p_<class>``..., ``margin`` or
-    ``entropy``, ``rank``, ``given_label``, ``reason``). Only the first line is read (at
-    most 1 MiB); an unreadable file is not the queue's."""
+    ``entropy``, ``rank``, ``given_label``, ``reason``: :func:`lorasent.tables.
+    written_for_people`). Only the first line is read (at most 1 MiB); an unreadable file
+    is not the queue's."""
     try:
         with open(path, encoding="utf-8", newline="") as fh:
             first = fh.readline(1 << 20)
     except (OSError, UnicodeDecodeError):
         return False
-    names = next(csv.reader([first.rstrip("\r\n")]), [])
-    if names[-4:-3] not in ([s] for s in STRATEGIES) or names[-3:] != ["rank", "given_label",
-                                                                        "reason"]:
+    return written_for_people(next(csv.reader([first.rstrip("\r\n")]), [])) == "queue"
+
+
+def labelled_rows(path: str | Path) -> int | None:
+    """How many rows of the CSV at ``path`` hold a label (a ``label`` cell that is not
+    blank): 0 for no file, an empty one or one without a ``label`` column; None when it
+    cannot be read as a table, so that nobody can tell.
+
+    Read as :class:`lorasent.tables.Table` reads a CSV, so a file a spreadsheet saved
+    (CRLF line ends, a byte-order mark, ``;`` between columns) counts: in UTF-8, else in
+    Latin-1 (a spreadsheet's Windows code page: every byte is a character, and a label
+    cell in any of them is still not blank).
+    """
+    path = Path(path)
+    if not path.is_file() or not path.stat().st_size:
+        return 0
+    for encoding in ("utf-8", "latin-1"):
+        try:
+            with Table(path, required={}, encoding=encoding, settings=PREDICT_SETTINGS) as t:
+                if "label" not in t.columns:
+                    return 0
+                return sum(bool(str(row.get("label", "")).strip()) for _, row in t.rows())
+        except TableError:
+            continue
+    return None
+
+
+def aside_name(path: str | Path) -> Path:
+    """Where :func:`lorasent.artifacts.keep_aside` would keep ``path`` now."""
+    return next(p for p in aside_names(Path(path)) if not p.exists())
+
+
+def check_labels_kept(path: str | Path, force: bool) -> bool:
+    """Whether writing the queue to ``path`` must first keep the file there aside: it
+    holds labels (:func:`labelled_rows`), or cannot be read to tell, and ``force`` is
+    given. Checked before any model loads, and again just before the file is written.
+
+    Raises:
+        QueueError: such a file without ``force``: one line naming it, its labelled rows
+            and the way out.
+    """
+    held = labelled_rows(path)
+    if held == 0:
         return False
-    head = names[:-4]
-    probs = 0
-    while head and head[-1].startswith("p_"):
-        head, probs = head[:-1], probs + 1
-    return probs > 0 and head[-3:] == ["text", "label", "predicted"]
+    if not force:
+        what = (f"holds {held} labelled row{'s' if held != 1 else ''} (its label column is "
+                "filled in)" if held is not None else
+                "cannot be read as a CSV, so whether its label column is filled in cannot "
+                "be told")
+        raise QueueError(f"--out {path}: {what}; the queue would replace it. Give another "
+                         f"--out, or pass --force to replace it (the old file is then kept "
+                         f"as {aside_name(path)}). Nothing was written")
+    return True
+
+
+def kept_note(path: str | Path, aside: Path, held: int | None) -> str:
+    """One line for standard error: where the labelled file ``--force`` replaced went."""
+    rows = ("" if held is None else
+            f" ({held} labelled row{'s' if held != 1 else ''})")
+    return f"kept the old {path}{rows} as {aside}"
+
+
+def relabel_warnings(predictions: Sequence[Prediction], given: Sequence[str],
+                     labels: Sequence[str]) -> list[str]:
+    """The evaluate stage's warnings of a degenerate adapter
+    (:func:`lorasent.metrics.class_warnings`: one class predicted for nearly every row,
+    classes never predicted) on the training rows ``--relabel`` scored, one line each:
+    the rows the label audit then flags are the adapter's failure, not label errors."""
+    matrix = {actual: dict.fromkeys(labels, 0) for actual in labels}
+    for p, actual in zip(predictions, given, strict=True):
+        if p.label is not None:
+            matrix[actual][p.label] += 1
+    found = class_warnings(matrix, "training rows")
+    if not any(kind.startswith("collapsed:") for kind in found):
+        return []
+    return [f"warning: --relabel on the training split: {sentence}; the adapter is "
+            "degenerate (one class for nearly every row), so the rows the label audit flags "
+            "are its failures more than label errors: retrain it before relabelling (the "
+            "evaluate stage warns of the same in metrics/eval.json)" for sentence in
+            found.values()]
 
 
 def pool_note(pool: Pool, source: str) -> str:

@@ -63,7 +63,7 @@ from lorasent.paths import (
 )
 from lorasent.scoring import Encoder, score_texts
 from lorasent.statistics import with_interval
-from lorasent.tables import PREDICT_SETTINGS, Table
+from lorasent.tables import PREDICT_SETTINGS, Table, spreadsheet_row, written_for_people
 
 log = logging.getLogger(__name__)
 
@@ -333,7 +333,8 @@ def json_line(obj: Any) -> str:
 
 class CsvRows:
     """Rows written with :mod:`csv` (``QUOTE_MINIMAL``) and ``\\n`` line ends, every field
-    holding a ``\\r`` or ``\\n`` quoted.
+    holding a ``\\r`` or ``\\n`` quoted, and every cell a spreadsheet would run as a
+    formula neutralised (:func:`lorasent.tables.spreadsheet_cell`; the header too).
 
     Python 3.11's writer quotes only the characters of its own ``lineterminator``: with
     ``"\\n"`` a text holding a bare ``\\r`` (as real tweets do) is written unquoted, and
@@ -349,7 +350,7 @@ class CsvRows:
     def writerow(self, row: Iterable[Any]) -> None:
         self.buffer.seek(0)
         self.buffer.truncate()
-        self.writer.writerow(row)
+        self.writer.writerow(spreadsheet_row(row))
         self.out.write(self.buffer.getvalue().removesuffix("\r\n") + "\n")
 
     def writerows(self, rows: Iterable[Iterable[Any]]) -> None:
@@ -430,13 +431,7 @@ def written_by_predict(path: str | Path) -> bool:
             return False
         keys = list(row)[:-1] if list(row)[-1:] == ["abstained"] else list(row)
         return keys[-4:] == ["text", "label", "probabilities", "note"]
-    header = next(csv.reader([first.rstrip("\r\n")]), [])
-    if header[-1:] == ["abstained"]:
-        header = header[:-1]
-    probabilities = list(itertools.takewhile(lambda c: c.startswith("p_"),
-                                             reversed(header[:-1])))
-    rest = header[:len(header) - 1 - len(probabilities)]
-    return header[-1:] == ["note"] and bool(probabilities) and rest[-2:] == ["text", "label"]
+    return written_for_people(next(csv.reader([first.rstrip("\r\n")]), [])) == "predict"
 
 
 def stream_predictions(model: Any, encoder: Encoder, labels: list[str],

@@ -45,6 +45,7 @@ from typing import Any
 from lorasent.artifacts import atomic_write_text, jsonl_text, read_jsonl
 from lorasent.paths import DATASET_FILE, RAW_DIR, SPLIT_DIR
 from lorasent.stages.split import clean_rows, normalise_text, row_id
+from lorasent.tables import spreadsheet_text
 from lorasent.tools.label_queue import clean_pool, split_keys
 
 
@@ -99,7 +100,9 @@ def main(argv: list[str] | None = None) -> None:
     _run(str(bin_dir / "lorasent"), "queue", str(pool_path), "--budget", str(args.budget),
          "--out", str(queued_path), "--force")
     with queued_path.open(encoding="utf-8", newline="") as fh:
-        queued = [{"text": r["text"], "label": r["input_label"]} for r in csv.DictReader(fh)]
+        # as written: the queue's CSV neutralises formula-like cells for spreadsheets
+        queued = [{"text": spreadsheet_text(r["text"]),
+                   "label": spreadsheet_text(r["input_label"])} for r in csv.DictReader(fh)]
     cleaned = clean_pool(((r["text"], {"label": r["label"]}) for r in pool), labelled)
     drawn = random.Random(args.seed).sample(cleaned.rows, args.budget)
     arms = {"random": [{"text": t, "label": c["label"]} for t, c in drawn],
