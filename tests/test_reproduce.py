@@ -1,0 +1,309 @@
+"""``lorasent reproduce`` (issue 50): the tiers on files made here (fast), and the command
+on clones of the session's tiny run (end to end): identical, equivalent with the CPU's
+kernels capped, consistent and different against a committed run changed on purpose,
+the refusals, and an interrupted rerun that leaves nothing behind."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from lorasent.metrics import predictions_csv
+from lorasent.review import reproduce as rp
+from lorasent.review.reproduce import (
+    TOLERANCE,
+    json_diff,
+    machine_rows,
+    table_diff,
+    verdict_of,
+)
+
+LABELS = ["negative", "neutral", "positive"]
+PREDICTIONS = "metrics/predictions.csv"
+
+
+def rows(n: int = 60, seed: int = 0) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """``n`` rows: ids, gold ids and probabilities whose top-two margin is at least 0.1."""
+    rng = np.random.default_rng(seed)
+    probs = rng.dirichlet([1, 1, 1], n)
+    probs[:, rng.integers(0, 3)] += 0.3
+    probs /= probs.sum(axis=1, keepdims=True)
+    top = np.sort(probs, axis=1)
+    assert (top[:, -1] - top[:, -2]).min() > 0.001
+    return [f"row{i:03d}" for i in range(n)], rng.integers(0, 3, n), probs
+
+
+def csv_bytes(ids: list[str], gold: np.ndarray, probs: np.ndarray) -> bytes:
+    return predictions_csv(ids, gold, np.log(probs), LABELS).encode()
+
+
+def test_no_file_that_differs_is_identical():
+    verdict = verdict_of({}, rev="HEAD", commit="abcdef123", outputs=16)
+    assert verdict.tier == "identical" and verdict.ok
+    assert verdict.text().splitlines()[0] == (
+        "reproduce: identical: every output of HEAD (abcdef1) byte for byte (16 outputs; the "
+        "provenance records describe the machines, below)")
+
+
+def test_probabilities_within_the_tolerance_and_a_near_tie_are_equivalent():
+    ids, gold, probs = rows()
+    moved = probs + np.array([2e-6, -1e-6, -1e-6])  # as the kernels capped move them
+    tie = np.array([0.4, 0.39995, 0.20005])  # top-two margin 5e-5 < 1e-4
+    old, new = probs.copy(), moved.copy()
+    old[0], new[0] = tie, tie[[1, 0, 2]]  # row000 flips between two near-equal classes
+    verdict = verdict_of({PREDICTIONS: (csv_bytes(ids, gold, old), csv_bytes(ids, gold, new))},
+                         rev="HEAD", commit="abcdef1")
+    assert verdict.tier == "equivalent", verdict.text()
+    assert verdict.line.startswith(
+        "the same predicted labels as HEAD (abcdef1) but 1 near-tie rows (top-two margin under "
+        "0.0001: row000); probabilities within 5e-05 (tolerance 0.0001)")
+    [only] = verdict.sets
+    assert (only.flipped, only.near_ties) == (["row000"], ["row000"])
+
+
+def test_a_probability_over_the_tolerance_is_not_equivalent_but_consistent():
+    ids, gold, probs = rows()
+    moved = probs.copy()
+    moved[3] += np.array([-4e-4, 4e-4, 0])  # another CPU family: 4e-4, same labels
+    verdict = verdict_of({PREDICTIONS: (csv_bytes(ids, gold, probs),
+                                        csv_bytes(ids, gold, moved))}, rev="HEAD")
+    assert verdict.tier == "consistent" and verdict.ok
+    assert verdict.line.startswith("0 of 60 predictions differ from HEAD; No detectable "
+                                   "difference") or "no detectable" in verdict.line.lower()
+    assert "probabilities up to 0.0004 apart" in verdict.text()
+
+
+def test_a_few_flipped_rows_are_consistent_and_many_are_different():
+    ids, gold, probs = rows(200)
+    flipped = probs.copy()
+    flipped[:3] = flipped[:3][:, [1, 2, 0]]  # 3 rows another label by a clear margin
+    few = verdict_of({PREDICTIONS: (csv_bytes(ids, gold, probs), csv_bytes(ids, gold, flipped))},
+                     rev="HEAD")
+    assert few.tier == "consistent", few.text()
+    right = np.eye(3)[gold] * 0.9 + 0.1 / 3  # B right on every row: far better
+    many = verdict_of({PREDICTIONS: (csv_bytes(ids, gold, probs), csv_bytes(ids, gold, right))},
+                      rev="HEAD")
+    assert many.tier == "different" and not many.ok
+    assert "this run is better than HEAD" in many.line
+
+
+def test_inputs_that_differ_are_different_whatever_the_predictions():
+    verdict = verdict_of({"data/split/test.jsonl": (b"a", b"b")}, rev="v1",
+                         inputs=["data/split"])
+    assert verdict.tier == "different"
+    assert verdict.line.startswith("its inputs differ from v1's (data/split)")
+
+
+def test_metrics_from_labels_must_be_equal_and_from_probabilities_within_their_tolerance():
+    old = json.dumps({"accuracy": 0.7, "calibration": {"nll": 0.65, "ece": 0.036}}).encode()
+    near = json.dumps({"accuracy": 0.7, "calibration": {"nll": 0.6504, "ece": 0.0361}}).encode()
+    far = json.dumps({"accuracy": 0.7, "calibration": {"nll": 0.66, "ece": 0.036}}).encode()
+    moved = json.dumps({"accuracy": 0.71, "calibration": {"nll": 0.65, "ece": 0.036}}).encode()
+    found = json_diff("metrics/eval.json", old, near, TOLERANCE, labels_moved=False)
+    assert found.within and found.deviation == (
+        "largest deviation 0.0004 at calibration.nll (allowed 0.00065)")
+    assert not json_diff("m.json", old, far, TOLERANCE, labels_moved=False).within
+    assert not json_diff("m.json", old, moved, TOLERANCE, labels_moved=False).within
+    follows = json_diff("m.json", old, moved, TOLERANCE, labels_moved=True)
+    assert follows.within and "(follows from the predicted labels)" in follows.deviation
+
+
+def test_a_training_history_within_its_tolerance():
+    old = b"step\tloss\n1\t1.0\n2\t0.5\n"
+    assert table_diff("loss.tsv", old, b"step\tloss\n1\t1.0004\n2\t0.5\n", TOLERANCE).within
+    assert not table_diff("loss.tsv", old, b"step\tloss\n1\t1.01\n2\t0.5\n", TOLERANCE).within
+
+
+def test_the_machines_side_by_side_say_what_a_record_lacks():
+    record = {"device": {"device": "cpu", "cpu": "AMD EPYC", "torch_threads": 2,
+                         "kernels": {"torch_cpu_capability": "AVX2", "numpy_simd": "X86_V3",
+                                     "cpu_flags": ["avx", "avx2"], "variables": {}},
+                         "container": {"in_container": False}},
+              "processes": 1, "params": {"base": {"precision": "auto"}},
+              "packages": {"torch": "2.13.0+cpu", "numpy": "2.4.6"}, "python": "3.11.7"}
+    older = json.loads(json.dumps(record))
+    del older["device"]["kernels"]
+    older["device"]["container"]["in_container"] = True
+    table = {name: (a, b) for name, a, b in machine_rows(older, record)}
+    assert table["torch CPU capability"] == ("not recorded", "AVX2")
+    assert table["kernel CPU flags"] == ("not recorded", "avx,avx2")
+    assert table["kernel variables"] == ("not recorded", "none")
+    assert table["venv or container"] == ("container", "venv")
+    assert table["torch threads"] == ("2", "2")
+
+
+def test_no_train_without_revs_adapter_runs_the_whole_pipeline_after_saying_so(
+        tmp_path, monkeypatch):
+    """REV's outputs in neither the cache nor a remote: the rerun trains, and says first how
+    long the stages took when they last ran here."""
+    machine = tmp_path / "metrics" / "provenance" / "machine"
+    machine.mkdir(parents=True)
+    for stage, seconds in (("baseline", 65), ("train", 524), ("evaluate", 208)):
+        (machine / f"{stage}.json").write_text(json.dumps({"wall_time_s": seconds}))
+    ran, said = [], []
+    monkeypatch.setattr(rp, "run_dvc", lambda *a, **k: "/cache")
+    monkeypatch.setattr(rp, "_run", lambda argv, cwd, progress: ran.append(argv[1:]))
+    monkeypatch.setattr(rp, "_checkout", lambda clone, progress: set())
+    monkeypatch.setattr(rp, "judge", lambda *a, **k: "judged")
+    assert rp._rerun(tmp_path, "HEAD", "abc", tmp_path / "clone", True, TOLERANCE,
+                     said.append) == "judged"
+    assert ["repro", "--quiet", "--force", "--no-run-cache"] in ran
+    assert said[-1] == ("reproduce: HEAD's models/adapter, data/split, models/base are neither "
+                        "in the DVC cache nor on a remote: the pipeline runs from the start, "
+                        "training included (about 13 min 17 s, as they last took here)")
+
+
+def test_the_tolerance_s_default_is_the_one_the_help_gives():
+    from lorasent.cli import main
+
+    help_text = CliRunner().invoke(main, ["reproduce", "--help"]).output
+    assert f"[default: {TOLERANCE:g}]" in " ".join(help_text.split())
+    bad = CliRunner().invoke(main, ["reproduce", "--tolerance", "2", "--workspace"])
+    assert bad.exit_code == 1
+    assert "--tolerance must be in (0, 1); got 2" in bad.output
+
+
+# ------------------------------------------------------------------ end to end
+
+
+def lorasent(repo: Path, *args: str, env: dict[str, str] | None = None
+             ) -> subprocess.CompletedProcess[str]:
+    from tiny_repo import env as tiny_env
+
+    return subprocess.run([str(Path(sys.executable).parent / "lorasent"), "reproduce", *args],
+                          cwd=repo, env={**tiny_env(), **(env or {})}, capture_output=True,
+                          text=True, timeout=900)
+
+
+def made_here(copy: Path, source: Path) -> Path:
+    """The copy's outputs as if its stages had run in it: the run's machine records (tied
+    to the same tracked bytes) copied from the checkout that ran them."""
+    shutil.copytree(source / "metrics/provenance/machine", copy / "metrics/provenance/machine")
+    return copy
+
+
+def commit_changed_predictions(repo: Path, change) -> None:
+    """A commit whose metrics/predictions.csv ``change`` rewrote (REV), then the run's own
+    file back in the workspace: the workspace is the run, REV a run that differs."""
+    from tiny_repo import GIT, run
+
+    path = repo / PREDICTIONS
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], *change(lines[1:])]) + "\n")
+    run(repo, *GIT, "commit", "-qam", "predictions changed")
+    run(repo, "git", "checkout", "HEAD~1", "--", PREDICTIONS)
+
+
+def relabelled(rows: list[str], how_many: int) -> list[str]:
+    """The first ``how_many`` rows predicted as another class by a clear margin."""
+    out = []
+    for i, line in enumerate(rows):
+        cells = line.split(",")
+        if i < how_many:
+            other = next(label for label in LABELS if label != cells[2])
+            cells[2] = other
+            cells[3:] = ["0.800000" if label == other else "0.100000" for label in LABELS]
+        out.append(",".join(cells))
+    return out
+
+
+@pytest.mark.slow
+def test_the_workspace_of_a_run_is_identical_then_refused_when_it_is_not_revs(
+        tiny_copy, tiny_run):
+    repo = made_here(tiny_copy, tiny_run)
+    done = lorasent(repo, "--workspace")
+    assert done.returncode == 0, done.stderr
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("reproduce: identical: every output of HEAD (")
+    (repo / "notes.txt").write_text("mine")
+    done = lorasent(repo, "--workspace")
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == (
+        "lorasent reproduce: error: the workspace holds files that are not HEAD's (notes.txt); "
+        "commit or stash them (git stash -u), or run `lorasent reproduce HEAD` without "
+        "--workspace, which reruns it in a clean clone\n")
+    (repo / "notes.txt").unlink()
+    params = (repo / "params.yaml").read_text()
+    (repo / "params.yaml").write_text(params.replace("max_steps: 3", "max_steps: 4"))
+    done = lorasent(repo, "--workspace")
+    assert done.returncode == 1
+    assert done.stderr == (
+        "lorasent reproduce: error: params or code differ from HEAD's (params.yaml): this is "
+        "not a reproduction of HEAD; `lorasent compare HEAD workspace` compares the two runs\n")
+    after = lorasent(repo, "--after-run")  # make run's call: said, not refused
+    assert after.returncode == 0 and after.stdout.startswith(
+        "run: not judged as a reproduction of HEAD: params or code differ")
+
+
+@pytest.mark.slow
+def test_a_run_a_few_rows_from_rev_is_consistent_and_one_far_from_it_different(
+        tiny_copy, tiny_run):
+    repo = made_here(tiny_copy, tiny_run)
+    commit_changed_predictions(repo, lambda rows: relabelled(rows, 2))
+    done = lorasent(repo, "--workspace")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("reproduce: consistent: 2 of 24 predictions differ from HEAD")
+    assert "metrics/predictions.csv: 2 of 24 predicted labels differ (0 near a tie)" in done.stdout
+    from tiny_repo import GIT, run
+
+    run(repo, "git", "reset", "-q", "--hard", "HEAD~1")
+    commit_changed_predictions(repo, lambda rows: relabelled(rows, 24))  # a damaged file
+    done = lorasent(repo, "--workspace")
+    assert done.returncode == 1
+    assert done.stdout.startswith("reproduce: different: 24 of 24 predictions differ from HEAD")
+    assert "✗ metrics/predictions.csv: 24 of 24 predicted labels differ" in done.stdout
+    del GIT
+
+
+@pytest.mark.slow
+def test_revs_adapter_rescored_with_the_kernels_capped_is_equivalent(tiny_copy):
+    """Another CPU simulated on this one: torch's ATen kernels at their baseline, oneDNN
+    at SSE4.1, MKL in its compatible mode. The evaluate stage reruns in a clone; its
+    probabilities move (the measured deviation is in docs/reproducibility.md), its labels
+    do not."""
+    capped = {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41",
+              "MKL_CBWR": "COMPATIBLE"}
+    done = lorasent(tiny_copy, "--no-train", env=capped)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("reproduce: equivalent: the same predicted labels on every test "
+                               "row of HEAD (")
+    assert "metrics/predictions.csv: 0 of 24 predicted labels differ" in done.stdout
+    capability = next(line for line in lines if "torch CPU capability" in line)
+    assert capability.split()[-2:] == ["DEFAULT", "≠"]
+    assert "reproduce: re-scoring HEAD's adapter (" in done.stderr
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=tiny_copy, capture_output=True,
+                          text=True).stdout == ""  # the rerun was in a clone
+
+
+@pytest.mark.slow
+def test_an_interrupted_rerun_leaves_no_clone_and_the_workspace_as_it_was(tiny_copy, tmp_path):
+    from tiny_repo import env as tiny_env
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    before = subprocess.run(["git", "status", "--porcelain"], cwd=tiny_copy,
+                            capture_output=True, text=True).stdout
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "lorasent"), "reproduce",
+                             "--no-train"], cwd=tiny_copy, env={**tiny_env(), "TMPDIR": str(temp)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not any((c / "metrics").is_dir() for c in temp.glob("lorasent-reproduce-*")):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no clone after 300 s"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert list(temp.iterdir()) == [], (out, err)
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=tiny_copy, capture_output=True,
+                          text=True).stdout == before
+    del os
