@@ -3,6 +3,7 @@ comment found by its marker, both verdicts, warnings about the change only, the 
 and its pieces: the earlier comment in `gh api --paginate`'s output, shared warnings."""
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -13,14 +14,19 @@ from markdown_it import MarkdownIt
 
 from lorasent.contracts import EvalMetrics
 from lorasent.errors import LorasentError
+from lorasent.review.collect import Comparison
 from lorasent.review.pr_comment import (
+    COMMENT_LIMIT,
+    GITHUB_COMMENT_LIMIT,
     UNREAD,
     EarlierComment,
+    comment_text,
     earlier_comment,
     marker,
     pr_comment,
 )
-from lorasent.review.verdict import Side, alike, busy, side_warnings
+from lorasent.review.verdict import Review, Side, alike, busy, paired_verdict, side_warnings
+from lorasent.statistics import PairedComparison
 from test_compare import git_dvc, make_metrics_repo
 
 HEAD_A, HEAD_B = "a" * 40, "b" * 40
@@ -135,6 +141,78 @@ def test_the_fold_leaves_out_the_keys_no_reviewer_reads():
     assert [k for k in keys if not UNREAD.search(k)] == [
         "accuracy", "per_class.neg.f1", "majority_accuracy", "loss", "train.loss", "step",
         "split_rows.test", "relative_error_reduction"]
+
+
+def _classes_diff(classes: int, metrics_diff: bool = True) -> Comparison:
+    """A comparison of ``classes`` classes as a 150-class pull request gives it: each
+    class's fixed and broken rows, and (``metrics_diff``) each class's precision, recall,
+    F1 and support changed in eval.json and in baseline.json's zero-shot scores."""
+    labels = [f"class-{i:03d}" for i in range(classes)]
+    paired = PairedComparison(
+        rows=4 * classes, accuracy=(0.6, 0.7), macro_f1=(0.6, 0.7), delta_accuracy=0.1,
+        delta_accuracy_ci=(0.05, 0.15), delta_macro_f1=0.1, delta_macro_f1_ci=(0.05, 0.15),
+        only_b_right=90, only_a_right=30, p_value=1e-6,
+        flips={label: {"fixed": 1, "broken": 0} for label in labels})
+    review = Review(paired_verdict(paired), [], labels, paired)
+    change = {"old": 0.5, "new": 0.625, "diff": 0.125}
+    metrics = {"metrics/eval.json": {f"per_class.{label}.{key}": change for label in labels
+                                     for key in ("f1", "precision", "recall", "support")},
+               "metrics/baseline.json": {f"zero_shot.per_class.{label}.{key}": change
+                                         for label in labels for key in ("f1", "precision")}
+               } if metrics_diff else {}
+    sides = (Side("main", None, None, None, None, None), Side("HEAD", None, None, None, None,
+                                                                None))
+    return Comparison("main", "HEAD", {"main": "aaaaaaa", "HEAD": "bbbbbbb"}, {}, metrics, {},
+                      sides, review, {})
+
+
+def test_a_150_class_diff_fits_in_one_comment_its_fold_cut_saying_where_the_rest_is():
+    """Issue 51: 150 classes made a body GitHub refuses (over 65,536 characters), so no
+    comment at all; now the verdict and the tables come whole, and the fold is cut."""
+    c = _classes_diff(150)
+    args = (HEAD_B, "main", c, None, "7", "https://github.example/run", "main-vs-head")
+    whole, text = comment_text(*args, limit=10**9), comment_text(*args)
+    assert len(whole) > GITHUB_COMMENT_LIMIT  # as before: GitHub would refuse it
+    assert len(text.encode("utf-8")) <= COMMENT_LIMIT < GITHUB_COMMENT_LIMIT
+    head = whole[:whole.index("<details>")]
+    assert text.startswith(head)  # the marker, the verdict and every table, whole
+    assert text.startswith(marker(HEAD_B) + "\n") and "| class-149 | 1 | 0 |" in head
+    fold = text[text.index("<details>"):]
+    rows = [line for line in fold.splitlines() if line.startswith("| metrics/")]
+    assert 0 < len(rows) < 900 and rows == [
+        line for line in whole.splitlines() if line.startswith("| metrics/")][:len(rows)]
+    assert fold.endswith(
+        f"\n\nCut here: {900 - len(rows)} more rows do not fit in one comment (GitHub takes "
+        "65,536 characters at most); they are in the `lorasent-report` artifact of [this run]"
+        "(https://github.example/run) (`main-vs-head/report.md`, which has every metric), or "
+        "locally `git fetch origin pull/7/head`, then `make compare A=aaaaaaa B=bbbbbbb`.\n\n"
+        "</details>\n\nPer-class tables, confusion matrices, flipped texts and loss curves: "
+        "the `lorasent-report` artifact of [this run](https://github.example/run) (open "
+        "`main-vs-head/report.html`). Locally: `git fetch origin pull/7/head`, then `make "
+        "compare A=aaaaaaa B=bbbbbbb` (`main` as compared here).\n")
+    # valid GitHub Markdown: the fold's table and the line after it
+    html = MarkdownIt("commonmark", {"html": True}).enable("table").render(text)
+    assert html.count("<details>") == html.count("</details>") == 1
+    assert "</table>\n<p>Cut here:" in html
+    # a few classes: nothing cut
+    assert comment_text(HEAD_B, "main", _classes_diff(3), None, None, None, "x") == \
+        comment_text(HEAD_B, "main", _classes_diff(3), None, None, None, "x", limit=10**9)
+
+
+def test_tables_beyond_the_bound_are_cut_after_the_verdict():
+    """Thousands of classes: even the fold's header does not fit; the fold goes, the
+    verdict stays first, and the last table loses rows, said in a line."""
+    text = comment_text(HEAD_B, "main", _classes_diff(3000, metrics_diff=False), None, None,
+                        None, "main-vs-head")
+    assert len(text.encode("utf-8")) <= COMMENT_LIMIT and "<details>" not in text
+    assert text.startswith(marker(HEAD_B) + "\n### lorasent: B, this pull request's head "
+                           "(bbbbbbb), against A, `main` (aaaaaaa)\n\n**B is better than A")
+    cut = text.splitlines()[-3]
+    assert re.fullmatch(r"Cut here: \d+ more lines do not fit in one comment \(GitHub takes "
+                        r"65,536 characters at most\); they are in the folder this comment "
+                        r"was written to \(`main-vs-head/report.md`, which has every "
+                        r"metric\), or locally `make compare A=aaaaaaa B=bbbbbbb`\.", cut)
+    assert text.splitlines()[-5].startswith("| class-")
 
 
 @pytest.fixture(scope="module")

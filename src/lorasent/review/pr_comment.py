@@ -46,6 +46,7 @@ from lorasent.review.collect import (
 from lorasent.review.markup import md_code, md_text
 from lorasent.review.render import (
     REPORT_HTML,
+    REPORT_MD,
     diff_cells,
     paired_table,
     param_cell,
@@ -57,6 +58,14 @@ from lorasent.review.render import (
 
 T = TypeVar("T")
 MARKER = "<!-- lorasent-pr-comment"  # the first line of the comment: marker(head)
+# GitHub refuses a comment body longer than this ("Body is too long (maximum is 65536
+# characters)", status 422 of the REST API's create and update issue comment), and then
+# there is no comment at all.
+GITHUB_COMMENT_LIMIT = 65_536
+# comment.md's most, in UTF-8 bytes: GitHub's limit less a margin. A byte count is at
+# least the count of characters and of UTF-16 code units, so the body fits however GitHub
+# counts; the fold is cut first (:func:`bounded`), and the workflow refuses a longer body.
+COMMENT_LIMIT = 60_000
 BOT = "github-actions[bot]"  # the login GitHub gives the workflow's GITHUB_TOKEN
 COMMENT_MD = "comment.md"
 COMMENT_ID = "comment-id"
@@ -203,9 +212,10 @@ def pr_comment(base: str, out: str | Path, comments: str | None = None,
 
 def comment_text(head: str, base: str, against_base: Comparison,
                  previous: Comparison | str | None, pr: str | None, run_url: str | None,
-                 base_folder: str) -> str:
+                 base_folder: str, limit: int = COMMENT_LIMIT) -> str:
     """The comment's Markdown: :func:`marker`, the comparison against ``base``, the one
-    against the previous head (or why there is none), the fold, the footer."""
+    against the previous head (or why there is none), the fold, the footer; at most
+    ``limit`` UTF-8 bytes (:func:`bounded`: the fold is cut first)."""
     short = _short(against_base, "HEAD")
     lines = [marker(head), f"### lorasent: B, this pull request's head ({short}), against "
              f"A, {md_code(base)} ({_short(against_base, base)})", ""]
@@ -216,21 +226,71 @@ def comment_text(head: str, base: str, against_base: Comparison,
         lines += [previous] if isinstance(previous, str) else \
             _section(previous, "previous head", tables=False)
     # an HTML block: Markdown's backslashes show there, its references and <br> do not
-    lines += ["", "<details>", f"<summary>Every metric that changed against <code>"
-              f"{md_text(base)}</code> (<code>dvc metrics diff</code>, less the keys no "
-              "reviewer reads)</summary>", ""]
-    lines += _metrics_diff(against_base, base)
-    lines += ["", "</details>", ""]
+    fold = ["", "<details>", f"<summary>Every metric that changed against <code>"
+            f"{md_text(base)}</code> (<code>dvc metrics diff</code>, less the keys no "
+            "reviewer reads)</summary>", ""]
+    fold += _metrics_diff(against_base, base)
+    fold += ["", "</details>", ""]
     where = f"the `lorasent-report` artifact of [this run]({run_url})" if run_url else \
         "the folder this comment was written to"
     fetch = f"`git fetch origin pull/{pr}/head`, then " if pr else ""
+    locally = f"{fetch}`make compare A={_short(against_base, base)} B={short}`"
     push = (f"; this push: `make compare A={previous.rev_a} B={short}`"
             if isinstance(previous, Comparison) else "")
-    lines += [f"Per-class tables, confusion matrices, flipped texts and loss curves: {where} "
-              f"(open `{base_folder}/{REPORT_HTML}`). Locally: {fetch}`make compare "
-              f"A={_short(against_base, base)} B={short}` ({md_code(base)} as compared "
-              f"here){push}."]
-    return "\n".join(lines) + "\n"
+    foot = [f"Per-class tables, confusion matrices, flipped texts and loss curves: {where} "
+            f"(open `{base_folder}/{REPORT_HTML}`). Locally: {locally} ({md_code(base)} as "
+            f"compared here){push}."]
+    rest = f"{where} (`{base_folder}/{REPORT_MD}`, which has every metric), or locally {locally}"
+    return bounded(lines, fold, foot, rest, limit)
+
+
+def bounded(head: list[str], fold: list[str], foot: list[str], rest: str,
+            limit: int = COMMENT_LIMIT) -> str:
+    """The comment's lines ``head``, ``fold`` and ``foot`` joined, at most ``limit`` UTF-8
+    bytes (:data:`COMMENT_LIMIT`): whole when they fit; else the fold's table (``fold``:
+    the ``<details>`` block, its table's header ending at the first ``|---`` line) loses
+    its last rows, and a line inside the fold says how many and that they are in ``rest``
+    (Markdown: where the whole report is); when even the fold's header does not fit, the
+    fold goes and ``head`` loses its last lines, the verdict first kept, with such a
+    line. Lines are kept whole, so a table cut stays a table."""
+    def size(lines: list[str]) -> int:
+        return len(("\n".join(lines) + "\n").encode("utf-8"))
+
+    if size(head + fold + foot) <= limit:
+        return "\n".join(head + fold + foot) + "\n"
+    table = next((i for i, line in enumerate(fold) if line.startswith("|---")), None)
+    close = fold.index("</details>") if "</details>" in fold else len(fold)
+    end = close - 1 if table is not None and fold[close - 1] == "" else close
+    rows = fold[table + 1:end] if table is not None else []
+
+    def note(left: int, what: str) -> str:
+        return (f"Cut here: {left} more {what} do not fit in one comment (GitHub takes "
+                f"{GITHUB_COMMENT_LIMIT:,} characters at most); they are in {rest}.")
+
+    if table is not None:
+        opening, closing = fold[:table + 1], ["", note(len(rows), "rows"), *fold[end:]]
+        kept = _fitting(rows, head + opening + closing + foot, limit, size)
+        if kept is not None:
+            closing[1] = note(len(rows) - kept, "rows")
+            return "\n".join(head + opening + rows[:kept] + closing + foot) + "\n"
+    kept = _fitting(head, ["", note(len(head), "lines"), ""] + foot, limit, size) or 0
+    return "\n".join(head[:kept] + ["", note(len(head) - kept, "lines"), ""] + foot) + "\n"
+
+
+def _fitting(lines: list[str], fixed: list[str], limit: int,
+             size: Callable[[list[str]], int]) -> int | None:
+    """How many of ``lines``, from the first, fit within ``limit`` bytes beside ``fixed``
+    (one line break each); None when not even ``fixed`` fits."""
+    room = limit - size(fixed)
+    if room < 0:
+        return None
+    kept = 0
+    for line in lines:
+        room -= len(line.encode("utf-8")) + 1
+        if room < 0:
+            break
+        kept += 1
+    return kept
 
 
 def _section(c: Comparison, name_a: str, tables: bool = True) -> list[str]:
