@@ -65,10 +65,45 @@ def test_only_the_workflows_own_comment_is_edited_and_read():
     other_bot = {**theirs, "user": {"login": "evil[bot]", "type": "Bot"}}
     broken = {"id": 8, "body": marker("not-a-sha") + "\n"}
     assert earlier_comment(_pages([other_bot, broken]), "c") == EarlierComment(
-        None, None, ignored=(7, 8))
+        None, None, ignored=(7,), damaged=(8,))
     # a configured identity
     assert earlier_comment(_pages([theirs]), "c", author="octocat") == EarlierComment(
         7, HEAD_B)
+
+
+def test_the_bots_own_comment_with_a_damaged_marker_is_said_as_such():
+    """Issue 51: it was reported as "not written by github-actions[bot]"."""
+    broken = {"id": 8, "body": marker("not-a-sha") + "\nedited by hand"}
+    found = earlier_comment(_pages([broken]), "c")
+    assert found == EarlierComment(None, None, damaged=(8,))
+    assert found.ignored_line("github-actions[bot]") == ""
+    assert found.damaged_line("github-actions[bot]") == (
+        "ignored comment 8 by github-actions[bot]: it starts with the lorasent marker, but "
+        "the marker does not parse (the first line must be `<!-- lorasent-pr-comment "
+        "head=<sha> -->`, <sha> 7 to 40 hex digits), so it is neither edited nor read for "
+        "the previous head and a new comment is posted; delete comment 8 on the pull request "
+        "(or restore its first line) to keep one lorasent comment")
+    later = earlier_comment(_pages([broken, {"id": 9, "body": marker(HEAD_A)}]), "c")
+    assert later == EarlierComment(9, HEAD_A, damaged=(8,))
+    assert "previous head; delete comment 8" in later.damaged_line("github-actions[bot]")
+
+
+def test_an_empty_author_is_refused():
+    """Issue 51: `--author ""` said "was not written by , so ..."."""
+    from lorasent.cli import main
+
+    with pytest.raises(LorasentError) as err:
+        earlier_comment("[]", "c", author="")
+    assert str(err.value) == ("pr-comment: --author is empty; give the login the workflow "
+                              "posts as (github-actions[bot] for the GITHUB_TOKEN)")
+    for author in ("", "  "):
+        result = CliRunner().invoke(main, ["pr-comment", "main", "--author", author],
+                                    prog_name="lorasent")
+        assert result.exit_code == 2
+        assert result.output == (
+            "lorasent pr-comment: error: Invalid value for '--author': empty; give the login "
+            "the workflow posts as (github-actions[bot] for the GITHUB_TOKEN) (see "
+            "`lorasent pr-comment --help`)\n")
 
 
 @pytest.mark.parametrize("text, why", [

@@ -963,6 +963,10 @@ def pr_comment(base: str, out_dir: Path, comments_path: Path | None, pr: str | N
     from lorasent.review.pr_comment import COMMENT_ID, COMMENT_MD
     from lorasent.review.pr_comment import pr_comment as write_comment
 
+    if not author.strip():  # "was not written by , so ..." (issue 51)
+        raise click.BadParameter("empty; give the login the workflow posts as "
+                                 "(github-actions[bot] for the GITHUB_TOKEN)",
+                                 param_hint="'--author'")
     check_output_folder(out_dir, command="pr-comment", force=force)
     try:
         comments = comments_path.read_bytes().decode("utf-8") if comments_path else None

@@ -94,14 +94,20 @@ def marker(head: str) -> str:
     return f"{MARKER} head={head} -->"
 
 
+MARKER_LINE = re.compile(re.escape(MARKER) + r" head=([0-9a-f]{7,40}) -->(\n|$)")
+
+
 @dataclass(frozen=True)
 class EarlierComment:
-    """The comment an earlier run posted: its GitHub id, and the head it compared; and
-    the ids of the comments that carry the marker but were written by someone else."""
+    """The comment an earlier run posted: its GitHub id, and the head it compared; the
+    ids of the comments that carry the marker but were written by someone else
+    (``ignored``), and of those by the workflow's identity whose marker does not parse
+    (``damaged``)."""
 
     id: int | None
     head: str | None
     ignored: tuple[int, ...] = ()
+    damaged: tuple[int, ...] = ()
 
     def ignored_line(self, author: str) -> str:
         """One line naming the ignored comments; empty when there are none."""
@@ -111,21 +117,38 @@ class EarlierComment:
                 f"marker but was not written by {author}, so it is neither edited nor read "
                 "for the previous head")
 
+    def damaged_line(self, author: str) -> str:
+        """One line naming ``author``'s comments whose marker does not parse, and what to
+        do; empty when there are none."""
+        if not self.damaged:
+            return ""
+        ids = ", ".join(map(str, self.damaged))
+        return (f"ignored comment {ids} by {author}: it starts with the lorasent marker, but "
+                f"the marker does not parse (the first line must be `{marker('<sha>')}`, "
+                "<sha> 7 to 40 hex digits), so it is neither edited nor read for the previous "
+                f"head{'' if self.id is not None else ' and a new comment is posted'}; delete "
+                f"comment {ids} on the pull request (or restore its first line) to keep one "
+                "lorasent comment")
+
 
 def earlier_comment(text: str, source: str, author: str = BOT) -> EarlierComment | None:
     """The last comment in ``text`` written by ``author`` (its ``user.login``) whose body
     starts with a :func:`marker` that parses; None if there is none and no other comment
     carries the marker. A comment by anyone else that starts with :data:`MARKER` is
-    listed in ``ignored`` (then ``id`` and ``head`` may be None).
+    listed in ``ignored``, one by ``author`` whose marker does not parse in ``damaged``
+    (then ``id`` and ``head`` may be None).
 
     ``text`` is what ``gh api --paginate repos/<o>/<r>/issues/<n>/comments`` prints: one
     JSON array of comment objects (``id``, ``body``, ``user``: ``{login, type}``, as
     GitHub's REST API "list issue comments" returns them) per page, one after the other.
 
     Raises:
-        LorasentError: ``text`` is empty, or not such arrays; names ``source`` and the
-            offset.
+        LorasentError: ``author`` is empty; ``text`` is empty, or not such arrays; names
+            ``source`` and the offset.
     """
+    if not author.strip():
+        raise LorasentError("pr-comment: --author is empty; give the login the workflow "
+                            f"posts as ({BOT} for the GITHUB_TOKEN)")
     if not text.strip():
         raise LorasentError(f"pr-comment: {source}: empty; `gh api --paginate` prints [] for "
                             "a pull request without comments, so an empty file means it "
@@ -146,23 +169,26 @@ def earlier_comment(text: str, source: str, author: str = BOT) -> EarlierComment
                                 "--paginate repos/<owner>/<repo>/issues/<number>/comments`")
         comments += page
     found: tuple[int, str] | None = None
-    ignored = []
+    ignored, damaged = [], []
     for comment in comments:
         body = str(comment.get("body") or "")
         if not body.startswith(MARKER):
             continue
         user = comment.get("user")
-        head = re.match(re.escape(MARKER) + r" head=([0-9a-f]{7,40}) -->(\n|$)", body)
-        if (isinstance(user, dict) and user.get("login") == author and head
-                and isinstance(comment.get("id"), int)):
+        head = MARKER_LINE.match(body)
+        own = isinstance(user, dict) and user.get("login") == author \
+            and isinstance(comment.get("id"), int)
+        if own and head:
             found = (comment["id"], head.group(1))
+        elif own:
+            damaged.append(comment["id"])
         else:
             ignored.append(comment.get("id"))
-    if found is None and not ignored:
+    if found is None and not ignored and not damaged:
         return None
     shown = tuple(i if isinstance(i, int) else -1 for i in ignored)
     return EarlierComment(found[0] if found else None, found[1] if found else None,
-                          ignored=shown)
+                          ignored=shown, damaged=tuple(damaged))
 
 
 def pr_comment(base: str, out: str | Path, comments: str | None = None,
@@ -175,7 +201,8 @@ def pr_comment(base: str, out: str | Path, comments: str | None = None,
     (the pull request's number) and ``run_url`` (the workflow run, whose artifacts hold
     the reports) go into the comment's last lines; ``author`` is the login the workflow
     posts as (:func:`earlier_comment`); ``say`` gets the one line naming the comments
-    that carry the marker but are not ``author``'s, if any.
+    that carry the marker but are not ``author``'s, and the one naming ``author``'s whose
+    marker does not parse, if any.
 
     Raises:
         LorasentError: as :func:`lorasent.review.compare.compare` for either comparison, and as
@@ -188,8 +215,9 @@ def pr_comment(base: str, out: str | Path, comments: str | None = None,
         raise LorasentError(f"pr-comment: {repo.resolve()} has no HEAD commit; run it in a "
                             "checkout of the pull request's head")
     earlier = earlier_comment(comments, "--comments", author) if comments is not None else None
-    if earlier and earlier.ignored:
-        say(f"pr-comment: {earlier.ignored_line(author)}")
+    for line in (earlier.ignored_line(author), earlier.damaged_line(author)) if earlier else ():
+        if line:
+            say(f"pr-comment: {line}")
     _own(check_revisions, repo, {"base": [base]})
     against_base = _own(collect, repo, base, "HEAD")
     previous: Comparison | str | None = None  # the comparison, or why there is none
