@@ -2,6 +2,8 @@
 comment found by its marker, both verdicts, warnings about the change only, the fold;
 and its pieces: the earlier comment in `gh api --paginate`'s output, shared warnings."""
 
+import contextlib
+import io
 import json
 import re
 import subprocess
@@ -9,15 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from click.testing import CliRunner
 from markdown_it import MarkdownIt
 
+from conftest import REPO
 from lorasent.contracts import EvalMetrics
 from lorasent.errors import LorasentError
 from lorasent.review.collect import Comparison
 from lorasent.review.pr_comment import (
     COMMENT_LIMIT,
     GITHUB_COMMENT_LIMIT,
+    MARKER_LINE,
     UNREAD,
     EarlierComment,
     comment_text,
@@ -248,6 +253,120 @@ def test_tables_beyond_the_bound_are_cut_after_the_verdict():
                         r"was written to \(`main-vs-head/report.md`, which has every "
                         r"metric\), or locally `make compare A=aaaaaaa B=bbbbbbb`\.", cut)
     assert text.splitlines()[-5].startswith("| class-")
+
+
+WORKFLOW = REPO / ".github" / "workflows" / "metrics-diff.yml"
+SAME_REPO = "github.event.pull_request.head.repo.full_name == github.repository"
+
+
+def _comment_job() -> dict[str, Any]:
+    return yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))["jobs"]["comment"]
+
+
+def _posting_step() -> dict[str, Any]:
+    """The workflow's script that posts the comment, run as the workflow runs it, with a
+    stand-in ``gh`` that records its calls and lists ``listed`` as the comments."""
+    step = next(s for s in _comment_job()["steps"] if s.get("shell") == "python")
+    script: dict[str, Any] = {"__name__": "metrics_diff_comment"}
+    exec(compile(step["run"], str(WORKFLOW), "exec"), script)
+    return script
+
+
+def _post(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str | bytes,
+          listed: list[dict[str, Any]]) -> tuple[int, list[list[str]], str]:
+    """Run the posting step in ``tmp_path`` with ``body`` as comment.md: its exit status,
+    the ``gh`` calls it made and what it printed."""
+    script, calls = _posting_step(), []
+
+    def gh(*args: str) -> str:
+        calls.append(list(args))
+        return json.dumps(listed[:2]) + "\n" + json.dumps(listed[2:]) if args[1] == \
+            "--paginate" else ""
+
+    (tmp_path / "pr-report").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "pr-report" / "comment.md").write_bytes(
+        body if isinstance(body, bytes) else body.encode("utf-8"))
+    monkeypatch.chdir(tmp_path)
+    for key, value in {"PR": "7", "REPO": "owner/repo", "BOT": "github-actions[bot]"}.items():
+        monkeypatch.setenv(key, value)
+    script["gh"] = gh
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        status = script["main"]()
+    return status, calls, printed.getvalue()
+
+
+def _listed() -> list[dict[str, Any]]:
+    """A pull request's comments: a reviewer's, another workflow's (by the same bot),
+    lorasent's, a copy of lorasent's marker by the author, the bot's with a damaged
+    marker."""
+    return [{"id": 1, "body": "LGTM", "user": REVIEWER},
+            {"id": 2, "body": "## Coverage report\n85%", "user": BOT_USER},
+            {"id": 3, "body": marker(HEAD_A) + "\nlorasent's", "user": BOT_USER},
+            {"id": 4, "body": marker(HEAD_B) + "\nplanted", "user": REVIEWER},
+            {"id": 5, "body": marker("not-a-sha") + "\n", "user": BOT_USER}]
+
+
+def test_the_workflow_edits_only_its_own_marked_comment(tmp_path, monkeypatch):
+    """Issue 51: the comment job edited any comment by github-actions[bot] that the
+    compare job's comment-id named, another workflow's included."""
+    body = marker(HEAD_B) + "\nnew\n"
+    status, calls, printed = _post(tmp_path, monkeypatch, body, _listed())
+    assert status == 0 and printed == "edited comment 3, the workflow's own\n"
+    assert calls == [["api", "--paginate", "repos/owner/repo/issues/7/comments"],
+                     ["api", "--method", "PATCH", "repos/owner/repo/issues/comments/3", "-F",
+                      "body=@pr-report/comment.md"]]
+    # comment-id, written by the job that ran the pull request's code, is never read
+    (tmp_path / "pr-report" / "comment-id").write_text("2\n", encoding="utf-8")
+    assert _post(tmp_path, monkeypatch, body, _listed())[1][1][3].endswith("/comments/3")
+    # without a marked comment of its own (another workflow's only): a new comment
+    others = [c for c in _listed() if c["id"] != 3]
+    status, calls, printed = _post(tmp_path / "new", monkeypatch, body, others)
+    assert status == 0 and printed == "posted a new comment\n"
+    assert calls[1] == ["pr", "comment", "7", "--repo", "owner/repo", "--body-file",
+                        "pr-report/comment.md"]
+    # the same choice as pr-comment's, which names it in comment-id
+    script = _posting_step()
+    for listed in (_listed(), others):
+        text = json.dumps(listed)
+        assert script["to_edit"](script["comments"](text), "github-actions[bot]") == \
+            earlier_comment(text, "c").id
+
+
+@pytest.mark.parametrize("body, why", [
+    ("## Coverage report\n", "pr-report/comment.md does not start with lorasent's marker "
+                             "line (<!-- lorasent-pr-comment head=<sha> -->)"),
+    ("> " + marker(HEAD_B) + "\n", "pr-report/comment.md does not start with lorasent's "
+                                   "marker line (<!-- lorasent-pr-comment head=<sha> -->)"),
+    (marker(HEAD_B) + "\n" + "x" * COMMENT_LIMIT, "pr-report/comment.md is 60,075 bytes, "
+                                                  "over lorasent's bound of 60,000"),
+    (marker(HEAD_B).encode() + b"\n\xe4\n", "pr-report/comment.md is not UTF-8 text "
+                                              "(byte 75)"),
+])
+def test_the_workflow_refuses_a_body_without_the_marker_or_over_the_bound(
+        tmp_path, monkeypatch, body, why):
+    status, calls, printed = _post(tmp_path, monkeypatch, body, _listed())
+    assert status == 1 and calls == []  # nothing listed, nothing posted
+    assert printed == (f"::error title=No comment posted::{why}; the compare job wrote it, "
+                       "and this job posts only lorasent's own comment\n")
+
+
+def test_the_workflows_bound_and_marker_are_lorasents():
+    script = _posting_step()
+    assert script["LIMIT"] == COMMENT_LIMIT
+    for line in (marker(HEAD_A), marker(HEAD_A[:7]), marker(HEAD_A + "a"), marker("A" * 40),
+                 marker("not-a-sha"), " " + marker(HEAD_A), marker(HEAD_A) + " x"):
+        assert bool(script["MARKER"].match(line + "\n")) == bool(MARKER_LINE.match(line + "\n"))
+
+
+def test_a_pull_request_from_a_fork_skips_the_comment_and_says_why():
+    """Its token is read-only: the comment steps are skipped (not a red job), and a
+    notice says why."""
+    steps = _comment_job()["steps"]
+    assert [s.get("if") for s in steps] == [SAME_REPO.replace("==", "!="), SAME_REPO, SAME_REPO]
+    assert steps[0]["run"].startswith('echo "::notice title=No comment::a pull request from '
+                                      'a fork gets a read-only token, which cannot comment;')
+    assert not any("checkout" in s.get("uses", "") for s in steps)  # nothing of the head
 
 
 @pytest.fixture(scope="module")
