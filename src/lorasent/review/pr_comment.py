@@ -15,8 +15,11 @@ one folder, whole or not at all:
   params that differ (old → new), the paired table (Δ accuracy, Δ macro-F1, Δ ECE, Δ NLL
   and Δ Brier with their intervals, McNemar's p), each class's rows fixed and broken,
   then ``dvc metrics diff`` in a fold without the keys no reviewer reads (:data:`UNREAD`);
-- ``comment-id``: the id of the earlier comment, which the workflow edits instead of
-  adding another; absent when there is none.
+- ``comment-id``: the id of the earlier comment, to be edited instead of adding another;
+  absent when there is none. The workflow's comment job does not read it (this job runs
+  the pull request's code): it finds the same comment itself, by the same rule;
+- ``comment.md`` is at most :data:`COMMENT_LIMIT` bytes (:func:`bounded`), which the
+  workflow checks again before it posts.
 
 The earlier comment is one the workflow's own identity wrote (:data:`BOT`, or ``author``):
 a comment by anyone else that carries the marker is ignored, and said so
