@@ -874,13 +874,20 @@ def compare(rev_a: str, rev_b: str, out_dir: Path | None, force: bool) -> None:
     """
     from lorasent.artifacts import check_output_folder
     from lorasent.review.compare import compare as write_report
-    from lorasent.review.render import REPORT_HTML, REPORT_MD, VERDICT_MD, report_folder
+    from lorasent.review.render import (
+        REPORT_HTML,
+        REPORT_MD,
+        VERDICT_MD,
+        report_folder,
+        terminal_text,
+    )
 
     folder = report_folder(rev_a, rev_b, out_dir)
     check_output_folder(folder, command="compare", force=force,
                         option="--out" if out_dir else "the report folder")
     out = write_report(rev_a, rev_b, folder)
-    click.echo((out / VERDICT_MD).read_text(encoding="utf-8").strip())
+    # plain text: GitHub's escapes (&#8203;, \*) are for the Markdown files (issue 51)
+    click.echo(terminal_text((out / VERDICT_MD).read_text(encoding="utf-8")).strip())
     click.echo(f"wrote {out / REPORT_MD} and {out / REPORT_HTML}")
 
 
