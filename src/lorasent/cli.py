@@ -817,7 +817,8 @@ def sweep(sets: tuple[str, ...], seeds: int, name: str, address: str | None,
 @click.option("--out", "out_dir", type=click.Path(path_type=Path),
               help="Output folder, replaced as a whole  [default: reports/learning-curve-<NAME>]")
 @click.option("--force", is_flag=True,
-              help="Replace an --out folder that learning-curve did not write.")
+              help="Replace an --out folder that learning-curve did not write (never "
+              "git-tracked files it did not write).")
 @_ray_options
 @_user_errors
 def learning_curve(fractions: str, seeds: int, name: str, out_dir: Path | None, force: bool,
@@ -955,7 +956,8 @@ def _check_inputs(params: Params) -> None:
               help="The login the workflow posts as: only a comment of its own is edited "
               "and read for the previous head.")
 @click.option("--force", is_flag=True,
-              help="Replace an --out folder that pr-comment did not write.")
+              help="Replace an --out folder that pr-comment did not write (never git-tracked "
+              "files it did not write).")
 @_user_errors
 def pr_comment(base: str, out_dir: Path, comments_path: Path | None, pr: str | None,
                run_url: str | None, author: str, force: bool) -> None:
