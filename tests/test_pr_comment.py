@@ -329,8 +329,9 @@ def test_the_workflow_edits_only_its_own_marked_comment(tmp_path, monkeypatch):
     script = _posting_step()
     for listed in (_listed(), others):
         text = json.dumps(listed)
-        assert script["to_edit"](script["comments"](text), "github-actions[bot]") == \
-            earlier_comment(text, "c").id
+        found = earlier_comment(text, "c")
+        assert found is not None
+        assert script["to_edit"](script["comments"](text), "github-actions[bot]") == found.id
 
 
 @pytest.mark.parametrize("body, why", [
