@@ -223,7 +223,7 @@ def test_a_150_class_diff_fits_in_one_comment_its_fold_cut_saying_where_the_rest
         line for line in whole.splitlines() if line.startswith("| metrics/")][:len(rows)]
     assert fold.endswith(
         f"\n\nCut here: {900 - len(rows)} more rows do not fit in one comment (GitHub takes "
-        "65,536 characters at most); they are in the `lorasent-report` artifact of [this run]"
+        "65,536 characters at most); the rest is in the `lorasent-report` artifact of [this run]"
         "(https://github.example/run) (`main-vs-head/report.md`, which has every metric), or "
         "locally `git fetch origin pull/7/head`, then `make compare A=aaaaaaa B=bbbbbbb`.\n\n"
         "</details>\n\nPer-class tables, confusion matrices, flipped texts and loss curves: "
@@ -249,7 +249,7 @@ def test_tables_beyond_the_bound_are_cut_after_the_verdict():
                            "(bbbbbbb), against A, `main` (aaaaaaa)\n\n**B is better than A")
     cut = text.splitlines()[-3]
     assert re.fullmatch(r"Cut here: \d+ more lines do not fit in one comment \(GitHub takes "
-                        r"65,536 characters at most\); they are in the folder this comment "
+                        r"65,536 characters at most\); the rest is in the folder this comment "
                         r"was written to \(`main-vs-head/report.md`, which has every "
                         r"metric\), or locally `make compare A=aaaaaaa B=bbbbbbb`\.", cut)
     assert text.splitlines()[-5].startswith("| class-")

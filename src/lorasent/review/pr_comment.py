@@ -295,8 +295,9 @@ def bounded(head: list[str], fold: list[str], foot: list[str], rest: str,
     rows = fold[table + 1:end] if table is not None else []
 
     def note(left: int, what: str) -> str:
-        return (f"Cut here: {left} more {what} do not fit in one comment (GitHub takes "
-                f"{GITHUB_COMMENT_LIMIT:,} characters at most); they are in {rest}.")
+        said = f"{left} more {what} do not" if left != 1 else f"1 more {what[:-1]} does not"
+        return (f"Cut here: {said} fit in one comment (GitHub takes "
+                f"{GITHUB_COMMENT_LIMIT:,} characters at most); the rest is in {rest}.")
 
     if table is not None:
         opening, closing = fold[:table + 1], ["", note(len(rows), "rows"), *fold[end:]]
