@@ -55,7 +55,19 @@ def sets_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     commit_files(root, "sets-b", _files(1))
     bad = _audit(B.label_issues).replace("\n2,", "\n3,")
     commit_files(root, "bad-audit", {**_files(1), "metrics/label_issues.csv": bad})
+    commit_files(root, "one-row-a", _one_row_set(_files(0)))
+    commit_files(root, "one-row", _one_row_set(_files(1)))
     return root
+
+
+def _one_row_set(files: dict[str, str]) -> dict[str, str]:
+    """``files`` with a set ``tiny`` of one row, scored as evaluate scores it."""
+    from test_verdict_sets import _one_row_eval_json, predictions
+
+    evals = json.loads(files["metrics/eval.json"])
+    evals["test_sets"]["tiny"] = _one_row_eval_json()["test_sets"]["tiny"]
+    return {**files, "metrics/eval.json": json.dumps(evals, indent=2) + "\n",
+            "metrics/test_sets/tiny/predictions.csv": _csv(predictions("t", 1, range(0)))}
 
 
 @pytest.mark.slow
@@ -108,3 +120,17 @@ def test_a_damaged_audit_is_one_error_and_no_report(sets_repo, tmp_path):
         "bad-audit:metrics/label_issues.csv line 3 (id r05): rank '3' where 2 was due (rows "
         "are ranked 1, 2, ... in order); rerun its stage (dvc repro)")
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.slow
+def test_a_one_row_set_is_said_too_small_and_the_comparison_goes_on(sets_repo, tmp_path):
+    """Issue 51: every compare of such a run failed, naming split.test_size."""
+    out = compare("one-row-a", "one-row", tmp_path / "both", repo=sets_repo)
+    verdict = (out / "verdict.md").read_text(encoding="utf-8").splitlines()
+    assert "- tiny: no paired test (1 row, too few for one)" in verdict
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "## Test set tiny\n\n**No paired test: test set tiny has 1 row, too few for one" \
+        in report
+    out = compare("v1", "one-row", tmp_path / "without", repo=sets_repo)  # v1: no sets
+    assert "- ⚠ test set tiny is only in B (one-row), so it has no paired verdict" in \
+        (out / "verdict.md").read_text(encoding="utf-8").splitlines()

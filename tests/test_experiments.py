@@ -305,10 +305,6 @@ if args[:2] == ["api", "--paginate"] and args[2] == "repos/owner/repo/issues/7/c
     sys.stdout.write("".join(json.dumps([c]) + "\\n" for c in state["comments"]))
     sys.exit(0)
 comments_url = "repos/owner/repo/issues/comments/"
-if args[0] == "api" and args[1].startswith(comments_url) and args[2] == "--jq":
-    found = next(c for c in state["comments"] if c["id"] == int(args[1][len(comments_url):]))
-    print(found["user"]["login"], "https://api.github.example/repos/owner/repo/issues/7")
-    sys.exit(0)
 if args[:3] == ["api", "--method", "PATCH"] and args[3].startswith(comments_url) \\
         and args[4] == "-F" and args[5].startswith("body=@"):
     found = int(args[3][len(comments_url):])
@@ -330,7 +326,18 @@ with open(path, "w", encoding="utf-8") as f:
 GITHUB = {"github.token": "token", "github.base_ref": "base",
           "github.event.pull_request.number": "7", "github.repository": "owner/repo",
           "github.server_url": "https://github.example", "github.run_id": "99",
-          "github.api_url": "https://api.github.example"}
+          "github.api_url": "https://api.github.example",
+          "github.event.pull_request.head.repo.full_name": "owner/repo"}  # not a fork's
+
+
+def _runs(step: dict[str, Any]) -> bool:
+    """Whether GitHub runs ``step`` for this pull request: its ``if``, of the form
+    ``<context> == <context>`` or ``!=``, on :data:`GITHUB`'s values."""
+    if "if" not in step:
+        return True
+    left, op, right = step["if"].split()
+    assert op in ("==", "!=")
+    return (GITHUB[left] == GITHUB[right]) == (op == "==")
 
 
 def _pull_request(root: Path, tmp_path: Path, base: str, heads: list[str]) -> dict[str, Any]:
@@ -339,7 +346,8 @@ def _pull_request(root: Path, tmp_path: Path, base: str, heads: list[str]) -> di
     the state of the stand-in `gh` (comments and calls)."""
     flow = yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
     steps = [s for job in ("compare", "comment") for s in flow["jobs"][job]["steps"]
-             if "run" in s and "pip install" not in s["run"]]  # the artifact: the same folder
+             if "run" in s and "pip install" not in s["run"] and _runs(s)]  # the artifact:
+    # the same folder; a step with `shell: python` runs as GitHub runs it, `python {0}`
     clone = tmp_path / "pull-request"
     run(tmp_path, "git", "clone", "-q", str(root), str(clone))
     run(clone, "git", "fetch", "-q", "origin", "+refs/exps/*:refs/exps/*",
@@ -362,7 +370,9 @@ def _pull_request(root: Path, tmp_path: Path, base: str, heads: list[str]) -> di
         for step in steps:
             step_env = {key: re.sub(r"\$\{\{ *([\w.]+) *\}\}", lambda m: GITHUB[m[1]], value)
                         for key, value in (step.get("env") or {}).items()}
-            done = subprocess.run(["bash", "-euo", "pipefail", "-c", step["run"]], cwd=clone,
+            shell = ([sys.executable, "-c"] if step.get("shell") == "python"
+                     else ["bash", "-euo", "pipefail", "-c"])
+            done = subprocess.run([*shell, step["run"]], cwd=clone,
                                   env={**environ, **step_env}, capture_output=True, text=True,
                                   timeout=300)
             assert done.returncode == 0, f"{step['name']}:\n{done.stdout}\n{done.stderr}"

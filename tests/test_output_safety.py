@@ -30,6 +30,8 @@ from lorasent.artifacts import (
     check_output_file,
     check_output_folder,
     marker_text,
+    output_dir,
+    written_files,
 )
 from lorasent.cli import main
 from lorasent.tables import spreadsheet_cell
@@ -149,7 +151,8 @@ def test_tracked_folders_are_refused_unless_its_own_and_forced_and_dvc_folders_a
             "--out docs: refusing to replace a folder holding files tracked by git (1 file, "
             f"e.g. docs/params.md) that `lorasent export` did not write; {NEVER}")
     (repo / "report").mkdir()  # its own output, committed: replaced with --force
-    (repo / "report" / OUTPUT_MARKER).write_text(marker_text("export"), encoding="utf-8")
+    (repo / "report" / OUTPUT_MARKER).write_text(
+        marker_text("export", ["model.safetensors"]), encoding="utf-8")
     (repo / "report" / "model.safetensors").write_text("weights\n", encoding="utf-8")
     _git(repo, "add", "report")
     assert _refused("report") == (
@@ -201,6 +204,95 @@ def test_a_foreign_folder_is_refused_and_its_own_output_replaced(repo):
     (repo / "empty").mkdir()
     check_output_folder("empty", command="export", force=False)
     check_output_folder("new/folder", command="export", force=False)
+
+
+def _own_folder(path: str, command: str) -> None:
+    """A folder ``lorasent <command>`` wrote: verdict.md and a PNG in a subfolder."""
+    with output_dir(path, command=command) as tmp:
+        (tmp / "verdict.md").write_text("**B is better**\n", encoding="utf-8")
+        (tmp / "plots").mkdir()
+        (tmp / "plots" / "a.png").write_bytes(b"\x89PNG")
+
+
+def test_its_own_folder_lists_the_files_it_wrote(repo):
+    _own_folder("review/x", "compare")
+    assert (repo / "review/x" / OUTPUT_MARKER).read_text(encoding="utf-8") == (
+        marker_text("compare") + "It replaces only the files listed here; any other file is "
+        "not its own and is never removed with a file git tracks.\n"
+        'files: ["plots/a.png", "verdict.md"]\n')
+    assert written_files(repo / "review/x" / OUTPUT_MARKER) == {
+        "plots/a.png", "verdict.md", OUTPUT_MARKER}
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_force_never_removes_a_committed_file_its_command_did_not_write(repo, force):
+    """Issue 51: `compare --out review/x --force` over its own earlier report folder
+    deleted notes.md, committed there by someone else."""
+    _own_folder("review/x", "compare")
+    (repo / "review/x/notes.md").write_text("my notes\n", encoding="utf-8")
+    _git(repo, "add", "review")
+    _git(repo, "commit", "-q", "-m", "report and notes")
+    assert _refused("review/x", command="compare", force=force) == (
+        "--out review/x: refusing to replace a folder holding review/x/notes.md, tracked by "
+        f"git, which `lorasent compare` did not write (its {OUTPUT_MARKER} does not list it); "
+        f"move the file out of the folder (git mv) or {NEVER}")
+    _git(repo, "rm", "-q", "--cached", "review/x/notes.md")  # untracked now: --force takes it
+    assert _refused("review/x", command="compare", force=False) == (
+        "--out review/x: refusing to replace a folder holding files tracked by git (3 files, "
+        f"e.g. review/x/{OUTPUT_MARKER}); {FORCE} (git keeps the committed copy)")
+    check_output_folder("review/x", command="compare", force=True)
+    _git(repo, "commit", "-q", "-m", "notes out")
+    (repo / "review/x/notes.md").unlink()
+    check_output_folder("review/x", command="compare", force=True)  # only its own files
+
+
+def test_its_own_folder_with_a_file_it_did_not_write_needs_force(repo):
+    _own_folder("review/x", "compare")
+    check_output_folder("review/x", command="compare", force=False)
+    (repo / "review/x/plots/mine.txt").write_text("mine\n", encoding="utf-8")
+    assert _refused("review/x", command="compare") == (
+        "--out review/x: refusing to replace a folder holding review/x/plots/mine.txt, which "
+        f"`lorasent compare` did not write (its {OUTPUT_MARKER} does not list it); move it "
+        "out of the folder, choose a new folder, or pass --force to replace the folder, that "
+        "file too")
+    check_output_folder("review/x", command="compare", force=True)
+
+
+def test_a_marker_that_lists_no_files_never_lets_force_remove_committed_ones(repo):
+    (repo / "old").mkdir()  # written by a lorasent of before issue 51, then committed
+    (repo / "old" / OUTPUT_MARKER).write_text(marker_text("compare"), encoding="utf-8")
+    (repo / "old" / "report.md").write_text("# report\n", encoding="utf-8")
+    check_output_folder("old", command="compare", force=False)  # untracked: as before
+    _git(repo, "add", "old")
+    assert _refused("old", command="compare", force=True) == (
+        "--out old: refusing to replace a folder holding files tracked by git (2 files, e.g. "
+        f"old/{OUTPUT_MARKER}): its {OUTPUT_MARKER}, of an older lorasent, does not list the "
+        "files `lorasent compare` wrote; remove the folder yourself (git rm -r) if all of it "
+        f"is lorasent's, or {NEVER}")
+
+
+@pytest.mark.parametrize("command, args", [
+    ("compare", ["compare", "v1", "v2"]),
+    ("pr-comment", ["pr-comment", "main"]),
+    ("export", ["export", "--adapter", "adapter", "--base", "base"]),
+    ("learning-curve", ["learning-curve"]),
+])
+def test_no_command_removes_a_committed_file_it_did_not_write(repo, command, args):
+    """Every command that replaces an --out folder (compare, pr-comment, export,
+    learning-curve) refuses before any work, --force or not, and deletes nothing."""
+    _own_folder("review/x", command)
+    (repo / "review/x/notes.md").write_text("my notes\n", encoding="utf-8")
+    _git(repo, "add", "review")
+    _git(repo, "commit", "-q", "-m", "report and notes")
+    before = _snapshot(repo)
+    result = CliRunner().invoke(main, [*args, "--out", "review/x", "--force"])
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"lorasent {command}: error: --out review/x: refusing to replace a folder holding "
+        f"review/x/notes.md, tracked by git, which `lorasent {command}` did not write (its "
+        f"{OUTPUT_MARKER} does not list it); move the file out of the folder (git mv) or "
+        f"{NEVER}\n")
+    assert _snapshot(repo) == before
 
 
 def test_a_link_and_a_file_are_refused(repo):
@@ -507,7 +599,8 @@ def test_export_into_a_foreign_folder_needs_force_and_reruns_replace_its_own(tra
     (repo / "notes" / "todo.txt").write_text("mine\n", encoding="utf-8")
     result = _export(trained, "notes", "--force")
     assert result.exit_code == 0, result.output
-    assert (repo / "notes" / OUTPUT_MARKER).read_text(encoding="utf-8") == marker_text("export")
+    assert (repo / "notes" / OUTPUT_MARKER).read_text(encoding="utf-8").startswith(
+        marker_text("export"))
     assert not (repo / "notes" / "todo.txt").exists()
     for _ in range(2):  # its own output: replaced without --force
         result = _export(trained, "exported")
@@ -541,7 +634,8 @@ def test_compare_to_the_checkout_or_a_foreign_folder_deletes_nothing(metrics_rep
         result = CliRunner().invoke(main, ["compare", "v1", "v1"])
         assert result.exit_code == 0, result.output
     report = metrics_repo / "reports" / "v1-vs-v1"
-    assert (report / OUTPUT_MARKER).read_text(encoding="utf-8") == marker_text("compare")
+    assert (report / OUTPUT_MARKER).read_text(encoding="utf-8").startswith(
+        marker_text("compare"))
     shutil.rmtree(metrics_repo / "reports")
     shutil.rmtree(metrics_repo / "notes")
 

@@ -2,25 +2,36 @@
 comment found by its marker, both verdicts, warnings about the change only, the fold;
 and its pieces: the earlier comment in `gh api --paginate`'s output, shared warnings."""
 
+import contextlib
+import io
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from click.testing import CliRunner
 from markdown_it import MarkdownIt
 
+from conftest import REPO
 from lorasent.contracts import EvalMetrics
 from lorasent.errors import LorasentError
+from lorasent.review.collect import Comparison
 from lorasent.review.pr_comment import (
+    COMMENT_LIMIT,
+    GITHUB_COMMENT_LIMIT,
+    MARKER_LINE,
     UNREAD,
     EarlierComment,
+    comment_text,
     earlier_comment,
     marker,
     pr_comment,
 )
-from lorasent.review.verdict import Side, alike, busy, side_warnings
+from lorasent.review.verdict import Review, Side, alike, busy, paired_verdict, side_warnings
+from lorasent.statistics import PairedComparison
 from test_compare import git_dvc, make_metrics_repo
 
 HEAD_A, HEAD_B = "a" * 40, "b" * 40
@@ -59,10 +70,45 @@ def test_only_the_workflows_own_comment_is_edited_and_read():
     other_bot = {**theirs, "user": {"login": "evil[bot]", "type": "Bot"}}
     broken = {"id": 8, "body": marker("not-a-sha") + "\n"}
     assert earlier_comment(_pages([other_bot, broken]), "c") == EarlierComment(
-        None, None, ignored=(7, 8))
+        None, None, ignored=(7,), damaged=(8,))
     # a configured identity
     assert earlier_comment(_pages([theirs]), "c", author="octocat") == EarlierComment(
         7, HEAD_B)
+
+
+def test_the_bots_own_comment_with_a_damaged_marker_is_said_as_such():
+    """Issue 51: it was reported as "not written by github-actions[bot]"."""
+    broken = {"id": 8, "body": marker("not-a-sha") + "\nedited by hand"}
+    found = earlier_comment(_pages([broken]), "c")
+    assert found == EarlierComment(None, None, damaged=(8,))
+    assert found.ignored_line("github-actions[bot]") == ""
+    assert found.damaged_line("github-actions[bot]") == (
+        "ignored comment 8 by github-actions[bot]: it starts with the lorasent marker, but "
+        "the marker does not parse (the first line must be `<!-- lorasent-pr-comment "
+        "head=<sha> -->`, <sha> 7 to 40 hex digits), so it is neither edited nor read for "
+        "the previous head and a new comment is posted; delete comment 8 on the pull request "
+        "(or restore its first line) to keep one lorasent comment")
+    later = earlier_comment(_pages([broken, {"id": 9, "body": marker(HEAD_A)}]), "c")
+    assert later == EarlierComment(9, HEAD_A, damaged=(8,))
+    assert "previous head; delete comment 8" in later.damaged_line("github-actions[bot]")
+
+
+def test_an_empty_author_is_refused():
+    """Issue 51: `--author ""` said "was not written by , so ..."."""
+    from lorasent.cli import main
+
+    with pytest.raises(LorasentError) as err:
+        earlier_comment("[]", "c", author="")
+    assert str(err.value) == ("pr-comment: --author is empty; give the login the workflow "
+                              "posts as (github-actions[bot] for the GITHUB_TOKEN)")
+    for author in ("", "  "):
+        result = CliRunner().invoke(main, ["pr-comment", "main", "--author", author],
+                                    prog_name="lorasent")
+        assert result.exit_code == 2
+        assert result.output == (
+            "lorasent pr-comment: error: Invalid value for '--author': empty; give the login "
+            "the workflow posts as (github-actions[bot] for the GITHUB_TOKEN) (see "
+            "`lorasent pr-comment --help`)\n")
 
 
 @pytest.mark.parametrize("text, why", [
@@ -135,6 +181,193 @@ def test_the_fold_leaves_out_the_keys_no_reviewer_reads():
     assert [k for k in keys if not UNREAD.search(k)] == [
         "accuracy", "per_class.neg.f1", "majority_accuracy", "loss", "train.loss", "step",
         "split_rows.test", "relative_error_reduction"]
+
+
+def _classes_diff(classes: int, metrics_diff: bool = True) -> Comparison:
+    """A comparison of ``classes`` classes as a 150-class pull request gives it: each
+    class's fixed and broken rows, and (``metrics_diff``) each class's precision, recall,
+    F1 and support changed in eval.json and in baseline.json's zero-shot scores."""
+    labels = [f"class-{i:03d}" for i in range(classes)]
+    paired = PairedComparison(
+        rows=4 * classes, accuracy=(0.6, 0.7), macro_f1=(0.6, 0.7), delta_accuracy=0.1,
+        delta_accuracy_ci=(0.05, 0.15), delta_macro_f1=0.1, delta_macro_f1_ci=(0.05, 0.15),
+        only_b_right=90, only_a_right=30, p_value=1e-6,
+        flips={label: {"fixed": 1, "broken": 0} for label in labels})
+    review = Review(paired_verdict(paired), [], labels, paired)
+    change = {"old": 0.5, "new": 0.625, "diff": 0.125}
+    metrics = {"metrics/eval.json": {f"per_class.{label}.{key}": change for label in labels
+                                     for key in ("f1", "precision", "recall", "support")},
+               "metrics/baseline.json": {f"zero_shot.per_class.{label}.{key}": change
+                                         for label in labels for key in ("f1", "precision")}
+               } if metrics_diff else {}
+    sides = (Side("main", None, None, None, None, None), Side("HEAD", None, None, None, None,
+                                                                None))
+    return Comparison("main", "HEAD", {"main": "aaaaaaa", "HEAD": "bbbbbbb"}, {}, metrics, {},
+                      sides, review, {})
+
+
+def test_a_150_class_diff_fits_in_one_comment_its_fold_cut_saying_where_the_rest_is():
+    """Issue 51: 150 classes made a body GitHub refuses (over 65,536 characters), so no
+    comment at all; now the verdict and the tables come whole, and the fold is cut."""
+    c = _classes_diff(150)
+    args = (HEAD_B, "main", c, None, "7", "https://github.example/run", "main-vs-head")
+    whole, text = comment_text(*args, limit=10**9), comment_text(*args)
+    assert len(whole) > GITHUB_COMMENT_LIMIT  # as before: GitHub would refuse it
+    assert len(text.encode("utf-8")) <= COMMENT_LIMIT < GITHUB_COMMENT_LIMIT
+    head = whole[:whole.index("<details>")]
+    assert text.startswith(head)  # the marker, the verdict and every table, whole
+    assert text.startswith(marker(HEAD_B) + "\n") and "| class-149 | 1 | 0 |" in head
+    fold = text[text.index("<details>"):]
+    rows = [line for line in fold.splitlines() if line.startswith("| metrics/")]
+    assert 0 < len(rows) < 900 and rows == [
+        line for line in whole.splitlines() if line.startswith("| metrics/")][:len(rows)]
+    assert fold.endswith(
+        f"\n\nCut here: {900 - len(rows)} more rows do not fit in one comment (GitHub takes "
+        "65,536 characters at most); the rest is in the `lorasent-report` artifact of [this run]"
+        "(https://github.example/run) (`main-vs-head/report.md`, which has every metric), or "
+        "locally `git fetch origin pull/7/head`, then `make compare A=aaaaaaa B=bbbbbbb`.\n\n"
+        "</details>\n\nPer-class tables, confusion matrices, flipped texts and loss curves: "
+        "the `lorasent-report` artifact of [this run](https://github.example/run) (open "
+        "`main-vs-head/report.html`). Locally: `git fetch origin pull/7/head`, then `make "
+        "compare A=aaaaaaa B=bbbbbbb` (`main` as compared here).\n")
+    # valid GitHub Markdown: the fold's table and the line after it
+    html = MarkdownIt("commonmark", {"html": True}).enable("table").render(text)
+    assert html.count("<details>") == html.count("</details>") == 1
+    assert "</table>\n<p>Cut here:" in html
+    # a few classes: nothing cut
+    assert comment_text(HEAD_B, "main", _classes_diff(3), None, None, None, "x") == \
+        comment_text(HEAD_B, "main", _classes_diff(3), None, None, None, "x", limit=10**9)
+
+
+def test_tables_beyond_the_bound_are_cut_after_the_verdict():
+    """Thousands of classes: even the fold's header does not fit; the fold goes, the
+    verdict stays first, and the last table loses rows, said in a line."""
+    text = comment_text(HEAD_B, "main", _classes_diff(3000, metrics_diff=False), None, None,
+                        None, "main-vs-head")
+    assert len(text.encode("utf-8")) <= COMMENT_LIMIT and "<details>" not in text
+    assert text.startswith(marker(HEAD_B) + "\n### lorasent: B, this pull request's head "
+                           "(bbbbbbb), against A, `main` (aaaaaaa)\n\n**B is better than A")
+    cut = text.splitlines()[-3]
+    assert re.fullmatch(r"Cut here: \d+ more lines do not fit in one comment \(GitHub takes "
+                        r"65,536 characters at most\); the rest is in the folder this comment "
+                        r"was written to \(`main-vs-head/report.md`, which has every "
+                        r"metric\), or locally `make compare A=aaaaaaa B=bbbbbbb`\.", cut)
+    assert text.splitlines()[-5].startswith("| class-")
+
+
+WORKFLOW = REPO / ".github" / "workflows" / "metrics-diff.yml"
+SAME_REPO = "github.event.pull_request.head.repo.full_name == github.repository"
+
+
+def _comment_job() -> dict[str, Any]:
+    return yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))["jobs"]["comment"]
+
+
+def _posting_step() -> dict[str, Any]:
+    """The workflow's script that posts the comment, run as the workflow runs it, with a
+    stand-in ``gh`` that records its calls and lists ``listed`` as the comments."""
+    step = next(s for s in _comment_job()["steps"] if s.get("shell") == "python")
+    script: dict[str, Any] = {"__name__": "metrics_diff_comment"}
+    exec(compile(step["run"], str(WORKFLOW), "exec"), script)
+    return script
+
+
+def _post(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str | bytes,
+          listed: list[dict[str, Any]]) -> tuple[int, list[list[str]], str]:
+    """Run the posting step in ``tmp_path`` with ``body`` as comment.md: its exit status,
+    the ``gh`` calls it made and what it printed."""
+    script, calls = _posting_step(), []
+
+    def gh(*args: str) -> str:
+        calls.append(list(args))
+        return json.dumps(listed[:2]) + "\n" + json.dumps(listed[2:]) if args[1] == \
+            "--paginate" else ""
+
+    (tmp_path / "pr-report").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "pr-report" / "comment.md").write_bytes(
+        body if isinstance(body, bytes) else body.encode("utf-8"))
+    monkeypatch.chdir(tmp_path)
+    for key, value in {"PR": "7", "REPO": "owner/repo", "BOT": "github-actions[bot]"}.items():
+        monkeypatch.setenv(key, value)
+    script["gh"] = gh
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        status = script["main"]()
+    return status, calls, printed.getvalue()
+
+
+def _listed() -> list[dict[str, Any]]:
+    """A pull request's comments: a reviewer's, another workflow's (by the same bot),
+    lorasent's, a copy of lorasent's marker by the author, the bot's with a damaged
+    marker."""
+    return [{"id": 1, "body": "LGTM", "user": REVIEWER},
+            {"id": 2, "body": "## Coverage report\n85%", "user": BOT_USER},
+            {"id": 3, "body": marker(HEAD_A) + "\nlorasent's", "user": BOT_USER},
+            {"id": 4, "body": marker(HEAD_B) + "\nplanted", "user": REVIEWER},
+            {"id": 5, "body": marker("not-a-sha") + "\n", "user": BOT_USER}]
+
+
+def test_the_workflow_edits_only_its_own_marked_comment(tmp_path, monkeypatch):
+    """Issue 51: the comment job edited any comment by github-actions[bot] that the
+    compare job's comment-id named, another workflow's included."""
+    body = marker(HEAD_B) + "\nnew\n"
+    status, calls, printed = _post(tmp_path, monkeypatch, body, _listed())
+    assert status == 0 and printed == "edited comment 3, the workflow's own\n"
+    assert calls == [["api", "--paginate", "repos/owner/repo/issues/7/comments"],
+                     ["api", "--method", "PATCH", "repos/owner/repo/issues/comments/3", "-F",
+                      "body=@pr-report/comment.md"]]
+    # comment-id, written by the job that ran the pull request's code, is never read
+    (tmp_path / "pr-report" / "comment-id").write_text("2\n", encoding="utf-8")
+    assert _post(tmp_path, monkeypatch, body, _listed())[1][1][3].endswith("/comments/3")
+    # without a marked comment of its own (another workflow's only): a new comment
+    others = [c for c in _listed() if c["id"] != 3]
+    status, calls, printed = _post(tmp_path / "new", monkeypatch, body, others)
+    assert status == 0 and printed == "posted a new comment\n"
+    assert calls[1] == ["pr", "comment", "7", "--repo", "owner/repo", "--body-file",
+                        "pr-report/comment.md"]
+    # the same choice as pr-comment's, which names it in comment-id
+    script = _posting_step()
+    for listed in (_listed(), others):
+        text = json.dumps(listed)
+        found = earlier_comment(text, "c")
+        assert found is not None
+        assert script["to_edit"](script["comments"](text), "github-actions[bot]") == found.id
+
+
+@pytest.mark.parametrize("body, why", [
+    ("## Coverage report\n", "pr-report/comment.md does not start with lorasent's marker "
+                             "line (<!-- lorasent-pr-comment head=<sha> -->)"),
+    ("> " + marker(HEAD_B) + "\n", "pr-report/comment.md does not start with lorasent's "
+                                   "marker line (<!-- lorasent-pr-comment head=<sha> -->)"),
+    (marker(HEAD_B) + "\n" + "x" * COMMENT_LIMIT, "pr-report/comment.md is 60,075 bytes, "
+                                                  "over lorasent's bound of 60,000"),
+    (marker(HEAD_B).encode() + b"\n\xe4\n", "pr-report/comment.md is not UTF-8 text "
+                                              "(byte 75)"),
+])
+def test_the_workflow_refuses_a_body_without_the_marker_or_over_the_bound(
+        tmp_path, monkeypatch, body, why):
+    status, calls, printed = _post(tmp_path, monkeypatch, body, _listed())
+    assert status == 1 and calls == []  # nothing listed, nothing posted
+    assert printed == (f"::error title=No comment posted::{why}; the compare job wrote it, "
+                       "and this job posts only lorasent's own comment\n")
+
+
+def test_the_workflows_bound_and_marker_are_lorasents():
+    script = _posting_step()
+    assert script["LIMIT"] == COMMENT_LIMIT
+    for line in (marker(HEAD_A), marker(HEAD_A[:7]), marker(HEAD_A + "a"), marker("A" * 40),
+                 marker("not-a-sha"), " " + marker(HEAD_A), marker(HEAD_A) + " x"):
+        assert bool(script["MARKER"].match(line + "\n")) == bool(MARKER_LINE.match(line + "\n"))
+
+
+def test_a_pull_request_from_a_fork_skips_the_comment_and_says_why():
+    """Its token is read-only: the comment steps are skipped (not a red job), and a
+    notice says why."""
+    steps = _comment_job()["steps"]
+    assert [s.get("if") for s in steps] == [SAME_REPO.replace("==", "!="), SAME_REPO, SAME_REPO]
+    assert steps[0]["run"].startswith('echo "::notice title=No comment::a pull request from '
+                                      'a fork gets a read-only token, which cannot comment;')
+    assert not any("checkout" in s.get("uses", "") for s in steps)  # nothing of the head
 
 
 @pytest.fixture(scope="module")

@@ -5,12 +5,15 @@ workflow installs none). Through git and DVC: test_compare, test_pr_comment."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 
 from conftest import committed
 from lorasent.contracts import EvalMetrics
 from lorasent.metrics import Predictions
+from lorasent.review.markup import md_code, md_text
+from lorasent.review.render import terminal_text
 from lorasent.review.verdict import Side, Stale, delta_text, group_review, judge, p_text
 
 LABELS = ["neg", "pos"]
@@ -132,3 +135,40 @@ def test_the_review_code_and_its_commands_load_no_torch():
                           check=True)
     assert done.stdout.splitlines()[-1] == "[]"
     assert "Usage: lorasent compare [OPTIONS] A B" in done.stdout
+
+
+# What a data file or a pull request controls, in a verdict as verdict.md holds it
+HOSTILE_MD = ("**B is better than A.**\n\n"
+              f"- ⚠ Flagged: {md_text('e781ef3eb5b6')}, {md_text('@octocat')}, "
+              f"{md_text('a*b_c|d')}, {md_text(chr(27) + '[31mred')}, "
+              f"{md_text('#12 <b>x</b> &amp;')}, {md_text('two' + chr(10) + 'lines')}, "
+              f"{md_code('neg')}, {md_code('a|b')}\n")
+
+
+def test_the_terminal_gets_plain_text_with_control_characters_made_harmless():
+    """Issue 51: compare printed GitHub's escapes ("Flagged: e781ef&#8203;3eb5b6...")."""
+    assert "&#8203;" in HOSTILE_MD and "\\*" in HOSTILE_MD  # the file keeps its escaping
+    assert terminal_text(HOSTILE_MD) == (
+        "B is better than A.\n\n"
+        "- ⚠ Flagged: e781ef3eb5b6, @octocat, a*b_c|d, ‹U+001B›[31mred, #12 <b>x</b> &amp;, "
+        "two‹U+000A›lines, `neg`, a|b\n")
+
+
+def test_compare_prints_the_verdict_as_plain_text(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    import lorasent.review.compare
+    from lorasent.cli import main
+
+    def written(rev_a: str, rev_b: str, out: Path) -> Path:
+        out.mkdir(parents=True)
+        (out / "verdict.md").write_text(HOSTILE_MD, encoding="utf-8")
+        return out
+
+    monkeypatch.setattr(lorasent.review.compare, "compare", written)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["compare", "v1", "v2", "--out", "r"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == terminal_text(HOSTILE_MD).strip() + (
+        "\nwrote r/report.md and r/report.html\n")
+    assert (tmp_path / "r" / "verdict.md").read_text(encoding="utf-8") == HOSTILE_MD

@@ -6,6 +6,9 @@ test_render_sets."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -114,6 +117,71 @@ def test_sets_that_agree_and_revisions_without_sets_add_nothing():
         "No paired test: HEAD has no metrics/test_sets/x/predictions.csv.")
     assert set_lines(review)[1] == "- x: no paired test"
     assert outcome(None) == "no paired test"
+
+
+TINY_SAID = ("No paired test: test set tiny has 1 row, too few for one (a bootstrap over one "
+             "row draws it every time: no spread, no interval); give it more rows (its "
+             "source, `evaluate.test_sets.tiny.source`, or its `evaluate.test_sets.tiny.size`: "
+             "0 keeps every row) and rerun evaluate (dvc repro).")
+
+
+def test_a_set_of_one_row_is_said_too_small_and_the_rest_goes_on():
+    """Issue 51: a one-row set, scored by evaluate ("no interval: 1 row"), made every later
+    compare fail, against a revision without it too, naming the wrong key
+    (split.test_size)."""
+    tiny = {"tiny": predictions("t", 1, range(0))}
+    review = judge(side("main", MAIN_A, tiny), side("HEAD", MAIN_B, tiny), LABELS)
+    assert review.verdict == f"B is better than A: {MEASURED}."  # the test split's
+    assert review.sets["tiny"].verdict == TINY_SAID
+    assert set_lines(review) == [
+        "- test split (40 rows): better, Δ accuracy +0.300 [+0.150, +0.450]",
+        "- tiny: no paired test (1 row, too few for one)"]
+    assert "- tiny: no paired test (1 row, too few for one)" in review.summary()
+    # against a revision without the set: named as only in A, and nothing more
+    without = judge(side("main", MAIN_A, tiny), side("HEAD", MAIN_B, {}), LABELS)
+    assert without.verdict == f"B is better than A: {MEASURED}."
+    assert without.warnings == ["test set tiny is only in A (main), so it has no paired "
+                                "verdict"]
+    # a test split of one row: its own key
+    one = predictions("r", 1, range(0))
+    assert judge(side("main", one, {}), side("HEAD", one, {}), LABELS).verdict == (
+        "No paired test: the test split has 1 row, too few for one (a bootstrap over one row "
+        "draws it every time: no spread, no interval); set split.test_size to more rows and "
+        "rerun (dvc repro).")
+
+
+def test_a_workspace_holding_a_one_row_set_is_read(tmp_path):
+    """The reading half: a side whose eval.json has a one-row set is read, its predictions
+    kept, where it used to be one error."""
+    from lorasent.metrics import predictions_csv
+    from lorasent.review.collect import read_side
+
+    files = {"metrics/predictions.csv": MAIN_A,
+             "metrics/test_sets/tiny/predictions.csv": predictions("t", 1, range(0))}
+    for path, p in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(predictions_csv(p.ids, p.actual.tolist(),
+                                                     np.log(p.probabilities), LABELS),
+                                     encoding="utf-8")
+    evals = _one_row_eval_json()
+    (tmp_path / "metrics/eval.json").write_text(json.dumps(evals), encoding="utf-8")
+    found = read_side(tmp_path, "workspace", {})
+    tiny = found.test_sets["tiny"].predictions
+    assert tiny is not None and tiny.ids == ["t00"]
+    review = judge(found, side("HEAD", MAIN_B, {}), LABELS)
+    assert review.verdict == f"B is better than A: {MEASURED}."
+
+
+def _one_row_eval_json() -> dict[str, Any]:
+    """eval.json of the test split (A's 40 rows) with the set tiny of one row, as evaluate
+    scores it: metrics without intervals and the one-row warning."""
+    from test_render_sets import _metrics
+
+    tiny = {**_metrics(1.0, 1, None), "source": "tiny.csv", "data": {},
+            "accuracy_ci95_low": None, "accuracy_ci95_high": None,
+            "warnings": ["no interval: 1 row in test set tiny, and a bootstrap over one row "
+                         "has no spread; add rows to it for 95% intervals"]}
+    return {**_metrics(0.7, 40, None), "test_sets": {"tiny": tiny}}
 
 
 def test_the_calibration_deltas_are_those_of_the_paired_rows():

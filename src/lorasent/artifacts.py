@@ -260,10 +260,38 @@ class OutputPathError(LorasentError):
     the option, and whether ``--force`` overrides it."""
 
 
-def marker_text(command: str) -> str:
-    """The content of the :data:`OUTPUT_MARKER` that ``lorasent <command>`` leaves."""
-    return (f"lorasent {command}\nThis folder was written by `lorasent {command}`, which "
+WRITTEN = "files: "  # the marker's line listing the files the command wrote, as JSON
+
+
+def marker_text(command: str, files: Iterable[str] | None = None) -> str:
+    """The content of the :data:`OUTPUT_MARKER` that ``lorasent <command>`` leaves; with
+    ``files`` (paths relative to the folder, ``/``-separated), a last line
+    :data:`WRITTEN` and their sorted JSON list: the files the command wrote, the only
+    ones :func:`check_output_folder` lets it remove (a marker without the line is of a
+    lorasent before issue 51)."""
+    text = (f"lorasent {command}\nThis folder was written by `lorasent {command}`, which "
             "replaces it as a whole when run again with the same folder.\n")
+    if files is None:
+        return text
+    return (text + "It replaces only the files listed here; any other file is not its own "
+            "and is never removed with a file git tracks.\n"
+            f"{WRITTEN}{json.dumps(sorted(files), ensure_ascii=False)}\n")
+
+
+def written_files(marker: Path) -> set[str] | None:
+    """The files a :data:`OUTPUT_MARKER` lists as written (:func:`marker_text`), the
+    marker itself among them; None for a marker without the list (or not readable as
+    one)."""
+    for line in marker.read_text(encoding="utf-8", errors="replace").splitlines():
+        if line.startswith(WRITTEN):
+            try:
+                files = json.loads(line[len(WRITTEN):])
+            except json.JSONDecodeError:
+                return None
+            if isinstance(files, list) and all(isinstance(f, str) for f in files):
+                return {*files, OUTPUT_MARKER}
+            return None
+    return None
 
 
 @contextlib.contextmanager
@@ -271,10 +299,16 @@ def output_dir(path: str | Path, *, command: str) -> Iterator[Path]:
     """:func:`atomic_dir` for a folder a user named (``--out``): the temporary folder
     holds the :data:`OUTPUT_MARKER` of ``command`` from the start, so that the same
     command replaces its own output again without ``--force``
-    (:func:`check_output_folder`)."""
+    (:func:`check_output_folder`); once the block succeeds, the marker lists every file
+    the block wrote (:func:`marker_text`), so that no other file is ever taken for the
+    command's own."""
     with atomic_dir(path) as tmp:
         (tmp / OUTPUT_MARKER).write_text(marker_text(command), encoding="utf-8")
         yield tmp
+        files = [(Path(root) / name).relative_to(tmp).as_posix()
+                 for root, _, names in os.walk(tmp) for name in names]
+        (tmp / OUTPUT_MARKER).write_text(
+            marker_text(command, [f for f in files if f != OUTPUT_MARKER]), encoding="utf-8")
 
 
 def _files(n: int) -> str:
@@ -455,8 +489,12 @@ def check_output_folder(path: str | Path, *, command: str, force: bool,
     holding a git-tracked path without the :data:`OUTPUT_MARKER` of ``command`` (a command
     never deletes what it did not write). Refused unless ``force``: a folder of its own
     (with that marker) holding a git-tracked path (a report committed, which git keeps),
-    and a non-empty folder without the marker. A folder that does not exist yet,
-    or an empty one, is fine.
+    and a non-empty folder without the marker. Of a folder of its own, a git-tracked file
+    the marker does not list as written (:func:`written_files`; with a marker that lists
+    none, every git-tracked file) is refused even with ``force``, and any other file it
+    does not list unless ``force``: a command never deletes what it did not write, and
+    ``--force`` never deletes what git tracks. A folder that does not exist yet, or an
+    empty one, is fine.
 
     Raises:
         OutputPathError: one line naming ``option``, the folder, what it holds (counts
@@ -523,6 +561,7 @@ def check_output_folder(path: str | Path, *, command: str, force: bool,
     ours = marker.is_file() and marker.read_text(encoding="utf-8", errors="replace"
                                                  ).split("\n", 1)[0] == f"lorasent {command}"
     overridable = "choose a new folder, or pass --force to replace it"
+    listed = written_files(marker) if ours else None
     for root in roots:
         tracked = _git(root, "ls-files", "-z", "--full-name", "--", str(full)) \
             if _within(full, root) else []
@@ -531,6 +570,19 @@ def check_output_folder(path: str | Path, *, command: str, force: bool,
                 f"{where}: refusing to replace a folder holding files tracked by git "
                 f"({_files(len(tracked))}, e.g. {tracked[0]}) that `lorasent {command}` did "
                 f"not write; {never}")
+        if tracked and listed is None:  # a marker of before issue 51: what it wrote is unknown
+            raise OutputPathError(
+                f"{where}: refusing to replace a folder holding files tracked by git "
+                f"({_files(len(tracked))}, e.g. {tracked[0]}): its {OUTPUT_MARKER}, of an "
+                f"older lorasent, does not list the files `lorasent {command}` wrote; remove "
+                f"the folder yourself (git rm -r) if all of it is lorasent's, or {never}")
+        foreign = [p for p in tracked if listed is not None
+                   and (root / p).relative_to(full).as_posix() not in listed]
+        if foreign:  # issue 51: a file committed into the command's own folder
+            raise OutputPathError(
+                f"{where}: refusing to replace a folder holding {foreign[0]}, tracked by git, "
+                f"which `lorasent {command}` did not write (its {OUTPUT_MARKER} does not list "
+                f"it); move the file out of the folder (git mv) or {never}")
         if tracked and not force:  # its own output, committed: git keeps that copy
             raise OutputPathError(
                 f"{where}: refusing to replace a folder holding files tracked by git "
@@ -544,6 +596,14 @@ def check_output_folder(path: str | Path, *, command: str, force: bool,
         raise OutputPathError(
             f"{where}: refusing to replace a folder `lorasent {command}` did not write "
             f"({count}, e.g. {path / files[0].relative_to(full)}); {overridable}")
+    strangers = [f for f in files if listed is not None
+                 and f.relative_to(full).as_posix() not in listed]
+    if strangers:
+        raise OutputPathError(
+            f"{where}: refusing to replace a folder holding "
+            f"{path / strangers[0].relative_to(full)}, which `lorasent {command}` did not "
+            f"write (its {OUTPUT_MARKER} does not list it); move it out of the folder, choose "
+            "a new folder, or pass --force to replace the folder, that file too")
 
 
 def check_output_file(path: str | Path, *, force: bool, option: str = "--output",

@@ -830,7 +830,8 @@ def sweep(sets: tuple[str, ...], seeds: int, name: str, address: str | None,
 @click.option("--out", "out_dir", type=click.Path(path_type=Path),
               help="Output folder, replaced as a whole  [default: reports/learning-curve-<NAME>]")
 @click.option("--force", is_flag=True,
-              help="Replace an --out folder that learning-curve did not write.")
+              help="Replace an --out folder that learning-curve did not write (never "
+              "git-tracked files it did not write).")
 @_ray_options
 @_user_errors
 def learning_curve(fractions: str, seeds: int, name: str, out_dir: Path | None, force: bool,
@@ -887,13 +888,20 @@ def compare(rev_a: str, rev_b: str, out_dir: Path | None, force: bool) -> None:
     """
     from lorasent.artifacts import check_output_folder
     from lorasent.review.compare import compare as write_report
-    from lorasent.review.render import REPORT_HTML, REPORT_MD, VERDICT_MD, report_folder
+    from lorasent.review.render import (
+        REPORT_HTML,
+        REPORT_MD,
+        VERDICT_MD,
+        report_folder,
+        terminal_text,
+    )
 
     folder = report_folder(rev_a, rev_b, out_dir)
     check_output_folder(folder, command="compare", force=force,
                         option="--out" if out_dir else "the report folder")
     out = write_report(rev_a, rev_b, folder)
-    click.echo((out / VERDICT_MD).read_text(encoding="utf-8").strip())
+    # plain text: GitHub's escapes (&#8203;, \*) are for the Markdown files (issue 51)
+    click.echo(terminal_text((out / VERDICT_MD).read_text(encoding="utf-8")).strip())
     click.echo(f"wrote {out / REPORT_MD} and {out / REPORT_HTML}")
 
 
@@ -1008,7 +1016,8 @@ def _check_inputs(params: Params) -> None:
               help="The login the workflow posts as: only a comment of its own is edited "
               "and read for the previous head.")
 @click.option("--force", is_flag=True,
-              help="Replace an --out folder that pr-comment did not write.")
+              help="Replace an --out folder that pr-comment did not write (never git-tracked "
+              "files it did not write).")
 @_user_errors
 def pr_comment(base: str, out_dir: Path, comments_path: Path | None, pr: str | None,
                run_url: str | None, author: str, force: bool) -> None:
@@ -1023,6 +1032,10 @@ def pr_comment(base: str, out_dir: Path, comments_path: Path | None, pr: str | N
     from lorasent.review.pr_comment import COMMENT_ID, COMMENT_MD
     from lorasent.review.pr_comment import pr_comment as write_comment
 
+    if not author.strip():  # "was not written by , so ..." (issue 51)
+        raise click.BadParameter("empty; give the login the workflow posts as "
+                                 "(github-actions[bot] for the GITHUB_TOKEN)",
+                                 param_hint="'--author'")
     check_output_folder(out_dir, command="pr-comment", force=force)
     try:
         comments = comments_path.read_bytes().decode("utf-8") if comments_path else None

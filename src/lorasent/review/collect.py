@@ -33,7 +33,6 @@ from lorasent.errors import LorasentError
 from lorasent.metrics import (
     NoRowIdsError,
     Predictions,
-    PredictionsFileError,
     csv_header,
     csv_rows,
     probability,
@@ -241,19 +240,15 @@ def read_label_issues(text: str, source: str) -> dict[str, LabelIssue]:
 
 
 def read_predictions_strict(text: str, source: str) -> Predictions:
-    """:func:`lorasent.metrics.read_predictions`, and at least 2 rows: one row gives no
-    interval and no paired test.
+    """:func:`lorasent.metrics.read_predictions`: a damaged file is one error. A file of
+    one row is read as it is (evaluate scores such a set, without intervals): the
+    verdict says that it is too few for a paired test
+    (:func:`lorasent.review.verdict.too_few_rows`), and the comparison goes on.
 
     Raises:
-        NoRowIdsError, PredictionsFileError: as :func:`lorasent.metrics.read_predictions`;
-            PredictionsFileError also for a single row.
+        NoRowIdsError, PredictionsFileError: as :func:`lorasent.metrics.read_predictions`.
     """
-    p = read_predictions(text, source)
-    if len(p.ids) == 1:
-        raise PredictionsFileError(f"{source} line 2 (id {p.ids[0]}): the only test row; no "
-                                   "interval or paired test can be drawn from 1 row: set "
-                                   "split.test_size to more rows and rerun (dvc repro)")
-    return p
+    return read_predictions(text, source)
 
 
 def expand_group(repo: Path, spec: str) -> list[str]:

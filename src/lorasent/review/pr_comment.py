@@ -15,8 +15,11 @@ one folder, whole or not at all:
   params that differ (old → new), the paired table (Δ accuracy, Δ macro-F1, Δ ECE, Δ NLL
   and Δ Brier with their intervals, McNemar's p), each class's rows fixed and broken,
   then ``dvc metrics diff`` in a fold without the keys no reviewer reads (:data:`UNREAD`);
-- ``comment-id``: the id of the earlier comment, which the workflow edits instead of
-  adding another; absent when there is none.
+- ``comment-id``: the id of the earlier comment, to be edited instead of adding another;
+  absent when there is none. The workflow's comment job does not read it (this job runs
+  the pull request's code): it finds the same comment itself, by the same rule;
+- ``comment.md`` is at most :data:`COMMENT_LIMIT` bytes (:func:`bounded`), which the
+  workflow checks again before it posts.
 
 The earlier comment is one the workflow's own identity wrote (:data:`BOT`, or ``author``):
 a comment by anyone else that carries the marker is ignored, and said so
@@ -46,6 +49,7 @@ from lorasent.review.collect import (
 from lorasent.review.markup import md_code, md_text
 from lorasent.review.render import (
     REPORT_HTML,
+    REPORT_MD,
     diff_cells,
     paired_table,
     param_cell,
@@ -57,6 +61,14 @@ from lorasent.review.render import (
 
 T = TypeVar("T")
 MARKER = "<!-- lorasent-pr-comment"  # the first line of the comment: marker(head)
+# GitHub refuses a comment body longer than this ("Body is too long (maximum is 65536
+# characters)", status 422 of the REST API's create and update issue comment), and then
+# there is no comment at all.
+GITHUB_COMMENT_LIMIT = 65_536
+# comment.md's most, in UTF-8 bytes: GitHub's limit less a margin. A byte count is at
+# least the count of characters and of UTF-16 code units, so the body fits however GitHub
+# counts; the fold is cut first (:func:`bounded`), and the workflow refuses a longer body.
+COMMENT_LIMIT = 60_000
 BOT = "github-actions[bot]"  # the login GitHub gives the workflow's GITHUB_TOKEN
 COMMENT_MD = "comment.md"
 COMMENT_ID = "comment-id"
@@ -85,14 +97,20 @@ def marker(head: str) -> str:
     return f"{MARKER} head={head} -->"
 
 
+MARKER_LINE = re.compile(re.escape(MARKER) + r" head=([0-9a-f]{7,40}) -->(\n|$)")
+
+
 @dataclass(frozen=True)
 class EarlierComment:
-    """The comment an earlier run posted: its GitHub id, and the head it compared; and
-    the ids of the comments that carry the marker but were written by someone else."""
+    """The comment an earlier run posted: its GitHub id, and the head it compared; the
+    ids of the comments that carry the marker but were written by someone else
+    (``ignored``), and of those by the workflow's identity whose marker does not parse
+    (``damaged``)."""
 
     id: int | None
     head: str | None
     ignored: tuple[int, ...] = ()
+    damaged: tuple[int, ...] = ()
 
     def ignored_line(self, author: str) -> str:
         """One line naming the ignored comments; empty when there are none."""
@@ -102,21 +120,38 @@ class EarlierComment:
                 f"marker but was not written by {author}, so it is neither edited nor read "
                 "for the previous head")
 
+    def damaged_line(self, author: str) -> str:
+        """One line naming ``author``'s comments whose marker does not parse, and what to
+        do; empty when there are none."""
+        if not self.damaged:
+            return ""
+        ids = ", ".join(map(str, self.damaged))
+        return (f"ignored comment {ids} by {author}: it starts with the lorasent marker, but "
+                f"the marker does not parse (the first line must be `{marker('<sha>')}`, "
+                "<sha> 7 to 40 hex digits), so it is neither edited nor read for the previous "
+                f"head{'' if self.id is not None else ' and a new comment is posted'}; delete "
+                f"comment {ids} on the pull request (or restore its first line) to keep one "
+                "lorasent comment")
+
 
 def earlier_comment(text: str, source: str, author: str = BOT) -> EarlierComment | None:
     """The last comment in ``text`` written by ``author`` (its ``user.login``) whose body
     starts with a :func:`marker` that parses; None if there is none and no other comment
     carries the marker. A comment by anyone else that starts with :data:`MARKER` is
-    listed in ``ignored`` (then ``id`` and ``head`` may be None).
+    listed in ``ignored``, one by ``author`` whose marker does not parse in ``damaged``
+    (then ``id`` and ``head`` may be None).
 
     ``text`` is what ``gh api --paginate repos/<o>/<r>/issues/<n>/comments`` prints: one
     JSON array of comment objects (``id``, ``body``, ``user``: ``{login, type}``, as
     GitHub's REST API "list issue comments" returns them) per page, one after the other.
 
     Raises:
-        LorasentError: ``text`` is empty, or not such arrays; names ``source`` and the
-            offset.
+        LorasentError: ``author`` is empty; ``text`` is empty, or not such arrays; names
+            ``source`` and the offset.
     """
+    if not author.strip():
+        raise LorasentError("pr-comment: --author is empty; give the login the workflow "
+                            f"posts as ({BOT} for the GITHUB_TOKEN)")
     if not text.strip():
         raise LorasentError(f"pr-comment: {source}: empty; `gh api --paginate` prints [] for "
                             "a pull request without comments, so an empty file means it "
@@ -137,23 +172,26 @@ def earlier_comment(text: str, source: str, author: str = BOT) -> EarlierComment
                                 "--paginate repos/<owner>/<repo>/issues/<number>/comments`")
         comments += page
     found: tuple[int, str] | None = None
-    ignored = []
+    ignored, damaged = [], []
     for comment in comments:
         body = str(comment.get("body") or "")
         if not body.startswith(MARKER):
             continue
         user = comment.get("user")
-        head = re.match(re.escape(MARKER) + r" head=([0-9a-f]{7,40}) -->(\n|$)", body)
-        if (isinstance(user, dict) and user.get("login") == author and head
-                and isinstance(comment.get("id"), int)):
+        head = MARKER_LINE.match(body)
+        own = isinstance(user, dict) and user.get("login") == author \
+            and isinstance(comment.get("id"), int)
+        if own and head:
             found = (comment["id"], head.group(1))
+        elif own:
+            damaged.append(comment["id"])
         else:
             ignored.append(comment.get("id"))
-    if found is None and not ignored:
+    if found is None and not ignored and not damaged:
         return None
     shown = tuple(i if isinstance(i, int) else -1 for i in ignored)
     return EarlierComment(found[0] if found else None, found[1] if found else None,
-                          ignored=shown)
+                          ignored=shown, damaged=tuple(damaged))
 
 
 def pr_comment(base: str, out: str | Path, comments: str | None = None,
@@ -166,7 +204,8 @@ def pr_comment(base: str, out: str | Path, comments: str | None = None,
     (the pull request's number) and ``run_url`` (the workflow run, whose artifacts hold
     the reports) go into the comment's last lines; ``author`` is the login the workflow
     posts as (:func:`earlier_comment`); ``say`` gets the one line naming the comments
-    that carry the marker but are not ``author``'s, if any.
+    that carry the marker but are not ``author``'s, and the one naming ``author``'s whose
+    marker does not parse, if any.
 
     Raises:
         LorasentError: as :func:`lorasent.review.compare.compare` for either comparison, and as
@@ -179,8 +218,9 @@ def pr_comment(base: str, out: str | Path, comments: str | None = None,
         raise LorasentError(f"pr-comment: {repo.resolve()} has no HEAD commit; run it in a "
                             "checkout of the pull request's head")
     earlier = earlier_comment(comments, "--comments", author) if comments is not None else None
-    if earlier and earlier.ignored:
-        say(f"pr-comment: {earlier.ignored_line(author)}")
+    for line in (earlier.ignored_line(author), earlier.damaged_line(author)) if earlier else ():
+        if line:
+            say(f"pr-comment: {line}")
     _own(check_revisions, repo, {"base": [base]})
     against_base = _own(collect, repo, base, "HEAD")
     previous: Comparison | str | None = None  # the comparison, or why there is none
@@ -203,9 +243,10 @@ def pr_comment(base: str, out: str | Path, comments: str | None = None,
 
 def comment_text(head: str, base: str, against_base: Comparison,
                  previous: Comparison | str | None, pr: str | None, run_url: str | None,
-                 base_folder: str) -> str:
+                 base_folder: str, limit: int = COMMENT_LIMIT) -> str:
     """The comment's Markdown: :func:`marker`, the comparison against ``base``, the one
-    against the previous head (or why there is none), the fold, the footer."""
+    against the previous head (or why there is none), the fold, the footer; at most
+    ``limit`` UTF-8 bytes (:func:`bounded`: the fold is cut first)."""
     short = _short(against_base, "HEAD")
     lines = [marker(head), f"### lorasent: B, this pull request's head ({short}), against "
              f"A, {md_code(base)} ({_short(against_base, base)})", ""]
@@ -216,21 +257,72 @@ def comment_text(head: str, base: str, against_base: Comparison,
         lines += [previous] if isinstance(previous, str) else \
             _section(previous, "previous head", tables=False)
     # an HTML block: Markdown's backslashes show there, its references and <br> do not
-    lines += ["", "<details>", f"<summary>Every metric that changed against <code>"
-              f"{md_text(base)}</code> (<code>dvc metrics diff</code>, less the keys no "
-              "reviewer reads)</summary>", ""]
-    lines += _metrics_diff(against_base, base)
-    lines += ["", "</details>", ""]
+    fold = ["", "<details>", f"<summary>Every metric that changed against <code>"
+            f"{md_text(base)}</code> (<code>dvc metrics diff</code>, less the keys no "
+            "reviewer reads)</summary>", ""]
+    fold += _metrics_diff(against_base, base)
+    fold += ["", "</details>", ""]
     where = f"the `lorasent-report` artifact of [this run]({run_url})" if run_url else \
         "the folder this comment was written to"
     fetch = f"`git fetch origin pull/{pr}/head`, then " if pr else ""
+    locally = f"{fetch}`make compare A={_short(against_base, base)} B={short}`"
     push = (f"; this push: `make compare A={previous.rev_a} B={short}`"
             if isinstance(previous, Comparison) else "")
-    lines += [f"Per-class tables, confusion matrices, flipped texts and loss curves: {where} "
-              f"(open `{base_folder}/{REPORT_HTML}`). Locally: {fetch}`make compare "
-              f"A={_short(against_base, base)} B={short}` ({md_code(base)} as compared "
-              f"here){push}."]
-    return "\n".join(lines) + "\n"
+    foot = [f"Per-class tables, confusion matrices, flipped texts and loss curves: {where} "
+            f"(open `{base_folder}/{REPORT_HTML}`). Locally: {locally} ({md_code(base)} as "
+            f"compared here){push}."]
+    rest = f"{where} (`{base_folder}/{REPORT_MD}`, which has every metric), or locally {locally}"
+    return bounded(lines, fold, foot, rest, limit)
+
+
+def bounded(head: list[str], fold: list[str], foot: list[str], rest: str,
+            limit: int = COMMENT_LIMIT) -> str:
+    """The comment's lines ``head``, ``fold`` and ``foot`` joined, at most ``limit`` UTF-8
+    bytes (:data:`COMMENT_LIMIT`): whole when they fit; else the fold's table (``fold``:
+    the ``<details>`` block, its table's header ending at the first ``|---`` line) loses
+    its last rows, and a line inside the fold says how many and that they are in ``rest``
+    (Markdown: where the whole report is); when even the fold's header does not fit, the
+    fold goes and ``head`` loses its last lines, the verdict first kept, with such a
+    line. Lines are kept whole, so a table cut stays a table."""
+    def size(lines: list[str]) -> int:
+        return len(("\n".join(lines) + "\n").encode("utf-8"))
+
+    if size(head + fold + foot) <= limit:
+        return "\n".join(head + fold + foot) + "\n"
+    table = next((i for i, line in enumerate(fold) if line.startswith("|---")), None)
+    close = fold.index("</details>") if "</details>" in fold else len(fold)
+    end = close - 1 if table is not None and fold[close - 1] == "" else close
+    rows = fold[table + 1:end] if table is not None else []
+
+    def note(left: int, what: str) -> str:
+        said = f"{left} more {what} do not" if left != 1 else f"1 more {what[:-1]} does not"
+        return (f"Cut here: {said} fit in one comment (GitHub takes "
+                f"{GITHUB_COMMENT_LIMIT:,} characters at most); the rest is in {rest}.")
+
+    if table is not None:
+        opening, closing = fold[:table + 1], ["", note(len(rows), "rows"), *fold[end:]]
+        kept = _fitting(rows, head + opening + closing + foot, limit, size)
+        if kept is not None:
+            closing[1] = note(len(rows) - kept, "rows")
+            return "\n".join(head + opening + rows[:kept] + closing + foot) + "\n"
+    kept = _fitting(head, ["", note(len(head), "lines"), ""] + foot, limit, size) or 0
+    return "\n".join(head[:kept] + ["", note(len(head) - kept, "lines"), ""] + foot) + "\n"
+
+
+def _fitting(lines: list[str], fixed: list[str], limit: int,
+             size: Callable[[list[str]], int]) -> int | None:
+    """How many of ``lines``, from the first, fit within ``limit`` bytes beside ``fixed``
+    (one line break each); None when not even ``fixed`` fits."""
+    room = limit - size(fixed)
+    if room < 0:
+        return None
+    kept = 0
+    for line in lines:
+        room -= len(line.encode("utf-8")) + 1
+        if room < 0:
+            break
+        kept += 1
+    return kept
 
 
 def _section(c: Comparison, name_a: str, tables: bool = True) -> list[str]:

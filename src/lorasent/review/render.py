@@ -25,7 +25,7 @@ from lorasent.contracts import EvalMetrics, dump
 from lorasent.metrics import Predictions
 from lorasent.paths import EVAL_METRICS, EVAL_RELIABILITY, SPLIT_DIR
 from lorasent.review.collect import Comparison, lookup, ran_with
-from lorasent.review.markup import SENTENCE_LIMIT, md_code, md_text
+from lorasent.review.markup import SENTENCE_LIMIT, md_code, md_text, visible
 from lorasent.review.verdict import Review, Side, busy, class_order, delta_text, p_text
 from lorasent.statistics import GroupComparison, PairedComparison, with_interval
 
@@ -627,6 +627,35 @@ code {{ background: #f6f8fa; padding: 0 0.2em; }}
 {md.render(text)}</body>
 </html>
 """
+
+
+def terminal_text(markdown: str) -> str:
+    """Markdown lorasent wrote (``verdict.md``) as the plain text a terminal prints, to be
+    read, copied and searched as GitHub shows it: emphasis and HTML tags gone, backslash
+    escapes and character references resolved (so :func:`~lorasent.review.markup.md_text`'s
+    zero-width spaces go: ``e781ef3eb5b6``, not ``e781ef&#8203;3eb5b6``), a code span
+    in backticks, ``<br>`` (a newline in a value) as ``‹U+000A›``; then every control
+    and reordering character spelled out (:func:`~lorasent.review.markup.visible`), so
+    nothing a value holds reaches the terminal as an escape sequence. Line by line, as
+    written (markdown-it's inline parser, CommonMark)."""
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("commonmark", {"html": True})
+
+    def plain(line: str) -> str:
+        parts = []
+        for token in (md.parseInline(line)[0].children or []) if line else []:
+            if token.type == "text":
+                parts.append(token.content)
+            elif token.type == "code_inline":
+                parts.append(f"`{token.content}`")
+            elif token.type == "html_inline" and re.match(r"<br\s*/?>", token.content, re.I):
+                parts.append("‹U+000A›")
+            elif token.type in ("softbreak", "hardbreak"):
+                parts.append(" ")
+        return visible("".join(parts).replace("\u200b", ""))
+
+    return "\n".join(plain(line) for line in markdown.split("\n"))
 
 
 def slug(text: str) -> str:

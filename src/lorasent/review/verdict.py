@@ -136,6 +136,7 @@ class Review:
     # {row id: "A", "B" or "A, B"}: the rows B fixed or broke that a side's audit flags
     flagged: dict[str, str] = field(default_factory=dict)
     sets: dict[str, Review] = field(default_factory=dict)  # each extra test set's review
+    unpaired: str = ""  # why there is no paired test, in a few words, for its set's line
 
     def summary(self, notes: bool = True) -> str:
         """The verdict, one line per test set (:func:`set_lines`, with extra sets), the
@@ -155,13 +156,14 @@ def set_lines(review: Review) -> list[str]:
     sides have): ``- reviews-zh (400 rows): worse, Δ accuracy −0.050 [−0.090, −0.012]``,
     the verdict in a word (:func:`outcome`); ``- reviews-zh: no paired test`` without one."""
 
-    def line(name: str, p: PairedComparison | None) -> str:
+    def line(name: str, r: Review) -> str:
+        p = r.paired
         return (f"- {md_text(name)} ({p.rows} rows): {outcome(p)}, Δ accuracy "
                 f"{delta_text(p.delta_accuracy, *p.delta_accuracy_ci)}" if p else
-                f"- {md_text(name)}: {outcome(p)}")
+                f"- {md_text(name)}: {outcome(p)}" + (f" ({r.unpaired})" if r.unpaired else ""))
 
-    return [line(MAIN_SPLIT.removeprefix("the "), review.paired),
-            *(line(name, r.paired) for name, r in review.sets.items())]
+    return [line(MAIN_SPLIT.removeprefix("the "), review),
+            *(line(name, r) for name, r in review.sets.items())]
 
 
 def judge(a: Side, b: Side, labels: list[str], stale: dict[str, Stale | None] | None = None,
@@ -172,7 +174,7 @@ def judge(a: Side, b: Side, labels: list[str], stale: dict[str, Stale | None] | 
     (:func:`disagreement`). A side in ``stale`` is said first, and then no verdict is
     called a result: its metrics are not of its params."""
     review = _judged(a, b, labels)
-    sets = {name: _judged(a.test_sets[name], b.test_sets[name], labels)
+    sets = {name: _judged(a.test_sets[name], b.test_sets[name], labels, name)
             for name in a.test_sets if name in b.test_sets}
     only = [f"test set {md_text(name)} is only in {side} ({md_text(s.rev)}), so it has no "
             "paired verdict"
@@ -191,10 +193,11 @@ def judge(a: Side, b: Side, labels: list[str], stale: dict[str, Stale | None] | 
                    warnings=[*notes, *only, *review.warnings], sets=sets)
 
 
-def _judged(a: Side, b: Side, labels: list[str]) -> Review:
-    """:func:`_paired_review` of one test set, with the calibration deltas of its paired
-    rows and the note on the flipped rows a side's label audit flags."""
-    review = _paired_review(a, b, labels)
+def _judged(a: Side, b: Side, labels: list[str], name: str | None = None) -> Review:
+    """:func:`_paired_review` of one test set (``name``; None: the test split), with the
+    calibration deltas of its paired rows and the note on the flipped rows a side's label
+    audit flags."""
+    review = _paired_review(a, b, labels, name)
     if review.rows is None:
         return review
     pa, pb = review.rows
@@ -407,7 +410,21 @@ def busy(sides: Sequence[Side]) -> list[str]:
     return found
 
 
-def _paired_review(a: Side, b: Side, labels: list[str]) -> Review:
+def too_few_rows(rows: int, name: str | None = None) -> str:
+    """The verdict on a test set (``name``; None: the test split) of ``rows`` rows, fewer
+    than a paired test takes (2): what to set, the key of that set."""
+    what, fix = (("the test split", "set split.test_size to more rows and rerun (dvc repro)")
+                 if name is None else
+                 (f"test set {md_text(name)}", f"give it more rows (its source, "
+                  f"{md_code(f'evaluate.test_sets.{name}.source')}, or its "
+                  f"{md_code(f'evaluate.test_sets.{name}.size')}: 0 keeps every row) and "
+                  "rerun evaluate (dvc repro)"))
+    return (f"No paired test: {what} has {rows} row{'' if rows == 1 else 's'}, too few for "
+            "one (a bootstrap over one row draws it every time: no spread, no interval); "
+            f"{fix}.")
+
+
+def _paired_review(a: Side, b: Side, labels: list[str], name: str | None = None) -> Review:
     warnings, notes = side_warnings(a, b)
     pa, pb = a.predictions, b.predictions
     if pa is None or pb is None:
@@ -443,6 +460,9 @@ def _paired_review(a: Side, b: Side, labels: list[str]) -> Review:
                            "aliases?): not paired")
         return Review("No paired test: the same rows carry other gold labels in A and B.",
                       warnings, labels, notes=notes)
+    if len(pa.ids) < 2:  # issue 51: scored as such, so compared as such; the rest goes on
+        return Review(too_few_rows(len(pa.ids), name), warnings, labels, notes=notes,
+                      unpaired=f"{len(pa.ids)} row, too few for one")
     paired = paired_comparison(pa.actual, pa.predicted, pb.predicted, pa.labels)
     return Review(paired_verdict(paired), warnings, pa.labels, paired, (pa, pb), notes)
 
