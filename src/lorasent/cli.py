@@ -916,7 +916,7 @@ def compare(rev_a: str, rev_b: str, out_dir: Path | None, force: bool) -> None:
 @click.option("--tolerance", type=float,
               help="How far a probability may move for 'equivalent' (absolute); a metric "
               "computed from probabilities may move by this or 0.1% of itself  "
-              "[default: 1e-4]")
+              "[default: 0.0001]")
 @click.option("--seed-groups", nargs=2, metavar="REV_GROUP HERE_GROUP",
               help="Judge two groups of runs over seeds instead (experiments, e.g. 'ref-seed*' "
               "'here-seed*', as lorasent seeds names them): Welch's t-test, olympic means.")

@@ -497,9 +497,10 @@ def verdict_of(pairs: dict[str, tuple[bytes, bytes]], *, rev: str, commit: str =
                        + ("; ".join(s.problem or s.name for s in sets) or "no predictions"),
                        files, sets, machines)
     significant = any(s.paired is None or s.paired.significant for s in sets)
+    sentence = (paired_verdict(main.paired).replace("B is", "this run is")
+                .replace("than A", f"than {visible(rev)}"))
     line = (f"{len(main.flipped)} of {main.rows} predictions differ from {where}; "
-            + paired_verdict(main.paired).replace("B is", "this run is")
-            .replace("than A", f"than {visible(rev)}"))
+            + sentence[0].lower() + sentence[1:])
     notes = [f"  {visible(s.name)}: {len(s.flipped)} of {s.rows} predictions differ; "
              + (paired_verdict(s.paired) if s.paired else f"not paired: {s.problem}")
              for s in sets[1:]]
