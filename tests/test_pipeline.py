@@ -179,6 +179,9 @@ def test_running_twice_gives_identical_metrics(repo):
     assert (repo / "dvc.lock").read_bytes() == lock
     assert sorted(p.name for p in (repo / "metrics/provenance/machine").iterdir()) == [
         "baseline.json", "evaluate.json", "train.json"]
+    # and lorasent reproduce says so: the same bytes on the same platform (issue 50)
+    verdict = run(repo, "lorasent", "reproduce", "--workspace").splitlines()[0]
+    assert verdict.startswith("reproduce: identical: every output of HEAD (")
 
 
 def test_failed_stage_keeps_the_last_good_metrics(repo):

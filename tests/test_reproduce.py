@@ -304,3 +304,27 @@ def test_an_interrupted_rerun_leaves_no_clone_and_the_workspace_as_it_was(tiny_c
     assert list(temp.iterdir()) == [], (out, err)
     assert subprocess.run(["git", "status", "--porcelain"], cwd=tiny_copy, capture_output=True,
                           text=True).stdout == before
+
+
+def test_seed_groups_are_judged_by_welch_s_test_and_reported_by_their_olympic_means(
+        monkeypatch):
+    """MLPerf's way for a new platform over seeds: each group's olympic mean (less its best
+    and worst run) and Welch's t-test of the accuracies; no detectable difference is
+    consistent, a real one different."""
+    runs = {"ref-seed1": 0.70, "ref-seed2": 0.71, "ref-seed3": 0.69, "ref-seed4": 0.74,
+            "mine-seed1": 0.705, "mine-seed2": 0.695, "mine-seed3": 0.715, "mine-seed4": 0.70,
+            "far-seed1": 0.61, "far-seed2": 0.60, "far-seed3": 0.62, "far-seed4": 0.605}
+    monkeypatch.setattr("lorasent.review.collect.expand_group",
+                        lambda repo, spec: sorted(r for r in runs if r.startswith(spec[:-1])))
+    monkeypatch.setattr(rp, "check_revisions", lambda repo, sides: None)
+    monkeypatch.setattr(rp, "resolve_commits", lambda repo, *revs: {r: r for r in revs})
+    monkeypatch.setattr(rp, "read_at", lambda repo, rev, path: json.dumps(
+        {"accuracy": runs[rev]}))
+    same = rp.judge_groups(Path("."), "ref-seed*", "mine-seed*")
+    assert same.tier == "consistent"
+    assert same.line == (
+        "no detectable difference over seeds: accuracy over seeds: ref-seed* 0.7100 ± 0.0216 "
+        "(4 seeds), olympic mean 0.7050; mine-seed* 0.7037 ± 0.0085 (4 seeds), olympic mean "
+        "0.7025; Δ −0.006, Welch's t-test p = 0.62")
+    far = rp.judge_groups(Path("."), "ref-seed*", "far-seed*")
+    assert far.tier == "different" and far.line.endswith(": the groups differ")
