@@ -20,7 +20,7 @@ LABELS = ["neg", "pos"]
 IDS = [f"r{i:02d}" for i in range(40)]
 ACTUAL = [i % 2 for i in range(40)]
 # A gets the first 12 rows wrong, B none: 6 of each class fixed
-MEASURED = ("accuracy +0.300 [+0.150, +0.450], McNemar p = < 0.001; macro-F1 +0.300 "
+MEASURED = ("accuracy +0.300 [+0.150, +0.450], McNemar p < 0.001; macro-F1 +0.300 "
             "[+0.171, +0.451]")
 
 
@@ -87,7 +87,7 @@ def test_a_stale_side_is_said_first_and_the_numbers_are_not_a_result():
 def test_differences_and_p_values_as_the_verdict_words_them():
     assert delta_text(-0.0123, -0.05, 0.02) == "−0.012 [−0.050, +0.020]"
     assert delta_text(0.1) == "+0.100"
-    assert [p_text(0.0004), p_text(0.0312), p_text(1.0)] == ["< 0.001", "0.031", "1"]
+    assert [p_text(0.0004), p_text(0.0312), p_text(1.0)] == ["p < 0.001", "p = 0.031", "p = 1"]
 
 
 def test_two_groups_of_seeds_get_welchs_test_and_each_runs_warnings():

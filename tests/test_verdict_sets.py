@@ -59,7 +59,7 @@ A = side("main", MAIN_A,
 B = side("HEAD", MAIN_B,
          {"reviews-zh": predictions("z", 30, range(10)), "news": predictions("n", 20, range(2))},
          audit("r01", "r05"))
-MEASURED = ("accuracy +0.300 [+0.150, +0.450], McNemar p = < 0.001; macro-F1 +0.300 "
+MEASURED = ("accuracy +0.300 [+0.150, +0.450], McNemar p < 0.001; macro-F1 +0.300 "
             "[+0.171, +0.451]")
 
 

@@ -409,7 +409,7 @@ def paired_table(p: PairedComparison, calibration: dict[str, float] | None = Non
         lines += ["", "ECE, NLL and Brier score of the probabilities each predictions file "
                       "holds (raw, before temperature scaling): lower is better."]
     lines += ["", f"McNemar's exact test on the {p.rows} rows: {p.only_b_right} right only in B, "
-                  f"{p.only_a_right} right only in A, p = {p_text(p.p_value)}.", ""]
+                  f"{p.only_a_right} right only in A, {p_text(p.p_value)}.", ""]
     lines += table(["actual class", "rows B fixed (A wrong, B right)",
                      "rows B broke (A right, B wrong)"],
                     ([md_text(label), str(f["fixed"]), str(f["broken"])]

@@ -805,7 +805,7 @@ def judge_groups(repo: Path, rev_group: str, here_group: str) -> Verdict:
     if test.p_value is None:
         return Verdict("different", rev_group, "", f"{said}; neither group varies over its "
                        "seeds, so Welch's t-test is undefined")
-    said += f", Welch's t-test p = {p_text(test.p_value)}"
+    said += f", Welch's t-test {p_text(test.p_value)}"
     if test.significant:
         return Verdict("different", rev_group, "", f"{said}: the groups differ")
     return Verdict("consistent", rev_group, "", f"no detectable difference over seeds: {said}")

@@ -505,7 +505,7 @@ def measured_text(p: PairedComparison) -> str:
     """Δ accuracy and Δ macro-F1 with their intervals, and McNemar's p."""
     low, high = p.delta_accuracy_ci
     f1_low, f1_high = p.delta_macro_f1_ci
-    return (f"accuracy {delta_text(p.delta_accuracy, low, high)}, McNemar p = "
+    return (f"accuracy {delta_text(p.delta_accuracy, low, high)}, McNemar "
             f"{p_text(p.p_value)}; macro-F1 {delta_text(p.delta_macro_f1, f1_low, f1_high)}")
 
 
@@ -516,7 +516,7 @@ def group_verdict(g: GroupComparison) -> str:
     if g.p_value is None:
         return (f"Cannot be tested: {measured}; neither group varies over its seeds, so "
                 "Welch's t-test is undefined.")
-    measured += f", Welch's t-test p = {p_text(g.p_value)}"
+    measured += f", Welch's t-test {p_text(g.p_value)}"
     if g.significant:
         return f"B is {'better' if g.delta > 0 else 'worse'} than A over seeds: {measured}."
     return f"No detectable difference over seeds: {measured}."
@@ -529,7 +529,8 @@ def delta_text(value: float | None, low: float | None = None, high: float | None
 
 
 def p_text(value: float) -> str:
-    return f"{value:.2g}" if value >= 0.001 else "< 0.001"
+    """``p = 0.62``, or ``p < 0.001`` below that (never ``p = < 0.001``)."""
+    return f"p = {value:.2g}" if value >= 0.001 else "p < 0.001"
 
 
 def in_order(p: Predictions, labels: list[str]) -> Predictions:
