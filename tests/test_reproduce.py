@@ -201,13 +201,14 @@ def commit_changed_predictions(repo: Path, change) -> None:
     run(repo, "git", "checkout", "HEAD~1", "--", PREDICTIONS)
 
 
-def relabelled(rows: list[str], how_many: int) -> list[str]:
-    """The first ``how_many`` rows predicted as another class by a clear margin."""
+def relabelled(rows: list[str], how_many: int, gold: bool = False) -> list[str]:
+    """The first ``how_many`` rows predicted as another class by a clear margin (``gold``:
+    as their gold class, a file damaged into claiming them right)."""
     out = []
     for i, line in enumerate(rows):
         cells = line.split(",")
-        if i < how_many:
-            other = next(label for label in LABELS if label != cells[2])
+        if i < how_many and cells[2] != (cells[1] if gold else None):
+            other = cells[1] if gold else next(label for label in LABELS if label != cells[2])
             cells[2] = other
             cells[3:] = ["0.800000" if label == other else "0.100000" for label in LABELS]
         out.append(",".join(cells))
@@ -254,11 +255,14 @@ def test_a_run_a_few_rows_from_rev_is_consistent_and_one_far_from_it_different(
     from tiny_repo import run
 
     run(repo, "git", "reset", "-q", "--hard", "HEAD~1")
-    commit_changed_predictions(repo, lambda rows: relabelled(rows, 24))  # a damaged file
+    # a damaged file: every row claimed right; the run was right on 6 of the 24
+    commit_changed_predictions(repo, lambda rows: relabelled(rows, 24, gold=True))
     done = lorasent(repo, "--workspace")
     assert done.returncode == 1
-    assert done.stdout.startswith("reproduce: different: 24 of 24 predictions differ from HEAD")
-    assert "✗ metrics/predictions.csv: 24 of 24 predicted labels differ" in done.stdout
+    assert done.stdout.startswith("reproduce: different: 18 of 24 predictions differ from "
+                                  "HEAD"), done.stdout
+    assert "this run is worse than HEAD: accuracy −0.750 [−0.917, −0.583]" in done.stdout
+    assert "✗ metrics/predictions.csv: 18 of 24 predicted labels differ" in done.stdout
 
 
 @pytest.mark.slow

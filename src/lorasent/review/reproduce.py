@@ -48,6 +48,7 @@ import math
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -627,8 +628,9 @@ def check_workspace(repo: Path, rev: str, commit: str) -> None:
 
 
 def _run(argv: list[str], cwd: Path, progress: Progress) -> None:
-    """``argv`` in ``cwd``, its output passed on; in a session of its own, stopped with
-    its children (SIGTERM, then SIGKILL) when this process is interrupted.
+    """``argv`` in ``cwd``, its output passed on to standard error (standard output holds
+    the verdict alone); in a session of its own, stopped with its children (SIGTERM,
+    then SIGKILL) when this process is interrupted.
 
     Raises:
         LorasentError: a non-zero exit, naming the command.
@@ -636,8 +638,9 @@ def _run(argv: list[str], cwd: Path, progress: Progress) -> None:
     from lorasent.review.sweep import _stop
 
     progress(f"reproduce: $ {' '.join(argv)}")
+    sys.stderr.flush()
     proc = subprocess.Popen(argv, cwd=cwd, env=environment(), stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+                            stdout=sys.stderr, start_new_session=True)
     try:
         code = proc.wait()
     except BaseException:
