@@ -323,10 +323,11 @@ class Engine:
             self.made.append(Made(tagged, tag, new=tagged in ids))
 
     def container_args(self) -> list[str]:
-        """``docker run`` options that record the container's id (``--cidfile``)."""
+        """``docker run`` options that record the container's id (``--cidfile``), in a
+        file named by the run (engines of other runs may share the log's folder)."""
         folder = self.log.parent / "containers"
         folder.mkdir(exist_ok=True)
-        self.cidfiles.append(folder / f"{len(self.cidfiles) + 1}.cid")
+        self.cidfiles.append(folder / f"{self.run}-{len(self.cidfiles) + 1}.cid")
         return ["--cidfile", str(self.cidfiles[-1])]
 
     def clean_up(self) -> list[str]:

@@ -366,9 +366,9 @@ def test_cleanup_removes_what_the_tier_made_and_leaves_the_users_dangling_image(
     with tarfile.open(tmp_path / "users.tar", "w") as tar:
         tar.add(rootfs, arcname=".")
     users = tier_engine.docker("import", str(tmp_path / "users.tar")).strip()
+    run = Engine(env=tier_engine.env, log=tier_engine.log)
     try:
         assert users in dangling(tier_engine)
-        run = Engine(env=tier_engine.env, log=tier_engine.log)
         context = tmp_path / "context"
         context.mkdir()
         (context / "Dockerfile").write_text(f"FROM {users}\nLABEL step=1\nLABEL step=2\n")
@@ -385,8 +385,9 @@ def test_cleanup_removes_what_the_tier_made_and_leaves_the_users_dangling_image(
         assert tier_engine.docker("ps", "--all", "--quiet", "--no-trunc").split().count(
             container) == 0
         assert users in dangling(tier_engine)
-    finally:
-        tier_engine.docker("image", "rm", users)  # the test's own stand-in for a user's
+    finally:  # what a failed assertion left, then the test's own stand-in for a user's
+        run.clean_up()
+        tier_engine.docker("image", "rm", users)
 
 
 def apart(a: Path, b: Path) -> bool:

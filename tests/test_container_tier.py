@@ -176,6 +176,7 @@ def test_clean_up_removes_only_what_was_recorded_by_id(tmp_path: Path) -> None:
     Path(eng.container_args()[1]).write_text("c0ffee\n")
     eng.container_args()  # a container whose run never started: no id to remove
     assert eng.clean_up() == []
+    assert [p.name for p in eng.cidfiles] == ["0a1b2c3d-1.cid", "0a1b2c3d-2.cid"]
     assert calls.read_text().splitlines() == [
         "container rm --force c0ffee",
         f"image inspect --format {{{{.Id}}}} {{{{json .RepoTags}}}} {S} {I1} {F} {R1}",
