@@ -108,8 +108,9 @@ test-e2e: $(STAMP) browser  ## The end-to-end tier: dvc, make and Chromium in su
 	$(NO_MAKEFLAGS) $(BIN)/python -m pytest -m slow -n $(E2E_PROCESSES) --dist loadfile $(PYTEST_ARGS)
 
 # Builds docker/cpu/Dockerfile (and docker/rocm/Dockerfile against a stand-in base) in a
-# Docker engine, starting one (and installing Debian's docker.io) when none answers;
-# skips when it cannot, fails instead under CI=true (tests/container_tier.py).
+# Docker engine, starting one on paths of its own per run (and installing Debian's
+# docker.io) when none answers; removes only what it made, by id, so that two run at
+# once; skips when it cannot, fails instead under CI=true (tests/container_tier.py).
 test-container: $(STAMP)  ## The container tier: the images built, checked and run; the run's bytes against the venv's
 	$(NO_MAKEFLAGS) $(BIN)/python -m pytest -m container $(PYTEST_ARGS)
 

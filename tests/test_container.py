@@ -8,20 +8,25 @@ doctor`` passes and the label names the commit built; the session's tiny run
 writes the venv's bytes. ``docker/rocm/Dockerfile`` on a stand-in base holding a CPU torch
 stops at its own check, and the lock resolves for its Python and glibc.
 
-Without a Docker engine, and no way to start one, the tier skips in one line; under
-``CI=true`` it fails instead.
+Without a Docker engine, and no way to start one, the tier skips in one line (an engine
+busy when one cannot start beside another); under ``CI=true`` it fails instead. It
+removes what it made, by id, and nothing else: a user's dangling image stays; two
+engines it starts at once share no path.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import tarfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -29,7 +34,6 @@ from conftest import REPO
 from container_tier import (
     CPU_DOCKERFILE,
     ROCM_DOCKERFILE,
-    TEST_TAG,
     CannotRun,
     Engine,
     TierError,
@@ -46,6 +50,7 @@ from container_tier import (
     lock_problems,
     plain,
     sh,
+    started_engine,
     step_error,
 )
 from lorasent.environment import CONTAINER_MARKERS
@@ -53,7 +58,6 @@ from tiny_repo import GIT, TINY, copy_repo, run, set_params
 
 pytestmark = pytest.mark.container
 
-CPU_IMAGE = f"{TEST_TAG}:cpu"
 # The user the container's run is made as when the tier runs as root (CI): not root.
 RUN_AS = "1000:1000"
 TORCH = re.search(r"^ARG TORCH_VERSION=(\S+)$", CPU_DOCKERFILE.read_text(), re.M)
@@ -62,6 +66,7 @@ TORCH = re.search(r"^ARG TORCH_VERSION=(\S+)$", CPU_DOCKERFILE.read_text(), re.M
 @dataclass
 class Built:
     engine: Engine
+    tag: str  # lorasent-test-<run>:cpu
     image_id: str
     revision: str  # git_revision() when the build started
     output: str
@@ -75,20 +80,29 @@ def say(request: pytest.FixtureRequest, line: str) -> None:
         print(f"\ncontainer tier: {line}", flush=True)
 
 
+def cannot_run(err: CannotRun) -> NoReturn:
+    """A skip in one line; under ``CI=true`` a failure instead."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"the container tier cannot run under CI=true: {err}", pytrace=False)
+    pytest.skip(f"the container tier cannot run: {err}")
+
+
 @pytest.fixture(scope="module")
 def tier_engine(request: pytest.FixtureRequest,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    """The engine (tests/container_tier.py's :func:`engine`), or a skip in one line; under
-    ``CI=true`` a failure instead."""
+    """The engine (tests/container_tier.py's :func:`engine`), or :func:`cannot_run`; at
+    the end, one line naming what its cleanup left, if anything."""
     log = tmp_path_factory.mktemp("container") / "tier.log"
+    found: Engine | None = None
     try:
-        with engine(log) as eng:
-            say(request, f"engine {'started here' if eng.started else 'found'}; log {log}")
-            yield eng
+        with engine(log) as found:
+            where = f"started here in {found.paths.root}" if found.paths else "found"
+            say(request, f"engine {where}; log {log}")
+            yield found
     except CannotRun as err:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the container tier cannot run under CI=true: {err}", pytrace=False)
-        pytest.skip(f"the container tier cannot run: {err}")
+        cannot_run(err)
+    if found is not None and found.left:
+        say(request, f"left after the tier: {'; '.join(found.left)}")
 
 
 @pytest.fixture(scope="module")
@@ -98,20 +112,19 @@ def cpu_image(request: pytest.FixtureRequest, tier_engine: Engine) -> Built:
     uses here, the CPU wheel from the stand-in's ``find-links``)."""
     work = Path(tier_engine.log).parent
     start = time.monotonic()
-    line = base_image(tier_engine, work)
-    say(request, f"{line} ({time.monotonic() - start:.0f} s)")
-    args = ["--force-rm"]
-    if "stand-in" in line:
-        args.append("--build-arg=TORCH_INDEX_URL=https://pypi.org/simple")
+    base = base_image(tier_engine, work)
+    say(request, f"{base.line} ({time.monotonic() - start:.0f} s)")
     start = time.monotonic()
     revision = git_revision()
-    output = build(tier_engine, CPU_DOCKERFILE, CPU_IMAGE, args, work / "build-cpu.log")
-    image_id = tier_engine.image_id(CPU_IMAGE)
+    tag = tier_engine.image_name("cpu")
+    output = build(tier_engine, CPU_DOCKERFILE, tag,
+                   ["--force-rm", *tier_engine.build_args, *base.build_args],
+                   work / "build-cpu.log", make_vars={"CPU_BASE": base.tag})
+    image_id = tier_engine.image_id(tag)
     assert image_id
-    size = tier_engine.docker("image", "inspect", "--format", "{{.Size}}", CPU_IMAGE).strip()
-    say(request, f"built {CPU_IMAGE} in {time.monotonic() - start:.0f} s, "
-                 f"{int(size) / 1e9:.2f} GB")
-    return Built(tier_engine, image_id, revision, output, work)
+    size = tier_engine.docker("image", "inspect", "--format", "{{.Size}}", tag).strip()
+    say(request, f"built {tag} in {time.monotonic() - start:.0f} s, {int(size) / 1e9:.2f} GB")
+    return Built(tier_engine, tag, image_id, revision, output, work)
 
 
 # The checks made in the image, in one container (each container costs seconds to start
@@ -130,9 +143,11 @@ def in_image(cpu_image: Built) -> dict[str, tuple[int, str]]:
     script.write_text("".join(f"echo '=== {name}'\n{command}\necho \"=== exit $?\"\n"
                               for name, command in CHECKS.items()))
     script.chmod(0o644)
-    out = sh(["make", "docker-run-cpu", f"CPU_IMAGE={CPU_IMAGE}", "DOCKER_CMD=bash /checks.sh",
-              f"DOCKER_ARGS=--network none -v {script}:/checks.sh:ro"], cpu_image.engine.log,
-             env=cpu_image.engine.env, what="the checks in the image")
+    cid = " ".join(cpu_image.engine.container_args())
+    out = sh(["make", "docker-run-cpu", f"CPU_IMAGE={cpu_image.tag}",
+              "DOCKER_CMD=bash /checks.sh",
+              f"DOCKER_ARGS=--network none {cid} -v {script}:/checks.sh:ro"],
+             cpu_image.engine.log, env=cpu_image.engine.env, what="the checks in the image")
     found = re.findall(r"^=== ([^\n]+)\n(.*?)^=== exit (\d+)$", out, flags=re.M | re.S)
     assert [name for name, _, _ in found] == list(CHECKS), out
     return {name: (int(code), text) for name, text, code in found}
@@ -159,7 +174,7 @@ def test_image_names_the_commit_it_was_built_from(
         cpu_image: Built, in_image: dict[str, tuple[int, str]]) -> None:
     label = cpu_image.engine.docker(
         "image", "inspect", "--format",
-        '{{index .Config.Labels "org.opencontainers.image.revision"}}', CPU_IMAGE).strip()
+        '{{index .Config.Labels "org.opencontainers.image.revision"}}', cpu_image.tag).strip()
     assert label == cpu_image.revision
     assert in_image["revision"] == (0, f"{label}\n")
 
@@ -203,9 +218,10 @@ def test_the_run_in_the_container_writes_the_venvs_bytes(
         for path in [root, *root.rglob("*"), model, *model.rglob("*")]:
             os.chown(path, uid, gid, follow_symlinks=False)
     start = time.monotonic()
-    sh(["make", "-C", str(root), "docker-run-cpu", f"CPU_IMAGE={CPU_IMAGE}",
+    cid = " ".join(cpu_image.engine.container_args())
+    sh(["make", "-C", str(root), "docker-run-cpu", f"CPU_IMAGE={cpu_image.tag}",
         "DOCKER_CMD=make run", f"DOCKER_USER={user}",
-        f"DOCKER_ARGS=--network none -v {model}:{tiny_gemma_dir}:ro"],
+        f"DOCKER_ARGS=--network none {cid} -v {model}:{tiny_gemma_dir}:ro"],
        cpu_image.engine.log, env=cpu_image.engine.env, what="make run in the image",
        timeout_s=1200)
     seconds = time.monotonic() - start
@@ -280,12 +296,13 @@ def test_a_full_disk_in_the_container_is_one_line_and_leaves_the_checkout(
     size += 8 << 20
     start = time.monotonic()
     cpu_image.engine.docker(
-        "run", "--rm", "--network", "none", "--user", user, "-e", "HOME=/tmp",
+        "run", "--rm", *cpu_image.engine.container_args(), "--network", "none", "--user", user,
+        "-e", "HOME=/tmp",
         "-e", "USER=lorasent", "-e", f"LORASENT_IMAGE_ID={cpu_image.image_id}",
         # --tmpfs, not --mount: its uid/gid make the run's user own /work (the image's).
         "--tmpfs", f"/work:rw,size={size},uid={user.split(':')[0]},gid={user.split(':')[1]}",
         "-v", f"{source}:/src:ro", "-v", f"{model}:{tiny_gemma_dir}:ro", "-v", f"{out}:/out",
-        "-w", "/work", CPU_IMAGE, "bash", "-c", FULL_DISK_SCRIPT,
+        "-w", "/work", cpu_image.tag, "bash", "-c", FULL_DISK_SCRIPT,
         what="the train stage on a full disk in the image", timeout_s=1200)
     seconds = time.monotonic() - start
     stderr = (out / "stderr").read_text()
@@ -303,14 +320,16 @@ def test_a_full_disk_in_the_container_is_one_line_and_leaves_the_checkout(
 
 def test_rocm_dockerfile_stops_at_its_own_check(cpu_image: Built) -> None:
     """docker/rocm/Dockerfile on a stand-in base (the CPU image under a ``rocm/pytorch``
-    tag no real image has, through its own ARG): the build stops at the check that torch
-    is a ROCm build, saying so in one line; no image or container is left."""
-    args = {"ROCM_VERSION": "0.0-lorasent-stand-in"}
+    tag no real image has, the run's own, through its own ARG): the build stops at the
+    check that torch is a ROCm build, saying so in one line; no image or container is
+    left."""
+    eng = cpu_image.engine
+    args = {"ROCM_VERSION": f"0.0-lorasent-stand-in-{eng.run}"}
     base = from_tag(ROCM_DOCKERFILE, args)
-    cpu_image.engine.tag(CPU_IMAGE, base)
-    tag = f"{TEST_TAG}:rocm"
+    eng.tag(cpu_image.tag, base)
+    tag = eng.image_name("rocm")
     with pytest.raises(TierError) as failed:
-        build(cpu_image.engine, ROCM_DOCKERFILE, tag, ["--force-rm", *(
+        build(eng, ROCM_DOCKERFILE, tag, ["--force-rm", *eng.build_args, *(
             f"--build-arg={k}={v}" for k, v in args.items())], cpu_image.work / "build-rocm.log",
             make_vars={"ROCM_BASE": base})
     assert TORCH
@@ -324,6 +343,85 @@ def test_rocm_dockerfile_stops_at_its_own_check(cpu_image: Built) -> None:
     assert cpu_image.engine.image_id(tag) is None
     left = cpu_image.engine.docker("ps", "--all", "--quiet", "--filter", f"ancestor={base}")
     assert left.strip() == ""
+
+
+def dangling(eng: Engine) -> set[str]:
+    """The ids of the engine's dangling images (untagged, no child)."""
+    return set(eng.docker("image", "ls", "--filter", "dangling=true", "--quiet",
+                          "--no-trunc").split())
+
+
+def test_cleanup_removes_what_the_tier_made_and_leaves_the_users_dangling_image(
+        tier_engine: Engine, tmp_path: Path) -> None:
+    """In the tier's engine, a dangling image of "the user's" (imported, untagged) first;
+    then, through the tier's machinery (an :class:`Engine` run of its own), a build on it
+    (a layer per step, tagged with the run's own name) and a container created from that
+    (``--cidfile``). The run's cleanup removes the container, the build's images and its
+    tag, by id, and leaves the user's image in place, still dangling. (At eb034d8 the
+    cleanup removed its tags with docker's default pruning of untagged parents, then ran
+    ``docker image prune --force``: either deleted the user's image.)"""
+    rootfs = tmp_path / "rootfs"
+    rootfs.mkdir()
+    (rootfs / "hello").write_text("the user's\n")
+    with tarfile.open(tmp_path / "users.tar", "w") as tar:
+        tar.add(rootfs, arcname=".")
+    users = tier_engine.docker("import", str(tmp_path / "users.tar")).strip()
+    run = Engine(env=tier_engine.env, log=tier_engine.log)
+    try:
+        assert users in dangling(tier_engine)
+        context = tmp_path / "context"
+        context.mkdir()
+        (context / "Dockerfile").write_text(f"FROM {users}\nLABEL step=1\nLABEL step=2\n")
+        tag = run.image_name("on-the-users")
+        run.record_build(run.docker("build", "--force-rm", *tier_engine.build_args, "-t", tag,
+                                    str(context)), tag)
+        made = list(dict.fromkeys(m.image_id for m in run.made))
+        assert len(made) == 2 and users not in made and run.image_id(tag) == made[-1]
+        run.docker("create", *run.container_args(), tag, "/hello")
+        container = run.cidfiles[0].read_text().strip()
+        assert run.clean_up() == []
+        assert run.image_tags(made) == {}
+        assert run.image_id(tag) is None
+        assert tier_engine.docker("ps", "--all", "--quiet", "--no-trunc").split().count(
+            container) == 0
+        assert users in dangling(tier_engine)
+    finally:  # what a failed assertion left, then the test's own stand-in for a user's
+        run.clean_up()
+        tier_engine.docker("image", "rm", users)
+
+
+def apart(a: Path, b: Path) -> bool:
+    """Neither path is the other nor inside it."""
+    return a != b and a not in b.parents and b not in a.parents
+
+
+def test_two_engines_started_at_once_share_no_path(tier_engine: Engine, tmp_path: Path) -> None:
+    """Two engines started by the tier's machinery (:func:`started_engine`) at once, beside
+    the tier's own: every path of one (its folder, data root, exec root, socket, pid file,
+    configuration file) lies apart from every path of the other; both answer, each from
+    its own data root under its own pid. Stopping the first removes its folder alone: the
+    second still answers from its folder, and the tier's engine too. (At eb034d8 both took
+    /var/lib/lorasent-test-docker and /run/lorasent-test-docker: the second dockerd could
+    not start, and its cleanup removed the first one's data root, socket and pid file.)"""
+    first_stop = contextlib.ExitStack()
+    try:
+        with first_stop:
+            first = first_stop.enter_context(started_engine(tmp_path / "first.log"))
+            with started_engine(tmp_path / "second.log") as second:
+                assert first.paths and second.paths and first.started and second.started
+                assert all(apart(a, b) for a in first.paths.all() for b in second.paths.all())
+                for eng in (first, second):
+                    assert eng.paths and eng.started
+                    assert eng.docker("info", "--format", "{{.DockerRootDir}}").strip() == \
+                        str(eng.paths.data_root)
+                    assert eng.paths.pidfile.read_text().strip() == str(eng.started.pid)
+                first_stop.close()
+                assert not first.paths.root.exists()
+                assert second.answers() and second.paths.socket.is_socket()
+                assert tier_engine.answers()
+            assert not second.paths.root.exists()
+    except CannotRun as err:
+        cannot_run(err)
 
 
 # The ROCm image's Python and Ubuntu 24.04's glibc (docker/rocm/Dockerfile's base).
