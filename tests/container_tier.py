@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conftest import REPO
+from lorasent.review.reproduce import Verdict
 
 CPU_DOCKERFILE = REPO / "docker" / "cpu" / "Dockerfile"
 ROCM_DOCKERFILE = REPO / "docker" / "rocm" / "Dockerfile"
@@ -775,42 +776,27 @@ def git_revision() -> str:
 
 # ------------------------------------------------------------------ comparisons
 
-def differences(venv: Path, container: Path, names: list[str]) -> list[str]:
-    """One line for each of ``names`` (paths under both roots) whose bytes differ: the
-    file, and for JSON files the first differing keys (dotted paths)."""
+def container_verdict(venv: Path, container: Path, names: list[str]) -> Verdict:
+    """``lorasent reproduce``'s verdict on the container's run of ``names`` (paths under
+    both roots) against the venv's: identical where the platform is the same (the same
+    CPU and torch build), else the tier that holds, with each file's largest deviation
+    and the two machines side by side (their evaluate stage's provenance)."""
     import json
 
-    lines = []
+    from lorasent.review.reproduce import machine_rows, verdict_of
+
+    pairs = {}
     for name in names:
         a, b = venv / name, container / name
-        if not b.is_file():
-            lines.append(f"{name}: missing in the container's run")
-            continue
-        if a.read_bytes() == b.read_bytes():
-            continue
-        if name.endswith(".json"):
-            keys = differing_keys(json.loads(a.read_bytes()), json.loads(b.read_bytes()))
-            lines.append(f"{name}: differs at {', '.join(keys[:5]) or 'formatting only'}")
-        else:
-            lines.append(f"{name}: differs ({a.stat().st_size} vs {b.stat().st_size} bytes)")
-    return lines
-
-
-def differing_keys(a: object, b: object, prefix: str = "") -> list[str]:
-    """The dotted paths where ``a`` and ``b`` (parsed JSON) differ, in ``a``'s order."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = []
-        for key in [*a, *(k for k in b if k not in a)]:
-            path = f"{prefix}.{key}" if prefix else str(key)
-            if key not in a or key not in b:
-                out.append(path)
-            else:
-                out.extend(differing_keys(a[key], b[key], path))
-        return out
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return [k for i, (x, y) in enumerate(zip(a, b, strict=True))
-                for k in differing_keys(x, y, f"{prefix}[{i}]")]
-    return [] if a == b else [prefix or "(top)"]
+        old, new = a.read_bytes(), b.read_bytes() if b.is_file() else b""
+        if old != new:
+            pairs[name] = (old, new)
+    record = "metrics/provenance/evaluate.json"
+    machines = machine_rows(*(json.loads((root / record).read_text())
+                              if (root / record).is_file() else None
+                              for root in (venv, container)))
+    return verdict_of(pairs, rev="the venv's run", outputs=len(names),
+                      machines=[(name, a, b) for name, a, b in machines])
 
 
 # ------------------------------------------------------------------ the lock elsewhere

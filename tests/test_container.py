@@ -39,10 +39,9 @@ from container_tier import (
     TierError,
     base_image,
     build,
+    container_verdict,
     context_bytes,
     cpu_base_tag,
-    differences,
-    differing_keys,
     engine,
     from_tag,
     git_revision,
@@ -230,7 +229,10 @@ def test_the_run_in_the_container_writes_the_venvs_bytes(
                  [*(tiny_run / "metrics").glob("*predictions*.csv"),
                   *(tiny_run / "models" / "adapter").rglob("*")]) if p.is_file())]
     assert len(names) > 5, names
-    assert differences(tiny_run, root, names) == []
+    # the contract (docs/reproducibility.md): the same CPU and torch build, so the same
+    # bytes; else the verdict says which tier held, with each file's deviation
+    verdict = container_verdict(tiny_run, root, names)
+    assert verdict.tier == "identical", verdict.text()
     written = root / "metrics" / "eval.json"
     assert f"{written.stat().st_uid}:{written.stat().st_gid}" == user
     container = json.loads((root / "metrics/provenance/train.json").read_text())["device"][
@@ -449,9 +451,17 @@ def test_lock_problems_names_a_pin_without_a_file_for_the_target(tmp_path: Path)
                                   "among its hashes' files, and no sdist (ray-")
 
 
-def test_differing_keys_name_the_first_differences() -> None:
-    assert differing_keys({"a": 1, "b": {"c": [1, 2]}, "d": 3},
-                          {"a": 1, "b": {"c": [1, 5]}, "e": 3}) == ["b.c[1]", "d", "e"]
+def test_a_container_run_one_ulp_apart_is_said_with_its_deviation(tmp_path: Path) -> None:
+    """What the tier prints when the container's bytes are not the venv's: the verdict,
+    the file and its largest deviation (issue 50's case: ece_before one ulp apart)."""
+    venv, container = tmp_path / "venv", tmp_path / "container"
+    name = "models/adapter/calibration.json"
+    for root, ece in ((venv, 0.13776383648217974), (container, 0.13776383648217977)):
+        (root / name).parent.mkdir(parents=True)
+        (root / name).write_text(json.dumps({"temperature": 1.05, "ece_before": ece}))
+    verdict = container_verdict(venv, container, [name])
+    assert verdict.tier == "equivalent"
+    assert f"{name}: largest deviation 2.78e-17 at ece_before (allowed 0.000138)" in verdict.text()
 
 
 def test_a_failed_build_is_named_by_its_steps_own_line() -> None:
