@@ -568,15 +568,17 @@ def learning_curve(*, name: str, fractions: Sequence[float] = FRACTIONS, seeds: 
             a repo or settings :func:`sweep` refuses, an experiment of the grid's name
             with other params; all before any run starts.
     """
-    from lorasent.review.sweep import _git, plan
+    from lorasent.review.sweep import _git, check_options, plan
 
+    check_options("learning-curve", address=cluster.get("address"),
+                  num_gpus=cluster.get("num_gpus"), cache_dir=cluster.get("cache_dir"))
     repo = repo.resolve()
     fractions = sorted(fractions)
     rows = check_classes(repo, fractions)
     sets = fraction_sets(fractions)
     params_text = _git(repo, "show", "HEAD:params.yaml")
     base_seed = parse_params(read_yaml(params_text, "params.yaml"), "params.yaml").base.seed
-    grid = plan(name, sets, seeds, base_seed)
+    grid = plan(name, sets, seeds, base_seed, command="learning-curve")
     commit = _git(repo, "rev-parse", "HEAD").strip()
     reuse = reusable(repo, commit, grid)
     share = {run.group: f for run, f in zip(grid[::seeds], fractions, strict=True)}
@@ -588,7 +590,7 @@ def learning_curve(*, name: str, fractions: Sequence[float] = FRACTIONS, seeds: 
 
     started = time.monotonic()
     result = sweep(name=name, sets=sets, seeds=seeds, repo=repo, progress=progress,
-                   reuse=reuse, checked=checked,
+                   reuse=reuse, checked=checked, command="learning-curve",
                    runner=runner or run_one, **cluster)
     curve = build(result, fractions, rows, resamples)
     write_outputs(curve, out)
