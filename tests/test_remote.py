@@ -3,8 +3,10 @@ remote (a bare repository). A clone pulls the outputs of a pushed run and predic
 once, `make run` with the remote set trains nothing, and an experiment pushed from one
 clone is pulled into another and compared there. Nothing is mocked."""
 
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -12,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from conftest import REPO
-from tiny_repo import GIT, clone_run, run
+from tiny_repo import GIT, clone_run, env, run
 
 pytestmark = pytest.mark.slow
 
@@ -83,6 +86,48 @@ def test_make_run_with_a_remote_pulls_instead_of_training(origin, tmp_path):
     assert out.splitlines()[-1] == UNCHANGED, out  # all pulled: nothing to commit
     assert json.loads(run(clone, "dvc", "status", "--json")) == {}
     assert _outputs(clone) == origin.outputs
+
+
+def test_a_damaged_object_on_the_remote_stops_make_run_in_one_line(origin, tmp_path):
+    """One byte of the adapter changed on the remote (a copy of it): a fresh clone's
+    `make run` pulled it, said "Data and pipelines are up to date", and `lorasent
+    predict` gave other probabilities without a word. Now the run stops naming the file
+    and the remote, the damaged copy is removed, `dvc status` says so, and predict
+    refuses to run without it."""
+    store = tmp_path / "damaged-store"
+    shutil.copytree(origin.root.parent / "dvc-store", store)
+    lock = yaml.safe_load((origin.root / "dvc.lock").read_text(encoding="utf-8"))
+    adapter = next(o for o in lock["stages"]["train"]["outs"] if o["path"] == "models/adapter")
+    listing = json.loads((store / "files/md5" / adapter["md5"][:2] / adapter["md5"][2:])
+                         .read_text(encoding="utf-8"))
+    good = next(e["md5"] for e in listing if e["relpath"] == "adapter_model.safetensors")
+    weights = store / "files/md5" / good[:2] / good[2:]
+    weights.chmod(0o644)  # DVC leaves pushed objects read-only
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    weights.write_bytes(bytes(data))
+    clone = _clone(origin.bare, tmp_path / "clone")
+    run(clone, "dvc", "remote", "modify", "--local", "store", "url", str(store))
+
+    done = subprocess.run(["make", "LORASENT_SYSTEM_PYTHON=1", f"PYTHON={sys.executable}",
+                           "run"], cwd=clone, env=env(), capture_output=True, text=True)
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    said = [line for line in done.stderr.splitlines() if line.startswith("run: ")]
+    damaged = hashlib.md5(bytes(data)).hexdigest()
+    assert said == [
+        f"run: models/adapter/adapter_model.safetensors as pulled from DVC remote 'store' "
+        f"({store}) is damaged: its md5 is {damaged}, dvc.lock records {good} (stage "
+        "train); removed here so that nothing uses it. Delete "
+        f"files/md5/{good[:2]}/{good[2:]} on the remote and in the DVC cache, then `dvc "
+        "push` from a clone with a good copy, or rerun the stage here: dvc repro --force "
+        "train"], done.stderr
+    assert not (clone / "models/adapter/adapter_model.safetensors").exists()
+    assert (clone / "models/adapter/adapter_config.json").is_file()  # not damaged: kept
+    assert json.loads(run(clone, "dvc", "status", "--json")) != {}
+    refused = subprocess.run(["lorasent", "predict", *TEXTS], cwd=clone, env=env(),
+                             capture_output=True, text=True)
+    assert refused.returncode != 0 and "adapter_model.safetensors" in refused.stderr
+    assert "Traceback" not in refused.stderr, refused.stderr
 
 
 def test_make_run_without_a_remote_runs_the_stages(tmp_path):

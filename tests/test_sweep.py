@@ -181,6 +181,25 @@ def test_a_sweep_of_a_changed_checkout_is_refused_before_ray_starts(tmp_path):
                                    "(or `git stash`), or give the params changes as -S")
 
 
+def test_a_learning_curve_of_edited_params_says_what_that_command_can_do(tmp_path):
+    """learning-curve has no -S: it was told to "give the params changes as -S"."""
+    from lorasent.review.learning_curve import learning_curve
+
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    for argv in (["git", "init", "-q"], ["git", "add", "-A"], [*git, "commit", "-qm", "x"]):
+        subprocess.run(argv, cwd=tmp_path, check=True)
+    (tmp_path / "params.yaml").write_text(PARAMS.replace("r: 8", "r: 16"))
+    with pytest.raises(LorasentError) as err:
+        learning_curve(name="lc", repo=tmp_path, out=tmp_path / "out", progress=_never,
+                       runner=_never)
+    assert str(err.value) == (
+        "learning-curve: each run clones commit HEAD, and params.yaml differs from it: commit "
+        "it for a curve of the edited params, or `git stash` it for HEAD's (learning-curve "
+        "trains HEAD's params as committed; it takes no -S)")
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_address_where_nothing_answers_is_refused_in_one_line_at_once():
     import socket
 
@@ -218,3 +237,111 @@ def test_an_address_without_a_port_is_tried_at_rays_default_port_for_its_scheme(
         with pytest.raises(LorasentError):
             sweep._reachable(address)
     assert tried == [("head", 6379), ("head", 10001), ("head", 4321)]
+
+
+@pytest.mark.parametrize(("sets", "message"), [
+    (["train.lora.r=4", "train.lora.r=8"],
+     "sweep: -S train.lora.r is given 2 times (4, 8): give it once, its values as one grid "
+     "axis: -S train.lora.r=4,8"),
+    (["params.yaml:train.lora.r=4,8", "train.lora.r=16", "train.max_steps=5"],
+     "sweep: -S train.lora.r is given 2 times (4, 8, 16): give it once, its values as one "
+     "grid axis: -S train.lora.r=4,8,16"),
+    (['prompt.template="a, b"', "prompt.template=c"],
+     "sweep: -S prompt.template is given 2 times (\"a, b\", c): give it once, its values as "
+     "one grid axis: -S prompt.template=a,b"),
+])
+def test_a_key_given_twice_is_refused_naming_it_not_half_dropped(sets, message):
+    """`-S train.lora.r=4 -S train.lora.r=8` ran r=8 alone: DVC applies the settings in
+    turn, the second replacing the first."""
+    with pytest.raises(LorasentError) as err:
+        plan("g", sets, 1, 0)
+    assert str(err.value) == message
+
+
+def test_a_key_given_twice_is_refused_by_the_command_before_ray_starts(monkeypatch):
+    from lorasent.review import sweep
+
+    monkeypatch.setattr(sweep, "_sweep_runs", _never)
+    done = CliRunner().invoke(main, ["sweep", "-S", "train.lora.r=4", "-S", "train.lora.r=8"],
+                              prog_name="lorasent")
+    assert done.exit_code == 1 and done.output == (
+        "lorasent sweep: error: -S train.lora.r is given 2 times (4, 8): give it once, its "
+        "values as one grid axis: -S train.lora.r=4,8\n")
+
+
+def _never(*args, **kwargs):
+    raise AssertionError("a run started")
+
+
+BAD_NAME = ("--name 'bad name..x' makes experiment names such as 'bad name..x-seed0' that "
+            "DVC refuses (git's ref-name rules: no spaces, control characters, '..', '~', "
+            "'^', ':', '?', '*', '[', '\\', '@{' or '/', no '.' or '-' at the start, no '.' "
+            "or '.lock' at the end); use letters, digits, '-', '_' and '.'")
+
+
+@pytest.mark.parametrize("name", ["bad name..x", "a/b", "-x", "x:y", "q?", "a@{b", ".x",
+                                  "", "x\ty"])
+def test_a_name_dvc_would_refuse_is_refused_by_the_plan(name):
+    """Each run cloned and failed with "dvc exp run exited with 255", the reason only in
+    its log."""
+    with pytest.raises(LorasentError) as err:
+        plan(name, ["train.lora.r=4,8"], 1, 0)
+    assert str(err.value).startswith(f"sweep: --name {name!r} makes experiment names such "
+                                     f"as {name + '-seed0'!r} that DVC refuses (")
+    for fine in ("x.lock", "café", "lr-1e-4_a.b", "@"):  # names DVC takes
+        plan(fine, ["train.lora.r=4,8"], 1, 0)
+
+
+@pytest.mark.parametrize("command", [
+    ["sweep", "-S", "train.lora.r=4,8"], ["learning-curve"], ["seeds"]])
+def test_every_command_of_experiments_refuses_a_bad_name_before_any_run(command, monkeypatch,
+                                                                        tmp_path):
+    from lorasent.review import seeds, sweep
+
+    monkeypatch.setattr(sweep, "_sweep_runs", _never)
+    monkeypatch.setattr(seeds, "run_dvc", _never)
+    out = ["--out", str(tmp_path / "lc")] if command[0] == "learning-curve" else []
+    done = CliRunner().invoke(main, [*command, "--name", "bad name..x", *out],
+                              prog_name="lorasent")
+    assert done.exit_code == 1 and done.output == (
+        f"lorasent {command[0]}: error: {BAD_NAME}\n")
+    assert not (tmp_path / "lc").exists()
+
+
+def test_seeds_checks_its_settings_as_sweep_does_before_anything_is_queued(monkeypatch):
+    from lorasent.review import seeds
+
+    monkeypatch.setattr(seeds, "run_dvc", _never)
+    for sets, message in (
+            (["train.lora.r=4", "train.lora.r=8"],
+             "seeds: -S train.lora.r is given 2 times (4, 8): every run takes one value of a "
+             "key; give it once"),
+            (["train.lora.r=4,8"], "seeds: -S train.lora.r=4,8: every run takes one value of "
+             "a key; `lorasent sweep -S train.lora.r=4,8` runs each value over seeds"),
+            (["base.seed=1"], "seeds: -S base.seed is what the runs vary; set the first seed "
+             "in params.yaml instead")):
+        with pytest.raises(LorasentError) as err:
+            seeds.run_seeds(n=2, name="s", sets=sets, base_seed=42, repo=REPO)
+        assert str(err.value) == message
+    with pytest.raises(LorasentError) as err:
+        seeds.run_seeds(n=2, name="s", sets=["train.lora.r=0"], base_seed=42, repo=REPO)
+    assert str(err.value) == ("seeds: params.yaml of run s-seed42: invalid params; "
+                              "train.lora.r: input should be greater than 0 (got 0)")
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--address", "head:6379", "--num-gpus", "2"],
+     "--num-gpus declares the GPUs of a local cluster; a cluster at --address has its own "
+     "(ray start --num-gpus)"),
+    (["--cache-dir", "shared/cache"],
+     "--cache-dir shared/cache: give an absolute path (a folder every machine of the cluster "
+     "sees there); a relative one would be taken from each run's clone"),
+])
+def test_cluster_options_are_checked_before_the_plan_is_said(options, message, monkeypatch):
+    from lorasent.review import sweep
+
+    monkeypatch.setattr(sweep, "_sweep_runs", _never)
+    for command in (["sweep", "-S", "train.lora.r=4,8"], ["learning-curve"]):
+        done = CliRunner().invoke(main, [*command, *options], prog_name="lorasent")
+        assert done.exit_code == 1 and done.output == (
+            f"lorasent {command[0]}: error: {message}\n"), done.output

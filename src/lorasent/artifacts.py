@@ -860,8 +860,13 @@ def write_provenance(path: str | Path, record: dict[str, Any]) -> None:
     atomic_write_text(path, text)
     machine_file = machine_path(path)
     machine_file.parent.mkdir(parents=True, exist_ok=True)
-    write_json(machine_file, {"record_sha256": hashlib.sha256(text.encode()).hexdigest(),
-                              **machine})
+    write_json(machine_file, {"record_sha256": record_sha256(text), **machine})
+
+
+def record_sha256(tracked_text: str) -> str:
+    """The ``record_sha256`` a machine record holds of its tracked record: the SHA-256 of
+    the tracked file's UTF-8 bytes, hex."""
+    return hashlib.sha256(tracked_text.encode()).hexdigest()
 
 
 def machine_facts(tracked_text: str, machine_file: str | Path) -> dict[str, Any]:
@@ -872,9 +877,36 @@ def machine_facts(tracked_text: str, machine_file: str | Path) -> dict[str, Any]
         machine = json.loads(Path(machine_file).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    if not isinstance(machine, dict) or machine.pop("record_sha256", None) != hashlib.sha256(
-            tracked_text.encode()).hexdigest():
+    if not isinstance(machine, dict) or machine.pop("record_sha256", None) != record_sha256(
+            tracked_text):
         return {}
+    return machine
+
+
+def read_machine_record(provenance_path: str | Path) -> dict[str, Any] | None:
+    """The machine record of the tracked record at ``provenance_path``
+    (:func:`machine_path`) as written, whichever tracked record it belongs to: its
+    ``record_sha256`` (:func:`record_sha256` of the tracked record it was written with,
+    perhaps not the one there now: :func:`machine_facts` joins only that one) and its
+    facts; a failed run's record (:func:`record_failure`) instead holds ``"status":
+    "failed"``, its ``error`` and its params. None: there is no such file.
+
+    Raises:
+        ValueError: a file that is not a JSON object (damaged), naming it.
+    """
+    path = machine_path(provenance_path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: {err}") from None
+    try:
+        machine = json.loads(text)
+    except ValueError:
+        machine = None
+    if not isinstance(machine, dict):
+        raise ValueError(f"{path}: not a JSON object")
     return machine
 
 

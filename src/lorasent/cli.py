@@ -847,8 +847,10 @@ def learning_curve(fractions: str, seeds: int, name: str, out_dir: Path | None, 
     from lorasent.artifacts import check_output_folder
     from lorasent.review.learning_curve import MD_FILE, OUT_MARKER, parse_fractions
     from lorasent.review.learning_curve import learning_curve as run_curve
+    from lorasent.review.sweep import check_name
 
     shares = parse_fractions(fractions)
+    check_name(name, "learning-curve")  # before the default --out, named after it
     folder = out_dir or Path("reports") / f"learning-curve-{name}"
     check_output_folder(folder, command=OUT_MARKER, force=force,
                         option="--out" if out_dir else "the output folder")

@@ -17,20 +17,39 @@ and then runs the stage here. The first time DVC logs one of them,
 closing hint ("git add dvc.lock") names the lock alone; :func:`closing_hint` names
 everything a run changes in git (``params.yaml``, ``dvc.lock``, ``metrics/``), only
 when git sees one of them changed, and ``dvc push`` when a remote is set.
+
+DVC does not check what it pulls: an object whose bytes changed on the remote is taken
+under its name, checked out, and ``dvc status`` then says "up to date" (it trusts the
+hash it recorded at checkout). So every stage whose outputs DVC pulled or checked out
+in this run (its "Pulling data for" and "is cached - skipping run, checking out
+outputs" records) is checked against ``dvc.lock`` (:func:`damaged_outputs`: DVC's own
+MD5 of each file). A file that does not match stops the run in one line naming it,
+the stage and the remote (:func:`damage_message`), and is removed, so that nothing
+uses it (``lorasent predict`` the adapter, for one) and ``dvc status`` no longer
+calls it up to date.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import subprocess
 import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 # DVC's log records (their format strings, not the formatted text) that mean "the
 # remote lacks this stage's outputs", and the one that starts a stage here.
 MISSING_ON_REMOTE = "Some of the cache files do not exist neither locally nor on remote"
 PULL_FAILED = "Unable to pull data for %s"
 RUNNING_STAGE = "Running stage '%s':"
+# The records of a stage whose outputs DVC pulls and checks out (args: the stage), and
+# of one it checks out of its run cache (args: the stage's name).
+PULLING = "Pulling data for %s"
+RESTORED = "Stage '%s' is cached - skipping run, checking out outputs"
 # The loggers they come from (dvc.data_cloud, dvc.stage and its child dvc.stage.run).
 DVC_LOGGERS = ("dvc.data_cloud", "dvc.stage")
 
@@ -57,6 +76,7 @@ class PullWarnings(logging.Handler):
         super().__init__(logging.INFO)
         self.seen = False  # one of the warnings was logged
         self.said = False  # NOT_ON_REMOTE was printed
+        self.checked_out: dict[str, None] = {}  # the stages DVC pulled or checked out, in order
 
     def emit(self, record: logging.LogRecord) -> None:
         message = str(record.msg)
@@ -64,6 +84,9 @@ class PullWarnings(logging.Handler):
             self.seen = True
         elif message == RUNNING_STAGE:
             self.say()
+        elif message in (PULLING, RESTORED) and record.args:
+            first = record.args[0] if isinstance(record.args, tuple) else record.args
+            self.checked_out[str(getattr(first, "addressing", first))] = None
 
     def say(self) -> None:
         """Print :data:`NOT_ON_REMOTE`, once, if one of the warnings was logged."""
@@ -97,12 +120,154 @@ def run_files_changed() -> bool | None:
     return bool(done.stdout.strip()) if done.returncode == 0 else None
 
 
-def reproduce(pull: bool) -> int:
-    """``dvc repro`` (``--pull``) in this process, :data:`NOT_ON_REMOTE` after DVC's
-    first warning that the remote lacks a stage's outputs, and :func:`closing_hint`
-    after a run that succeeded (none when git cannot tell what changed).
+@dataclass(frozen=True)
+class Damaged:
+    """A file of a stage's outputs whose bytes are not the ones ``dvc.lock`` records.
+
+    ``path``: the file, relative to the project's root (a folder's file list: the
+    folder, ``listing`` True); ``expected``: the MD5 dvc.lock records for it (a folder's
+    file: the one its file list gives), the name of the object DVC took; ``found``: its
+    MD5 here."""
+
+    path: str
+    stage: str
+    expected: str
+    found: str
+    listing: bool = False
+
+    @property
+    def object(self) -> str:
+        """The object's path in a DVC 3 cache or remote: ``files/md5/<2 hex>/<rest>``."""
+        return f"files/md5/{self.expected[:2]}/{self.expected[2:]}"
+
+
+def _lock_outs(root: Path) -> dict[str, list[dict[str, Any]]]:
+    """``{stage: its outs in dvc.lock}`` (``path``, ``md5``, ``hash``...); {} without a
+    readable dvc.lock."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        data = YAML(typ="safe", pure=True).load((root / "dvc.lock").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, YAMLError):
+        return {}
+    stages = data.get("stages") if isinstance(data, dict) else None
+    return {str(name): [o for o in spec.get("outs") or [] if isinstance(o, dict)]
+            for name, spec in (stages.items() if isinstance(stages, dict) else ())
+            if isinstance(spec, dict)}
+
+
+def damaged_outputs(root: Path, stages: Iterable[str], objects: Path) -> list[Damaged]:
+    """The files of ``stages``' outputs whose MD5 here is not the one ``root``'s
+    ``dvc.lock`` records, in dvc.lock's order.
+
+    Each file is hashed as DVC hashes it (``dvc_data.hashfile.hash.file_md5``, under the
+    hash name dvc.lock gives: ``md5``, or ``md5-dos2unix`` for a DVC 2 entry without
+    ``hash``). A folder output (an MD5 ending ``.dir``) is checked through its file list,
+    the object ``<objects>/<2 hex>/<rest>.dir`` (``objects``: the DVC cache's
+    ``files/md5`` folder): the list itself first (its MD5 is the folder's), then each file
+    it lists. A file that is not here is left out (nothing can use it, and ``dvc status``
+    says it is missing), and so is a folder whose list is not in the cache (DVC could not
+    have checked it out).
+
+    Args:
+        root: the DVC project's root (dvc.lock's folder; its ``wdir`` is ``.``).
+        stages: the stages' names, as dvc.lock spells them.
+        objects: the cache's objects folder (``Repo().cache.local.path``).
 
     Returns:
+        one :class:`Damaged` per file that differs (a damaged file list: the folder).
+    """
+    from dvc_data.hashfile.hash import file_md5
+
+    found: list[Damaged] = []
+    outs = _lock_outs(root)
+    for stage in stages:
+        for out in outs.get(stage, []):
+            path, md5 = out.get("path"), out.get("md5")
+            if not isinstance(path, str) or not isinstance(md5, str):
+                continue
+            name = "md5" if out.get("hash") == "md5" else "md5-dos2unix"
+            full = root / path
+            if not md5.endswith(".dir"):
+                if full.is_file() and (here := file_md5(str(full), name=name)) != md5:
+                    found.append(Damaged(path, stage, md5, here))
+                continue
+            listing = objects / md5[:2] / md5[2:]
+            if not listing.is_file():
+                continue
+            if (here := file_md5(str(listing), name="md5")) != md5.removesuffix(".dir"):
+                found.append(Damaged(path, stage, md5, here + ".dir", listing=True))
+                continue
+            for entry in json.loads(listing.read_text(encoding="utf-8")):
+                relpath, want = str(entry.get("relpath", "")), str(entry.get("md5"))
+                file = full / relpath
+                if file.is_file() and (here := file_md5(str(file), name=name)) != want:
+                    found.append(Damaged(f"{path.rstrip('/')}/{relpath}", stage, want, here))
+    return found
+
+
+def damage_message(damaged: list[Damaged], remote: tuple[str, str] | None) -> str:
+    """The one line that stops the run: the first damaged file, its stage, the remote
+    (``(name, url)``; None: no remote, the DVC cache's copy), what was removed and what to
+    do."""
+    first = damaged[0]
+    what = f"{first.path}'s file list" if first.listing else first.path
+    source = (f"from DVC remote '{remote[0]}' ({remote[1]})" if remote
+              else "from the DVC cache")
+    more = (f" (and {len(damaged) - 1} more file{'s' * (len(damaged) > 2)}: "
+            + ", ".join(d.path for d in damaged[1:4]) + (", ..." if len(damaged) > 4 else "")
+            + ")") if len(damaged) > 1 else ""
+    where = "on the remote and in the DVC cache" if remote else "in the DVC cache"
+    return (f"run: {what} as pulled {source} is damaged: its md5 is {first.found}, dvc.lock "
+            f"records {first.expected} (stage {first.stage}){more}; removed here so that "
+            f"nothing uses it. Delete {first.object} {where}, then `dvc push` from a clone "
+            f"with a good copy, or rerun the stage here: dvc repro --force {first.stage}")
+
+
+def remove_damaged(root: Path, damaged: Iterable[Damaged]) -> None:
+    """Remove the damaged files DVC checked out (a damaged file list: its folder's
+    files, which it chose), so that nothing uses them."""
+    import shutil
+
+    for d in damaged:
+        target = root / d.path
+        if d.listing and target.is_dir():
+            shutil.rmtree(target)
+        elif target.is_file() or target.is_symlink():
+            target.unlink()
+
+
+def check_checked_out(stages: Iterable[str], pull: bool, root: Path = Path(".")) -> str | None:
+    """Check the outputs of ``stages`` (those DVC pulled or checked out) against
+    ``dvc.lock`` (:func:`damaged_outputs`, in this project's DVC cache); remove any
+    damaged file (:func:`remove_damaged`) and return the line that says so
+    (:func:`damage_message`, naming the default remote, ``core.remote``, when ``pull``);
+    None when all match."""
+    from dvc.repo import Repo
+
+    stages = list(stages)
+    if not stages:
+        return None
+    with Repo(str(root)) as repo:
+        objects = Path(repo.cache.local.path)
+        name = repo.config["core"].get("remote") if pull else None
+        remote = (str(name), str(repo.config["remote"].get(name, {}).get("url"))) if name else None
+    damaged = damaged_outputs(root, stages, objects)
+    if not damaged:
+        return None
+    remove_damaged(root, damaged)
+    return damage_message(damaged, remote)
+
+
+def reproduce(pull: bool) -> int:
+    """``dvc repro`` (``--pull``) in this process, :data:`NOT_ON_REMOTE` after DVC's
+    first warning that the remote lacks a stage's outputs, the check of what DVC pulled
+    or checked out (:func:`check_checked_out`), and :func:`closing_hint` after a run that
+    succeeded (none when git cannot tell what changed).
+
+    Returns:
+        1 when a file DVC pulled or checked out is damaged (after saying which); else
         DVC's exit status.
     """
     from dvc.cli import main as dvc_main
@@ -117,6 +282,10 @@ def reproduce(pull: bool) -> int:
         for logger in loggers:
             logger.removeHandler(watch)
     watch.say()
+    damage = check_checked_out(watch.checked_out, pull)
+    if damage is not None:
+        print(damage, file=sys.stderr, flush=True)
+        return 1
     if status == 0:
         changed = run_files_changed()
         if changed is not None:

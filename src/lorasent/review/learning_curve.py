@@ -19,8 +19,9 @@ It writes to ``--out`` (default ``reports/learning-curve-<name>``):
 - ``learning_curve.json``: per fraction, the training rows, each seed's accuracy and
   macro-F1, their mean and sample standard deviation over seeds, and the 95% test-row
   interval of the mean accuracy (:func:`lorasent.statistics.intervals` on the seeds'
-  test rows pooled); the majority-class and zero-shot baselines; the fit and projection;
-  the runs that failed;
+  test rows pooled); the majority-class and zero-shot baselines; the trend (accuracy per
+  doubling of the rows, :func:`trend`); the fit and projection (none when accuracy
+  falls); the runs that failed;
 - ``learning-curve.png``: accuracy against training rows (log scale), the interval band,
   each run, and the baselines as lines (Vega-Lite, drawn by vl-convert as the reports'
   plots are);
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -48,9 +50,10 @@ from typing import Any
 
 import numpy as np
 
-from lorasent.artifacts import output_dir, read_provenance, write_json
+from lorasent.artifacts import output_dir, read_machine_record, record_sha256, write_json
 from lorasent.errors import LorasentError
 from lorasent.params import ParamsError, parse_params, read_yaml
+from lorasent.programs import program
 from lorasent.review.collect import git_lines, read_at
 from lorasent.review.markup import md_text
 from lorasent.review.render import _draw, table
@@ -236,6 +239,66 @@ def project(points: Sequence[tuple[int, Sequence[float]]],
                       len(drawn), resamples, at_bound)
 
 
+@dataclass(frozen=True)
+class Trend:
+    """Which way accuracy goes as the training rows grow: the least-squares slope of
+    accuracy against log2(training rows) over every run (the accuracy each doubling of
+    the rows adds; negative: it falls), its bootstrap interval, and the smallest and
+    largest fractions' rows and mean accuracy."""
+
+    slope: float
+    interval: tuple[float, float]
+    first: tuple[int, float]  # (training rows, mean accuracy) of the smallest fraction
+    last: tuple[int, float]   # of the largest
+    seeds: int                # the fewest runs of a fraction
+
+    @property
+    def falls(self) -> bool:
+        """Accuracy falls with more rows: the largest fraction's mean below the
+        smallest's and the slope negative, its whole interval below 0 (with one seed at
+        a fraction, the slope alone: no spread to tell it from noise)."""
+        return self.last[1] < self.first[1] and self.slope < 0 and (
+            self.seeds < 2 or self.interval[1] < 0)
+
+
+def trend(points: Sequence[tuple[int, Sequence[float]]],
+          resamples: int = FIT_RESAMPLES) -> Trend | None:
+    """The :class:`Trend` of the runs ``points`` (``(training rows, accuracy of each
+    seed)`` per fraction): the slope by least squares (``numpy.polyfit``, degree 1, on
+    log2 of the rows), its interval from ``resamples`` redraws of each fraction's seeds
+    with replacement (the generator and percentiles of :func:`project`). None: fewer than
+    2 fractions with runs."""
+    points = sorted((n, list(accs)) for n, accs in points if accs)
+    if len(points) < 2:
+        return None
+    x = np.log2([float(n) for n, accs in points for _ in accs])
+    slope = float(np.polyfit(x, [a for _, accs in points for a in accs], 1)[0])
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    drawn = [np.polyfit(x, [a for _, accs in points
+                            for a in rng.choice(accs, size=len(accs), replace=True)], 1)[0]
+             for _ in range(resamples)]
+    low, high = percentile_interval(np.asarray([drawn]))
+    (n0, a0), (n1, a1) = points[0], points[-1]
+    return Trend(slope, (float(low[0]), float(high[0])), (n0, float(np.mean(a0))),
+                 (n1, float(np.mean(a1))), min(len(accs) for _, accs in points))
+
+
+def falling(t: Trend) -> str:
+    """The sentence of a curve whose accuracy falls (:attr:`Trend.falls`): no projection,
+    the power law only rises."""
+    said = (f"accuracy falls as the training rows grow: {t.first[1]:.3f} at {t.first[0]:,} rows, "
+            f"{t.last[1]:.3f} at {t.last[0]:,}")
+    if t.seeds < 2:
+        return (f"{said}, but a fraction with one run has no spread over seeds to tell a fall "
+                f"from noise; {3 - t.seeds} more seeds per fraction would (--seeds 3); no "
+                "projection")
+    return (f"{said} ({_signed(t.slope)} [{_signed(t.interval[0])}, {_signed(t.interval[1])}] "
+            "per doubling of the rows); no projection (a − b·n^(−c) only rises): more labels "
+            "will not help until that is understood; look at what the larger fractions add: "
+            "their training loss (more rows are more steps at one learning rate), their "
+            "labels, and the test-label audit (metrics/label_issues.csv)")
+
+
 def _signed(x: float) -> str:
     return f"{x:+.3f}"
 
@@ -245,9 +308,11 @@ def _gain_text(p: Projection, k: int) -> str:
     return f"{_signed(p.gain[k])} [{_signed(low)}, {_signed(high)}]"
 
 
-def sentence(p: Projection | None, fractions: int) -> str:
+def sentence(p: Projection | None, fractions: int, t: Trend | None = None) -> str:
     """The answer in one sentence.
 
+    - accuracy falls with more rows (``t``, :attr:`Trend.falls`): it says so
+      (:func:`falling`), with no projection;
     - fewer than :data:`FIT_PARAMS` fractions with runs: it cannot fit, no number;
     - one seed at some fraction: no spread to tell noise from a gain;
     - the 2× gain's upper bound below :data:`FLAT_GAIN`: "the curve is flat: ...";
@@ -259,6 +324,8 @@ def sentence(p: Projection | None, fractions: int) -> str:
       ``ceil(seeds · (half width / margin)²)``, the margin being the distance from the
       gain to 0 or to :data:`FLAT_GAIN`, whichever it can reach).
     """
+    if t is not None and t.falls:
+        return falling(t)
     if p is None:
         return (f"cannot fit accuracy = a − b·n^(−c) ({FIT_PARAMS} parameters) to {fractions} "
                 f"fraction{'s' * (fractions != 1)} with runs: give at least {FIT_PARAMS} "
@@ -305,6 +372,7 @@ class LearningCurve:
     failed: list[SweepRun]
     sweep: SweepResult
     projection: Projection | None = None
+    trend: Trend | None = None
     summary_sentence: str = ""
     baselines: dict[str, float | None] = field(default_factory=dict)
     labels: int = 0
@@ -326,10 +394,14 @@ class LearningCurve:
                 "macro_f1_sd": float(np.std(f1, ddof=1)) if len(f1) > 1 else None,
                 **self._pooled_interval(point),
             })
-        p = self.projection
+        p, t = self.projection, self.trend
         return {
             "fractions": fractions,
             "baselines": self.baselines,
+            "trend": None if t is None else {
+                "model": "accuracy = intercept + slope * log2(n), n = training rows",
+                "accuracy_per_doubling": t.slope, "ci95_low": t.interval[0],
+                "ci95_high": t.interval[1], "falls": t.falls},
             "fit": None if p is None else {
                 "model": "accuracy = a - b * n^(-c), n = training rows",
                 "a": p.fit.a, "b": p.fit.b, "c": p.fit.c,
@@ -381,8 +453,11 @@ def build(result: SweepResult, fractions: Sequence[float], rows: dict[float, int
                            "zero_shot": first.baseline.zero_shot_accuracy}
     fitted = [(p.train_rows, p.values("accuracy")) for p in points
               if p.train_rows and p.values("accuracy")]
-    curve.projection = project(fitted, resamples)
-    curve.summary_sentence = sentence(curve.projection, len(fitted))
+    curve.trend = trend(fitted, resamples)
+    # a curve that falls gets no projection: the power law's b >= 0 would call it flat
+    curve.projection = (None if curve.trend is not None and curve.trend.falls
+                        else project(fitted, resamples))
+    curve.summary_sentence = sentence(curve.projection, len(fitted), curve.trend)
     return curve
 
 
@@ -527,23 +602,131 @@ def reusable(repo: Path, commit: str, runs: Sequence[RunSpec]) -> list[str]:
     return found
 
 
+TRAIN_RECORD = "metrics/provenance/train.json"  # the tracked record of the train stage
+MACHINE_RECORD = "metrics/provenance/machine/train.json"  # its machine facts (git-ignored)
+HISTORY_COMMITS = 500  # the newest commits (all refs) searched for the record a time belongs to
+
+
 def estimate(repo: Path, runs: Sequence[RunSpec], fractions: dict[str, float]) -> str:
     """About how long the runs train, from the last training here: its wall time
-    (``metrics/provenance/machine/train.json``, git-ignored) times each run's fraction
-    of the training split it had; ``unknown`` without that record."""
+    (:data:`MACHINE_RECORD`, git-ignored, :func:`lorasent.artifacts.read_machine_record`)
+    times each run's fraction of the training split over the fraction it trained.
+
+    The time belongs to the tracked record it was written with (its ``record_sha256``).
+    When that is not the record here now (a run since, or a checkout of a record made on
+    another machine), the fraction is that record's, found in the history
+    (:func:`measured_for`), and the line says which commit's record and which params
+    differ from the one here; a record no commit holds is taken as a training on all the
+    rows, and said so. ``unknown`` only without a time: no machine record ("no record"),
+    a damaged one, or one of a failed training."""
+    where = MACHINE_RECORD
     try:
-        facts = read_provenance(repo / "metrics/provenance/train.json")
-    except (OSError, ValueError):
-        facts = {}
-    seconds = facts.get("wall_time_s")
-    if not isinstance(seconds, int | float) or seconds <= 0:
-        return ("about how long: unknown (no record of a training on this machine: "
-                "metrics/provenance/machine/train.json)")
-    share = facts.get("params", {}).get("train", {}).get("fraction", 1.0) or 1.0
+        machine = read_machine_record(repo / TRAIN_RECORD)
+    except ValueError:
+        return f"about how long: unknown ({where} is damaged: not a JSON object)"
+    if machine is None:
+        return f"about how long: unknown (no record of a training on this machine: {where})"
+    if machine.get("status") == "failed":
+        return ("about how long: unknown (the last training on this machine failed: "
+                f"{_one_line(machine.get('error'))}; {where})")
+    seconds = machine.get("wall_time_s")
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds <= 0:
+        return f"about how long: unknown ({where} holds no training time)"
+    try:
+        here = (repo / TRAIN_RECORD).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        here = None
+    note = ""
+    if here is not None and machine.get("record_sha256") == record_sha256(here):
+        record = _json_object(here)
+    else:
+        found = measured_for(repo, machine.get("record_sha256"))
+        if found is None:
+            record = {}
+            note = (", measured for a train record no commit here holds (its params unknown: "
+                    "taken as a training on all the rows)")
+        else:
+            commit, record = found
+            other = _params_differ(record, _json_object(here) if here is not None else {})
+            note = (f", measured for the train record of commit {commit[:7]}, not the one here "
+                    f"(train.fraction {_fraction(record):g}"
+                    + (f"; other params: {', '.join(other)}" if other else "") + ")")
+    share = _fraction(record)
     total = sum(seconds * fractions[run.group] / share for run in runs)
     return (f"about {total / 60:.0f} min of training one after the other (the last training "
-            f"here took {seconds:.0f} s; each run scaled by its share of the rows; evaluation "
-            "not counted, runs side by side take less)")
+            f"here took {seconds:.0f} s{note}; each run scaled by its share of the rows; "
+            "evaluation not counted, runs side by side take less)")
+
+
+def _one_line(value: Any) -> str:
+    """``value`` as one line of text (a record's error may hold several)."""
+    return " ".join(str(value).split())
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _fraction(record: dict[str, Any]) -> float:
+    """The ``train.fraction`` a train record's params hold (1.0: all, before the key)."""
+    params = record.get("params")
+    train = params.get("train") if isinstance(params, dict) else None
+    value = train.get("fraction") if isinstance(train, dict) else None
+    return float(value) if isinstance(value, int | float) and 0 < value <= 1 else 1.0
+
+
+def _params_differ(record: dict[str, Any], here: dict[str, Any], most: int = 4) -> list[str]:
+    """The params keys (``a.b.c``) whose values differ between two train records, other
+    than ``train.fraction`` (the estimate scales by it), at most ``most`` then ``...``."""
+    def flat(node: Any, prefix: str = "") -> dict[str, Any]:
+        if not isinstance(node, dict):
+            return {prefix: node}
+        return {k: v for key, sub in node.items() for k, v in flat(sub, f"{prefix}{key}.").items()}
+
+    a, b = flat(record.get("params", {})), flat(here.get("params", {}))
+    keys = [k.rstrip(".") for k in dict.fromkeys([*a, *b])
+            if a.get(k) != b.get(k) and k.rstrip(".") != "train.fraction"]
+    return keys[:most] + (["..."] if len(keys) > most else [])
+
+
+def measured_for(repo: Path, sha256: Any) -> tuple[str, dict[str, Any]] | None:
+    """``(commit, record)``: the newest commit of any ref (branches, tags, DVC experiments'
+    refs) among the newest :data:`HISTORY_COMMITS` that changed :data:`TRAIN_RECORD` to a
+    file whose SHA-256 is ``sha256`` (:func:`lorasent.artifacts.record_sha256`), and that
+    record; None when none does (or ``sha256`` is not a string)."""
+    if not isinstance(sha256, str):
+        return None
+    blobs: dict[str, str] = {}  # blob id -> the newest commit that wrote it
+    commit = ""
+    for line in git_lines(repo, "log", "--all", f"-n{HISTORY_COMMITS}", "--format=%H", "--raw",
+                          "--no-abbrev", "--no-renames", "--", TRAIN_RECORD) or []:
+        fields = line.split()
+        if len(fields) == 1:
+            commit = fields[0]
+        elif line.startswith(":") and len(fields) >= 4:
+            blobs.setdefault(fields[3], commit)
+    wanted = [blob for blob in blobs if set(blob) != {"0"}]  # a deletion writes no blob
+    if not wanted:
+        return None
+    done = subprocess.run([program("git"), "cat-file", "--batch"], cwd=repo, capture_output=True,
+                          input="".join(f"{blob}\n" for blob in wanted).encode())
+    out, at = done.stdout, 0
+    for blob in wanted:  # "<id> blob <size>\n<bytes>\n" each, in the order asked
+        header_end = out.find(b"\n", at)
+        header = out[at:header_end].split()
+        if len(header) != 3:
+            break
+        size = int(header[2])
+        body = out[header_end + 1:header_end + 1 + size]
+        at = header_end + 1 + size + 1
+        text = body.decode("utf-8", errors="replace")
+        if record_sha256(text) == sha256:
+            return blobs[blob], _json_object(text)
+    return None
 
 
 def learning_curve(*, name: str, fractions: Sequence[float] = FRACTIONS, seeds: int = 3,
@@ -568,15 +751,17 @@ def learning_curve(*, name: str, fractions: Sequence[float] = FRACTIONS, seeds: 
             a repo or settings :func:`sweep` refuses, an experiment of the grid's name
             with other params; all before any run starts.
     """
-    from lorasent.review.sweep import _git, plan
+    from lorasent.review.sweep import _git, check_options, plan
 
+    check_options("learning-curve", address=cluster.get("address"),
+                  num_gpus=cluster.get("num_gpus"), cache_dir=cluster.get("cache_dir"))
     repo = repo.resolve()
     fractions = sorted(fractions)
     rows = check_classes(repo, fractions)
     sets = fraction_sets(fractions)
     params_text = _git(repo, "show", "HEAD:params.yaml")
     base_seed = parse_params(read_yaml(params_text, "params.yaml"), "params.yaml").base.seed
-    grid = plan(name, sets, seeds, base_seed)
+    grid = plan(name, sets, seeds, base_seed, command="learning-curve")
     commit = _git(repo, "rev-parse", "HEAD").strip()
     reuse = reusable(repo, commit, grid)
     share = {run.group: f for run, f in zip(grid[::seeds], fractions, strict=True)}
@@ -588,7 +773,7 @@ def learning_curve(*, name: str, fractions: Sequence[float] = FRACTIONS, seeds: 
 
     started = time.monotonic()
     result = sweep(name=name, sets=sets, seeds=seeds, repo=repo, progress=progress,
-                   reuse=reuse, checked=checked,
+                   reuse=reuse, checked=checked, command="learning-curve",
                    runner=runner or run_one, **cluster)
     curve = build(result, fractions, rows, resamples)
     write_outputs(curve, out)

@@ -88,16 +88,26 @@ def run_seeds(*, n: int, name: str, sets: Sequence[str] = (), jobs: int = 1,
             takes, each run's status as it changes.
 
     Raises:
-        LorasentError: ``n`` < 2, ``-S base.seed`` given, ``dvc`` is neither beside the
-            running Python nor on PATH (``lorasent.programs.program``), DVC refuses to
-            queue (for example an experiment of that name exists), or the wait timed out.
+        LorasentError: before anything is queued: ``n`` < 2, a ``name`` or ``-S`` that
+            ``lorasent sweep`` would refuse too (its :func:`~lorasent.review.sweep.plan`:
+            ``-S base.seed``, a key given twice, several values of a key), a run whose
+            params are invalid (:func:`~lorasent.review.sweep.check_params`), an
+            experiment of that name; after: ``dvc`` is neither beside the running Python
+            nor on PATH (``lorasent.programs.program``), DVC refuses to queue, or the wait
+            timed out.
     """
+    from lorasent.review.sweep import check_params, plan
+
     if n < 2:
         raise LorasentError(f"seeds: -n {n}: at least 2 runs are needed to measure a spread")
-    if any(s.split("=", 1)[0].strip() == "base.seed" for s in sets):
-        raise LorasentError("seeds: -S base.seed is what the runs vary; set the first seed in "
-                            "params.yaml instead")
-    runs = {f"{name}-seed{seed}": seed for seed in range(base_seed, base_seed + n)}
+    specs = plan(name, sets, n, base_seed, command="seeds", grid=False)
+    try:
+        params_text = (repo / "params.yaml").read_text(encoding="utf-8")
+    except OSError as err:
+        raise LorasentError(f"seeds: cannot read {repo / 'params.yaml'}, the params every "
+                            f"run takes: {err.strerror or err}") from None
+    check_params(params_text, specs, command="seeds", one_process=False)
+    runs = {spec.name: spec.seed for spec in specs}
     existing = set(run_dvc(repo, "exp", "list", "--all-commits", "--name-only",
                         as_json=False).split())
     if clash := sorted(existing & set(runs)):
@@ -110,9 +120,9 @@ def run_seeds(*, n: int, name: str, sets: Sequence[str] = (), jobs: int = 1,
         progress("seeds: params.yaml differs from HEAD, and every run takes it: "
                  + "; ".join(uncommitted) + " (after a `dvc exp run`, `git checkout -- . && "
                  "dvc checkout` returns to HEAD's params)")
-    for exp, seed in runs.items():
-        run_dvc(repo, "exp", "run", "--queue", "-n", exp, "-S", f"base.seed={seed}",
-             *(arg for s in sets for arg in ("-S", s)), as_json=False)
+    for spec in specs:
+        run_dvc(repo, "exp", "run", "--queue", "-n", spec.name,
+                *(arg for s in spec.sets for arg in ("-S", s)), as_json=False)
     start = functools.partial(_start_workers, repo, jobs)
     start()
     progress(f"seeds: queued {', '.join(runs)}; running {jobs} at a time "

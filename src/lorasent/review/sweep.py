@@ -139,38 +139,96 @@ class SweepRun:
 
 # ------------------------------------------------------------------ the grid
 
-def _overrides(sets: Sequence[str]) -> list[Any]:
+def _overrides(sets: Sequence[str], command: str = "sweep", grid: bool = True) -> list[Any]:
     """``sets`` parsed by Hydra's override parser, as DVC parses ``-S``.
+
+    ``grid``: several values of a key make a grid axis (``sweep``, ``learning-curve``);
+    False: each key takes one value (``seeds``: every run takes the same params).
 
     Raises:
         LorasentError: a setting Hydra cannot parse, of a file other than params.yaml, of
-            ``base.seed`` (what the runs vary), or that adds or deletes a key.
+            ``base.seed`` (what the runs vary), that adds or deletes a key, a key given
+            twice (the second would silently replace the first: DVC applies them in
+            turn), or, without ``grid``, several values of a key; one line, prefixed
+            ``command``.
     """
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import ValueType
     from hydra.errors import HydraException
 
+    verb = "swept" if grid else "set"
     plain = []
     for s in sets:
         file, sep, rest = s.partition(":")
         if sep and "=" not in file:
             if file != "params.yaml":
-                raise LorasentError(f"sweep: -S {s}: only params.yaml keys can be swept")
+                raise LorasentError(f"{command}: -S {s}: only params.yaml keys can be {verb}")
             s = rest
         plain.append(s)
     try:
         parsed = OverridesParser.create().parse_overrides(plain)
     except HydraException as err:
-        raise LorasentError(f"sweep: -S: {' '.join(str(err).split())}") from None
+        raise LorasentError(f"{command}: -S: {' '.join(str(err).split())}") from None
+    given: dict[str, list[Any]] = {}
     for s, o in zip(sets, parsed, strict=True):
         if o.key_or_group == "base.seed":
-            raise LorasentError("sweep: -S base.seed is what the runs vary; set the first "
-                                "seed in params.yaml and the number with --seeds")
+            raise LorasentError(f"{command}: -S base.seed is what the runs vary; set the first "
+                                "seed in params.yaml and the number with --seeds"
+                                if grid else f"{command}: -S base.seed is what the runs vary; "
+                                "set the first seed in params.yaml instead")
         if o.is_add() or o.is_delete() or o.is_force_add():
-            raise LorasentError(f"sweep: -S {s}: only changes of keys params.yaml has")
+            raise LorasentError(f"{command}: -S {s}: only changes of keys params.yaml has")
         if o.value_type == ValueType.GLOB_CHOICE_SWEEP:
-            raise LorasentError(f"sweep: -S {s}: a glob sweep has no values here; list them")
+            raise LorasentError(f"{command}: -S {s}: a glob sweep has no values here; list them")
+        if not grid and o.is_sweep_override():
+            raise LorasentError(f"{command}: -S {s}: every run takes one value of a key; "
+                                f"`lorasent sweep -S {s}` runs each value over seeds")
+        given.setdefault(o.key_or_group, []).append(o)
+    for key, twice in given.items():
+        if len(twice) > 1:
+            raise LorasentError(_twice(command, key, twice, grid))
     return parsed
+
+
+def _twice(command: str, key: str, overrides: Sequence[Any], grid: bool) -> str:
+    """The one line that refuses ``key`` given in several ``-S``: each value it was given,
+    and (``grid``) the one ``-S`` that makes them a grid axis."""
+    values = [v for o in overrides for v in (o.sweep_string_iterator() if o.is_sweep_override()
+                                             else [o.get_value_element_as_str()])]
+    said = f"{command}: -S {key} is given {len(overrides)} times ({', '.join(values)})"
+    if not grid:
+        return f"{said}: every run takes one value of a key; give it once"
+    axis = (f"-S {key}={','.join(dict.fromkeys(values))}"
+            if all(re.fullmatch(r"[\w.+-]+", v) for v in values) else f"-S {key}=a,b")
+    return f"{said}: give it once, its values as one grid axis: {axis}"
+
+
+# The experiment names DVC refuses (`dvc exp run -n`): dvc.repo.experiments.utils.
+# check_ref_format, which takes refs/exps/<2 hex>/<38 hex>/<name> to git's ref-name rules
+# (https://git-scm.com/docs/git-check-ref-format, as dulwich.refs.check_ref_format, DVC's
+# git backend for it, applies them) and refuses a "/". A name starting with "-" is read
+# as an option by dvc's command line.
+NAME_RULES = ("git's ref-name rules: no spaces, control characters, '..', '~', '^', ':', '?', "
+              "'*', '[', '\\', '@{' or '/', no '.' or '-' at the start, no '.' or '.lock' at "
+              "the end")
+
+
+def check_name(name: str, command: str) -> None:
+    """Refuse ``--name`` when the experiments it names, ``<name>-...-seed<S>`` (the rest
+    made of letters, digits and ``._+-``), are names DVC refuses (:data:`NAME_RULES`).
+
+    Raises:
+        LorasentError: one line naming the name, an experiment name it makes, the rules
+            and what to use.
+    """
+    from dulwich.refs import Ref, check_ref_format
+
+    run = f"{name}-seed0"
+    if run.startswith("-") or "/" in run or not check_ref_format(
+            Ref(f"refs/exps/00/{'0' * 38}/{run}".encode())):
+        raise LorasentError(
+            f"{command}: --name {name!r} makes experiment names such as {run!r} that DVC "
+            f"refuses ({NAME_RULES}); use letters, digits, '-', '_' and '.'")
 
 
 def _slug(key: str, value: str) -> str:
@@ -179,17 +237,22 @@ def _slug(key: str, value: str) -> str:
     return re.sub(r"\.{2,}", ".", text)
 
 
-def plan(name: str, sets: Sequence[str], seeds: int, base_seed: int) -> list[RunSpec]:
+def plan(name: str, sets: Sequence[str], seeds: int, base_seed: int, *,
+         command: str = "sweep", grid: bool = True) -> list[RunSpec]:
     """The runs of the grid ``sets`` × ``seeds`` seeds from ``base_seed``, grid point by
-    grid point (in the order of the values given), each point's seeds in order.
+    grid point (in the order of the values given), each point's seeds in order: the one
+    check of ``--name``, ``--seeds`` and ``-S`` of ``sweep``, ``learning-curve`` and
+    ``seeds`` (``grid=False``: one value per key), before anything runs.
 
     Raises:
-        LorasentError: ``seeds`` < 1, a bad ``-S`` (:func:`_overrides`), or two grid
-            points that would get the same group name.
+        LorasentError: ``seeds`` < 1, a ``name`` DVC refuses (:func:`check_name`), a bad
+            ``-S`` (:func:`_overrides`), or two grid points that would get the same group
+            name; prefixed ``command``.
     """
     if seeds < 1:
-        raise LorasentError(f"sweep: --seeds {seeds}: at least 1")
-    overrides = _overrides(sets)
+        raise LorasentError(f"{command}: --seeds {seeds}: at least 1")
+    check_name(name, command)
+    overrides = _overrides(sets, command, grid)
     axes = [[(o.key_or_group, v) for v in o.sweep_string_iterator()] if o.is_sweep_override()
             else [(o.key_or_group, o.get_value_element_as_str())] for o in overrides]
     swept = {o.key_or_group for o in overrides if o.is_sweep_override()}
@@ -198,7 +261,7 @@ def plan(name: str, sets: Sequence[str], seeds: int, base_seed: int) -> list[Run
     for point in itertools.product(*axes):
         group = "-".join([name, *(_slug(k, v) for k, v in point if k in swept)])
         if group in groups:
-            raise LorasentError(f"sweep: {groups[group]} and {point} both make the group "
+            raise LorasentError(f"{command}: {groups[group]} and {point} both make the group "
                                 f"name {group}; choose values that differ in letters or "
                                 "digits")
         groups[group] = point
@@ -223,22 +286,24 @@ def with_sets(raw: dict[str, Any], sets: Sequence[str]) -> dict[str, Any]:
     return merge(raw, changes)
 
 
-def check_params(params_text: str, runs: Sequence[RunSpec]) -> None:
-    """Validate each run's params (HEAD's params.yaml with its changes) before anything
-    starts, and that each runs in one process (``base.num_processes: 1``: a run has one
-    GPU).
+def check_params(params_text: str, runs: Sequence[RunSpec], *, command: str = "sweep",
+                 one_process: bool = True) -> None:
+    """Validate each run's params (``params_text`` with its changes) before anything
+    starts, and (``one_process``) that each runs in one process (``base.num_processes:
+    1``: a run of a sweep has one GPU).
 
     Raises:
-        LorasentError: the first run whose params are invalid, naming it and the key.
+        LorasentError: the first run whose params are invalid, naming it and the key;
+            prefixed ``command``.
     """
     raw = read_yaml(params_text, "params.yaml")
     for run in runs:
         try:
             params = parse_params(with_sets(raw, run.sets), f"params.yaml of run {run.name}")
         except ParamsError as err:
-            raise LorasentError("sweep: " + "; ".join(
+            raise LorasentError(f"{command}: " + "; ".join(
                 line.strip() for line in str(err).splitlines())) from None
-        if params.base.num_processes != 1:
+        if one_process and params.base.num_processes != 1:
             raise LorasentError(
                 f"sweep: run {run.name} has base.num_processes {params.base.num_processes}; "
                 "a sweep gives each run one GPU and runs the others beside it: set 1")
@@ -433,30 +498,42 @@ def _dvc(repo: Path, *args: str) -> str:
     return str(run_dvc(repo, *args, as_json=False, command="sweep"))
 
 
+# What to do with files that differ from HEAD ({it}: it or them); with params.yaml among
+# them, by command: sweep takes params changes as -S; learning-curve has no -S, it trains
+# HEAD's params as committed.
+COMMIT_THEM = "commit {it} (or `git stash`)"
+PARAMS_EDIT = {"sweep": COMMIT_THEM + ", or give the params changes as -S",
+               "learning-curve": "commit {it} for a curve of the edited params, or `git stash` "
+                                 "{it} for HEAD's (learning-curve trains HEAD's params as "
+                                 "committed; it takes no -S)"}
+
+
 def _check_repo(repo: Path, runs: Sequence[RunSpec], git_remote: str | None,
-                reuse: Collection[str] = ()) -> tuple[str, str]:
+                reuse: Collection[str] = (), command: str = "sweep") -> tuple[str, str]:
     """``(commit, url)``: HEAD, which must be clean (the runs clone it) and, with a
     ``git_remote``, on that remote; and the url the runs clone from. No run's name may
-    be an existing experiment's, except those of ``reuse``."""
+    be an existing experiment's, except those of ``reuse``. Errors are prefixed
+    ``command`` and say what to do with an edited params.yaml for it
+    (:data:`PARAMS_EDIT`)."""
     commit = _git(repo, "rev-parse", "HEAD").strip()
     dirty = [line[3:] for line in _git(repo, "status", "--porcelain",
                                        "--untracked-files=no").splitlines()]
     if dirty:
         files = ", ".join(dirty[:5]) + (" ..." if len(dirty) > 5 else "")
         raise LorasentError(
-            f"sweep: each run clones commit HEAD, and {files} "
-            f"{'differs' if len(dirty) == 1 else 'differ'} from it: commit "
-            f"{'it' if len(dirty) == 1 else 'them'} (or `git stash`)"
-            + (", or give the params changes as -S" if "params.yaml" in dirty else ""))
+            f"{command}: each run clones commit HEAD, and {files} "
+            f"{'differs' if len(dirty) == 1 else 'differ'} from it: "
+            + (PARAMS_EDIT.get(command, COMMIT_THEM) if "params.yaml" in dirty
+               else COMMIT_THEM).format(it="it" if len(dirty) == 1 else "them"))
     existing = set(_dvc(repo, "exp", "list", "--all-commits", "--name-only").split())
     if clash := sorted(existing & {run.name for run in runs} - set(reuse)):
-        raise LorasentError(f"sweep: experiments {', '.join(clash)} exist already; choose "
+        raise LorasentError(f"{command}: experiments {', '.join(clash)} exist already; choose "
                             f"another --name, or remove them (dvc exp remove {' '.join(clash)})")
     if git_remote is None:
         return commit, str(repo.resolve())
     url = _git(repo, "remote", "get-url", git_remote).strip()
     if not _git(repo, "branch", "-r", "--contains", commit, "--list", f"{git_remote}/*").strip():
-        raise LorasentError(f"sweep: commit {commit[:7]} is not on {git_remote} ({url}), and "
+        raise LorasentError(f"{command}: commit {commit[:7]} is not on {git_remote} ({url}), and "
                             f"the runs clone it from there: git push {git_remote} HEAD")
     return commit, url
 
@@ -467,9 +544,6 @@ def _cluster(address: str | None, num_gpus: int | None, git_remote: str | None,
     resources: ``({"num_gpus": 1, "num_cpus": c} or {"num_cpus": c}, description)``."""
     import ray
 
-    if address is not None and num_gpus is not None:
-        raise LorasentError("sweep: --num-gpus declares the GPUs of a local cluster; a "
-                            "cluster at --address has its own (ray start --num-gpus)")
     quiet: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                              "logging_level": logging.ERROR}
     if address is None:
@@ -499,7 +573,8 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
           cpus_per_run: int | None = None, git_remote: str | None = None,
           cache_dir: str | None = None, progress: Progress = lambda line: None,
           runner: Callable[..., RunResult] = run_one, reuse: Collection[str] = (),
-          checked: Callable[[str, list[RunSpec]], None] | None = None) -> SweepResult:
+          checked: Callable[[str, list[RunSpec]], None] | None = None,
+          command: str = "sweep") -> SweepResult:
     """Run the grid ``sets`` × ``seeds`` seeds as Ray tasks and wait for them.
 
     Args:
@@ -522,6 +597,8 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
         checked: called with HEAD's commit and the runs to make once the settings and
             the repo are checked, before Ray starts (``lorasent learning-curve`` says
             there how many runs and about how long).
+        command: the command the user ran, the prefix of the errors of the checks
+            (``learning-curve`` runs a sweep).
 
     Returns:
         every run, in grid order, with its metrics when it landed.
@@ -531,11 +608,12 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
             at ``address``, or Ctrl-C (after stopping the runs; landed ones stay).
     """
     repo = repo.resolve()
+    check_options(command, address=address, num_gpus=num_gpus, cache_dir=cache_dir)
     params_text = _git(repo, "show", "HEAD:params.yaml")
     base_seed = parse_params(read_yaml(params_text, "params.yaml"), "params.yaml").base.seed
-    runs = plan(name, sets, seeds, base_seed)
-    check_params(params_text, runs)
-    commit, url = _check_repo(repo, runs, git_remote, reuse)
+    runs = plan(name, sets, seeds, base_seed, command=command)
+    check_params(params_text, runs, command=command)
+    commit, url = _check_repo(repo, runs, git_remote, reuse, command)
     todo = [run for run in runs if run.name not in reuse]
     if checked is not None:
         checked(commit, todo)
@@ -550,6 +628,24 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
     return SweepResult([SweepRun(spec, results[spec.name],
                                  read_side(repo, spec.name, commits)
                                  if spec.name in commits else None) for spec in runs])
+
+
+def check_options(command: str, *, address: str | None, num_gpus: int | None,
+                  cache_dir: str | None) -> None:
+    """The cluster options that can be checked before Ray starts.
+
+    Raises:
+        LorasentError: ``--num-gpus`` with ``--address`` (a cluster declares its own), or a
+            ``--cache-dir`` that is not an absolute path (each run's ``dvc cache dir
+            --local`` would take it from its own clone's folder).
+    """
+    if address is not None and num_gpus is not None:
+        raise LorasentError(f"{command}: --num-gpus declares the GPUs of a local cluster; a "
+                            "cluster at --address has its own (ray start --num-gpus)")
+    if cache_dir is not None and not Path(cache_dir).is_absolute():
+        raise LorasentError(f"{command}: --cache-dir {cache_dir}: give an absolute path (a "
+                            "folder every machine of the cluster sees there); a relative one "
+                            "would be taken from each run's clone")
 
 
 def _sweep_runs(runs: Sequence[RunSpec], *, name: str, repo: Path, commit: str, url: str,
