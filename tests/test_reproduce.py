@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from lorasent.metrics import predictions_csv
@@ -332,3 +333,30 @@ def test_seed_groups_are_judged_by_welch_s_test_and_reported_by_their_olympic_me
         "0.7025; Δ −0.006, Welch's t-test p = 0.62")
     far = rp.judge_groups(Path("."), "ref-seed*", "far-seed*")
     assert far.tier == "different" and far.line.endswith(": the groups differ")
+
+
+@pytest.mark.slow
+def test_a_damaged_adapter_in_the_cache_stops_the_rescoring_in_one_line(tiny_copy, tmp_path):
+    """What the cache gives is hashed against REV's dvc.lock before it is used (issue 51's
+    kind): one byte of the adapter's weights changed in a cache of the copy's own."""
+    from tiny_repo import run
+
+    cache = tmp_path / "cache"
+    shutil.copytree(run(tiny_copy, "dvc", "cache", "dir").strip(), cache)
+    run(tiny_copy, "dvc", "cache", "dir", "--local", str(cache))
+    lock = yaml.safe_load((tiny_copy / "dvc.lock").read_text())
+    listing = next(out["md5"] for out in lock["stages"]["train"]["outs"]
+                   if out["path"] == "models/adapter")
+    entries = json.loads((cache / "files/md5" / listing[:2] / listing[2:]).read_text())
+    weights = next(e["md5"] for e in entries if e["relpath"] == "adapter_model.safetensors")
+    blob = cache / "files/md5" / weights[:2] / weights[2:]
+    blob.chmod(0o644)
+    data = bytearray(blob.read_bytes())
+    data[-1] ^= 0xFF
+    blob.write_bytes(bytes(data))
+    done = lorasent(tiny_copy, "--no-train")
+    assert done.returncode == 1, done.stdout + done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("lorasent reproduce: error: models/adapter/adapter_model.safetensors "
+                           "as pulled from the DVC cache is damaged: its md5 is "), last
+    assert f"dvc.lock records {weights} (stage train)" in last

@@ -753,14 +753,26 @@ def _rerun(repo: Path, rev: str, commit: str, clone: Path, no_train: bool, toler
 
 
 def _checkout(clone: Path, progress: Progress) -> set[str]:
-    """Check REV's outputs out of the cache (pulling what it lacks where a default remote
-    is set); the output paths that are there afterwards."""
+    """Check REV's outputs out of the cache, pulling what it lacks where a default remote
+    is set, and hash them against REV's dvc.lock (``lorasent.repro.check_checked_out``,
+    as ``make run`` does): the output paths that are there afterwards.
+
+    Raises:
+        LorasentError: a file the cache or the remote gave is not what dvc.lock records.
+    """
+    from lorasent.repro import check_checked_out
+
+    remote = subprocess.run([program("dvc"), "remote", "default"], cwd=clone,
+                            capture_output=True).returncode == 0
     for argv in (["checkout", "--quiet"], ["pull", "--quiet"]):
-        if argv[0] == "pull" and subprocess.run([program("dvc"), "remote", "default"],
-                                                cwd=clone, capture_output=True).returncode:
+        if argv[0] == "pull" and not remote:
             break
         subprocess.run([program("dvc"), *argv], cwd=clone, env=environment(),
                        capture_output=True)
+    damage = check_checked_out(["fetch", "split", "train"], remote, clone)
+    if damage:
+        raise LorasentError(damage.replace("run: ", "reproduce: ", 1)
+                            .replace("removed here", "removed from the clone"))
     lock = read_lock(clone, "workspace")
     return {p for p, md5 in outputs(lock).items() if (clone / p).exists()
             and (not md5.endswith(".dir") or (clone / p).is_dir())}
