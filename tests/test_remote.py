@@ -88,12 +88,9 @@ def test_make_run_with_a_remote_pulls_instead_of_training(origin, tmp_path):
     assert _outputs(clone) == origin.outputs
 
 
-def test_a_damaged_object_on_the_remote_stops_make_run_in_one_line(origin, tmp_path):
-    """One byte of the adapter changed on the remote (a copy of it): a fresh clone's
-    `make run` pulled it, said "Data and pipelines are up to date", and `lorasent
-    predict` gave other probabilities without a word. Now the run stops naming the file
-    and the remote, the damaged copy is removed, `dvc status` says so, and predict
-    refuses to run without it."""
+def _damaged_store(origin: Origin, tmp_path: Path) -> tuple[Path, str, bytes]:
+    """A copy of the origin's DVC remote with one byte of the adapter's weights changed:
+    ``(store, the weights' md5 in dvc.lock, their damaged bytes)``."""
     store = tmp_path / "damaged-store"
     shutil.copytree(origin.root.parent / "dvc-store", store)
     lock = yaml.safe_load((origin.root / "dvc.lock").read_text(encoding="utf-8"))
@@ -106,6 +103,16 @@ def test_a_damaged_object_on_the_remote_stops_make_run_in_one_line(origin, tmp_p
     data = bytearray(weights.read_bytes())
     data[len(data) // 2] ^= 0x01
     weights.write_bytes(bytes(data))
+    return store, good, bytes(data)
+
+
+def test_a_damaged_object_on_the_remote_stops_make_run_in_one_line(origin, tmp_path):
+    """One byte of the adapter changed on the remote (a copy of it): a fresh clone's
+    `make run` pulled it, said "Data and pipelines are up to date", and `lorasent
+    predict` gave other probabilities without a word. Now the run stops naming the file
+    and the remote, the damaged copy is removed, `dvc status` says so, and predict
+    refuses to run without it."""
+    store, good, data = _damaged_store(origin, tmp_path)
     clone = _clone(origin.bare, tmp_path / "clone")
     run(clone, "dvc", "remote", "modify", "--local", "store", "url", str(store))
 
@@ -113,7 +120,7 @@ def test_a_damaged_object_on_the_remote_stops_make_run_in_one_line(origin, tmp_p
                            "run"], cwd=clone, env=env(), capture_output=True, text=True)
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
     said = [line for line in done.stderr.splitlines() if line.startswith("run: ")]
-    damaged = hashlib.md5(bytes(data)).hexdigest()
+    damaged = hashlib.md5(data).hexdigest()
     assert said == [
         f"run: models/adapter/adapter_model.safetensors as pulled from DVC remote 'store' "
         f"({store}) is damaged: its md5 is {damaged}, dvc.lock records {good} (stage "
@@ -252,3 +259,24 @@ def test_docker_run_passes_remote_credentials_by_name_only():
         for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AZURE_STORAGE_KEY"):
             assert f" -e {name} " in command
     assert secret not in out
+
+
+def test_a_sweep_run_checks_what_the_remote_gave_before_it_trains(origin, tmp_path):
+    """A sweep's run pulls in a clone of its own before `dvc exp run`: the same check, and
+    the run fails naming the file (lorasent.review.sweep.pulled_and_checked)."""
+    import io
+
+    from lorasent.review.sweep import pulled_and_checked
+
+    store, good, _ = _damaged_store(origin, tmp_path)
+    clone = _clone(origin.bare, tmp_path / "clone")
+    run(clone, "dvc", "cache", "dir", "--local", str(tmp_path / "cache"))
+    run(clone, "dvc", "remote", "modify", "--local", "store", "url", str(store))
+    log = io.StringIO()
+    failed = pulled_and_checked(clone, log)
+    assert failed is not None and failed.startswith(
+        f"models/adapter/adapter_model.safetensors as pulled from DVC remote 'store' ({store}) "
+        "is damaged: its md5 is "), failed
+    assert f"dvc.lock records {good} (stage train)" in failed and failed in log.getvalue()
+    assert not (clone / "models/adapter/adapter_model.safetensors").exists()
+    assert pulled_and_checked(_clone(origin.bare, tmp_path / "good"), io.StringIO()) is None

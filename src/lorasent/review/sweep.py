@@ -60,7 +60,7 @@ from lorasent.contracts import EvalMetrics
 from lorasent.errors import LorasentError
 from lorasent.params import ParamsError, merge, parse_params, read_yaml
 from lorasent.programs import environment, program, visible_devices
-from lorasent.review.collect import read_side, resolve_commits, run_dvc
+from lorasent.review.collect import read_lock, read_side, resolve_commits, run_dvc
 from lorasent.review.render import with_interval_of
 from lorasent.review.verdict import Side, group_review
 from lorasent.statistics import GroupComparison
@@ -367,6 +367,8 @@ def run_one(spec: RunSpec, source: Source, events: Any = None) -> RunResult:
                 if code := _step(argv, cwd, out):
                     return result("failed", f"{step} exited with {code}")
             remote = _step([program("dvc"), "remote", "default"], clone, out) == 0
+            if remote and (damage := pulled_and_checked(clone, out)):
+                return result("failed", damage)
             for step, argv in (
                     ("dvc exp run", [program("dvc"), "exp", "run", "--temp", "-n", spec.name,
                                      *(["--pull"] if remote else []),
@@ -381,6 +383,21 @@ def run_one(spec: RunSpec, source: Source, events: Any = None) -> RunResult:
         return result("failed", f"{type(err).__name__}: {err}")
     finally:
         shutil.rmtree(clone, ignore_errors=True)
+
+
+def pulled_and_checked(clone: Path, out: Any) -> str | None:
+    """``dvc pull`` in a run's clone (what the remote lacks, the run makes), then every
+    output it gave hashed against the commit's dvc.lock before the run uses it
+    (``lorasent.repro.check_checked_out``, as ``make run`` does): the line that fails the
+    run when one is damaged, also written to its log ``out``; None when all match."""
+    from lorasent.repro import check_checked_out
+
+    _step([program("dvc"), "pull"], clone, out)
+    stages = list(read_lock(clone, "workspace").get("stages") or {})
+    damage = check_checked_out(stages, True, clone)
+    if damage:
+        out.write(f"{damage}\n")
+    return damage.removeprefix("run: ") if damage else None
 
 
 def _step(argv: list[str], cwd: Path, out: Any) -> int:
