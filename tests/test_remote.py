@@ -264,19 +264,19 @@ def test_docker_run_passes_remote_credentials_by_name_only():
 def test_a_sweep_run_checks_what_the_remote_gave_before_it_trains(origin, tmp_path):
     """A sweep's run pulls in a clone of its own before `dvc exp run`: the same check, and
     the run fails naming the file (lorasent.review.sweep.pulled_and_checked)."""
-    import io
-
     from lorasent.review.sweep import pulled_and_checked
 
     store, good, _ = _damaged_store(origin, tmp_path)
     clone = _clone(origin.bare, tmp_path / "clone")
     run(clone, "dvc", "cache", "dir", "--local", str(tmp_path / "cache"))
     run(clone, "dvc", "remote", "modify", "--local", "store", "url", str(store))
-    log = io.StringIO()
-    failed = pulled_and_checked(clone, log)
+    with (tmp_path / "run.log").open("w") as log:  # a run's log: a file, as Popen needs
+        failed = pulled_and_checked(clone, log)
     assert failed is not None and failed.startswith(
         f"models/adapter/adapter_model.safetensors as pulled from DVC remote 'store' ({store}) "
         "is damaged: its md5 is "), failed
-    assert f"dvc.lock records {good} (stage train)" in failed and failed in log.getvalue()
+    assert f"dvc.lock records {good} (stage train)" in failed
+    assert failed in (tmp_path / "run.log").read_text()
     assert not (clone / "models/adapter/adapter_model.safetensors").exists()
-    assert pulled_and_checked(_clone(origin.bare, tmp_path / "good"), io.StringIO()) is None
+    with (tmp_path / "good.log").open("w") as log:
+        assert pulled_and_checked(_clone(origin.bare, tmp_path / "good"), log) is None
