@@ -100,6 +100,7 @@ from lorasent.contracts import (
     RiskCoveragePoint,
     TemperatureScaling,
     dump,
+    temperature_out_of_range,
 )
 from lorasent.environment import resolve_dtype, writing
 from lorasent.errors import LorasentError
@@ -1113,6 +1114,11 @@ NO_VALIDATION_NOTE = ("no validation split (split.validation_size: 0): temperatu
                       "not fitted; predict uses the raw probabilities")
 # calibration.json's ``note`` when the validation rows cannot be fitted (the reason follows).
 NOT_FITTED_NOTE = "temperature scaling not fitted ({}); predict uses the raw probabilities"
+# NOT_FITTED_NOTE's reason when the fit's T is outside the range calibration.json takes
+# (lorasent.contracts.TEMPERATURE_MIN, TEMPERATURE_MAX): T, then how.
+DEGENERATE_FIT = ("the fit gave T = {:.4g}, {}: the validation rows are degenerate, e.g. "
+                  "every one right, or every one wrong, by a wide margin; a larger validation "
+                  "split gives a usable T")
 # The thresholds of calibration.json's risk-coverage: 0.00, 0.05, ..., 0.95.
 CONFIDENCE_GRID = tuple(round(0.05 * k, 2) for k in range(20))
 
@@ -1134,7 +1140,11 @@ def temperature_scaling(scores: np.ndarray, y: Sequence[int]) -> TemperatureScal
         The record. Not fitted, ``temperature`` None and no risk-coverage: with N = 0
         (``note``: :data:`NO_VALIDATION_NOTE`), or rows T cannot be fitted on (fewer
         than 2, or of one class: :data:`NOT_FITTED_NOTE` with the reason; the raw
-        softmax's metrics are given).
+        softmax's metrics are given), or rows whose fitted T is outside
+        [:data:`lorasent.contracts.TEMPERATURE_MIN`,
+        :data:`lorasent.contracts.TEMPERATURE_MAX`] (the same, with
+        :data:`DEGENERATE_FIT`: such a T would make every later prediction all but one-hot
+        or uniform).
     """
     n = len(y)
     if n == 0:
@@ -1143,6 +1153,9 @@ def temperature_scaling(scores: np.ndarray, y: Sequence[int]) -> TemperatureScal
     before = probabilities(scores)
     try:
         temperature = fit_temperature(scores, labels)
+        out_of_range = temperature_out_of_range(temperature)
+        if out_of_range is not None:
+            raise CalibrationError(DEGENERATE_FIT.format(temperature, out_of_range))
     except CalibrationError as err:
         log.warning("train: %s", NOT_FITTED_NOTE.format(err))
         return _not_fitted(n, NOT_FITTED_NOTE.format(err)).model_copy(update={

@@ -160,14 +160,20 @@ def predict(model: Any, encoder: Encoder, labels: list[str], texts: list[str],
             softmax (:func:`lorasent.metrics.probabilities`).
         min_confidence: in (0, 1]: a text whose top probability is below it is
             ``abstained`` (no label, its probabilities kept); None: never.
+
+    Raises:
+        NotFiniteError: a score or probability is NaN or infinite (:func:`check_finite`),
+            before any of these texts is returned.
     """
     scored = [i for i, t in enumerate(texts) if t.strip()]
     probs = {}
     if scored:
         scores = score_texts(model, encoder, [texts[i] for i in scored], batch_size,
                              desc="predict")
+        check_finite(scores, [texts[i] for i in scored], "class scores")
         scaled = (probabilities(scores) if temperature is None
                   else apply_temperature(scores, temperature))
+        check_finite(scaled, [texts[i] for i in scored], "probabilities")
         probs = dict(zip(scored, scaled, strict=True))
     predictions = []
     for i, text in enumerate(texts):
@@ -181,6 +187,29 @@ def predict(model: Any, encoder: Encoder, labels: list[str], texts: list[str],
             {label: float(v) for label, v in zip(labels, row, strict=True)},
             abstained=abstained))
     return predictions
+
+
+class NotFiniteError(LorasentError):
+    """The adapter gave a NaN or infinite class score or probability."""
+
+
+def check_finite(values: np.ndarray, texts: Sequence[str], what: str) -> None:
+    """Refuse (N, K) ``values`` (``what``: ``class scores`` or ``probabilities``) of the N
+    ``texts`` holding a NaN or an infinity, which would be printed as NaN and labelled
+    as the first class (argmax of NaN).
+
+    Raises:
+        NotFiniteError: one line naming how many texts, the first of them, and the way out.
+    """
+    bad = ~np.isfinite(values).all(axis=1)
+    if bad.any():
+        first = texts[int(np.argmax(bad))]
+        shown = first if len(first) <= 60 else first[:57] + "..."
+        raise NotFiniteError(
+            f"the adapter gave {what} that are not finite (NaN or infinite) for "
+            f"{int(bad.sum())} of {len(texts)} texts, the first {shown!r}, and stopped before "
+            f"writing them: its weights or its {CALIBRATION_RECORD} are damaged; "
+            f"{restore_adapter()}")
 
 
 class MinConfidenceError(InputError):
