@@ -405,6 +405,8 @@ def test_predict_stops_on_scores_that_are_not_finite_and_writes_nothing(
     assert not out.exists()
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning",
+                            "ignore:invalid value encountered:RuntimeWarning")
 def test_probabilities_that_are_not_finite_are_refused_whatever_the_temperature(monkeypatch):
     """predict() itself, with a temperature no calibration.json can hold: the check is on
     the probabilities, after the temperature."""
