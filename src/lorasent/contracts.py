@@ -90,12 +90,13 @@ class RiskCoveragePoint(_Contract):
 
 
 # The temperatures calibration.json may hold, the bounds included. Temperature scaling
-# corrects a classifier that is over- or under-confident by a factor (Guo et al. 2017), so
-# a T fitted on real validation rows is near 1; at 0.05 the scores are multiplied by 20 (the probabilities all but one-hot), at 20
-# divided by 20 (all but uniform). A T outside is a fit on degenerate rows (every row
-# right by a wide margin drives T towards 0, every row wrong towards infinity) or a
-# damaged file: 5e-324 makes every probability NaN. The train stage writes no temperature
-# then (``note`` says why); readers refuse one.
+# corrects a classifier that is over- or under-confident by a factor (Guo et al. 2017),
+# so a T fitted on real validation rows is near 1; at 0.05 the scores are multiplied by
+# 20 (the probabilities all but one-hot), at 20 divided by 20 (all but uniform). A T
+# outside is a fit on degenerate rows (every row right by a wide margin drives T
+# towards 0, every row wrong towards infinity) or a damaged file: 5e-324 makes every
+# probability NaN. The train stage writes no temperature then (``note`` says why);
+# readers refuse one.
 TEMPERATURE_MIN = 0.05
 TEMPERATURE_MAX = 20.0
 
