@@ -102,7 +102,7 @@ from lorasent.contracts import (
     dump,
     temperature_out_of_range,
 )
-from lorasent.environment import resolve_dtype, writing
+from lorasent.environment import compute_dtype, precision_line, resolve_dtype, writing
 from lorasent.errors import LorasentError
 from lorasent.launch import barrier, is_main, rank_and_world
 from lorasent.metrics import classification_metrics, probabilities
@@ -797,6 +797,9 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
     main = is_main()
     # the compute dtype: bf16 on a CPU is autocast over the fp32 weights model.dtype shows
     dtype = resolve_dtype(base.precision, device)
+    if main:
+        log.info(precision_line("train", precision=base.precision, dtype=dtype, device=device,
+                                training=True))
     checkpoints, resume_from = _setup_checkpoints(
         checkpoint_dir=checkpoint_dir, base=base, prompt=prompt, train=train, inputs=inputs,
         setting={"device": device.type,
@@ -842,7 +845,8 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
             parameters=(trainable, total), resume_from=resume_from,
             shared_start=shared_start, train_rows=len(data.rows), final_loss=final_loss,
             batch_per_process=train.per_device_train_batch_size
-            * train.gradient_accumulation_steps, temperature=scaling.temperature)
+            * train.gradient_accumulation_steps, temperature=scaling.temperature,
+            compute=compute_dtype(dtype, device, training=True))
     return TrainResult(trainer.state.global_step, final_loss, trainable, model.eval())
 
 
@@ -1205,14 +1209,17 @@ def _write_provenance(path: Path, *, trainer: LorasentTrainer, params_record: di
                       device: torch.device, wall_time_s: float, inputs: dict[str, str],
                       parameters: tuple[int, int], resume_from: Path | None,
                       shared_start: int | None, train_rows: int, final_loss: float | None,
-                      batch_per_process: int, temperature: float | None) -> None:
+                      batch_per_process: int, temperature: float | None,
+                      compute: str) -> None:
     """The train stage's provenance record (:func:`lorasent.artifacts.provenance`) at
     ``path``, with the training's facts: ``parameters`` (trainable, total), the steps
     (``trainer``'s state) and the one resumed from, the shared prompt start, the rows,
     the effective batch (``batch_per_process``: examples per device times accumulation
     steps, times the processes), the final loss, the best validation epoch and the
-    ``temperature`` fitted on the validation split (None: not fitted); Trainer's speed
-    figures (:func:`training_speed`) go to the machine record."""
+    ``temperature`` fitted on the validation split (None: not fitted) and the dtype the
+    training computed in (``compute_dtype``: ``compute``,
+    :func:`lorasent.environment.compute_dtype`); Trainer's speed figures
+    (:func:`training_speed`) go to the machine record."""
     trainable, total = parameters
     extra = {"trainable_parameters": trainable, "total_parameters": total,
              "steps": trainer.state.global_step,
@@ -1221,7 +1228,7 @@ def _write_provenance(path: Path, *, trainer: LorasentTrainer, params_record: di
              "effective_batch_size": batch_per_process * trainer.args.world_size,
              "final_loss": final_loss, "best_validation_accuracy": trainer.state.best_metric,
              "best_checkpoint_step": _checkpoint_step(trainer.state.best_model_checkpoint),
-             "temperature": temperature,
+             "temperature": temperature, "compute_dtype": compute,
              "training_speed": training_speed(trainer.state.log_history)}
     with writing("the provenance record", path):
         write_provenance(path, provenance(stage="train", params=params_record, device=device,
