@@ -128,6 +128,25 @@ def being_written(path: str | Path) -> bool:
     return False
 
 
+@contextlib.contextmanager
+def marked_as_written(path: str | Path) -> Iterator[None]:
+    """Mark ``path`` as being written (:func:`being_written`) for the whole block: an
+    empty temporary sibling (``.<name>.*.tmp``) whose ``flock`` is held, removed at the
+    block's end (a killed run's leftover holds no lock: :func:`remove_stale_temporaries`
+    removes it). For a command that replaces ``path`` only at its end (the train stage's
+    adapter), so that readers know from its start."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path)
+    fd, tmp, lock = _temporary(path, folder=False)
+    os.close(fd)
+    try:
+        yield
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+        os.close(lock)
+
+
 def _temporary(path: Path, *, folder: bool) -> tuple[int, str, int]:
     """A new temporary file or folder beside ``path`` (``.<name>.*.tmp``), with an
     exclusive ``flock`` held on it: ``(file descriptor or -1, its path, lock
