@@ -272,9 +272,9 @@ def test_predict_in_the_first_seconds_of_a_dvc_train_run_says_train_is_writing(t
 def test_the_train_stage_marks_the_adapter_as_written_from_its_start(tmp_path, monkeypatch):
     """Before the model (or torch) loads, predict already says a train run is writing the
     adapter; the mark is gone when the stage ends, whatever the outcome."""
+    from conftest import committed
     from lorasent.artifacts import being_written
     from lorasent.cli import main
-    from conftest import committed
     from lorasent.tools.predict import AdapterFolderError, check_adapter_folder
 
     seen = []
