@@ -232,15 +232,16 @@ def test_a_fit_outside_the_range_writes_no_temperature_but_the_raw_metrics(y, fi
     scores = np.array([[0.0, -0.5], [-0.5, 0.0], [0.0, -0.5]])
     assert f"{fit_temperature(scores, y):.4g}" == fitted
     found = temperature_scaling(scores, y)
-    note = (f"temperature scaling not fitted (the fit gave T = {fitted}, {RANGE}: the "
-            "validation rows are degenerate, e.g. every one right, or every one wrong, by a "
-            "wide margin; a larger validation split gives a usable T); predict uses the raw "
-            "probabilities")
+    note = (f"fitted T = {fitted} is outside [0.05, 20] (degenerate validation rows): not "
+            "kept; predict uses the raw probabilities")
     assert (found.temperature, found.note, found.validation_rows) == (None, note, 3)
+    assert len(f"  {'after temperature':<26}none: {note}") < 160   # lorasent metrics' row
     before = probabilities(scores)
     assert (found.nll_before, found.brier_before) == (nll(y, before), brier(y, before))
     assert (found.nll_after, found.ece_after, found.risk_coverage) == (None, None, [])
-    assert [r.getMessage() for r in caplog.records] == [f"train: {note}"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"train: {note}: every validation row right, or every one wrong, by a wide margin "
+        "drives the fit to scikit-learn's bounds; a larger validation split gives a usable T"]
     # what train writes reads back
     assert TemperatureScaling.model_validate(dump(found)) == found
 

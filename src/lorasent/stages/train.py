@@ -95,6 +95,8 @@ from lorasent.calibration import (
     nll,
 )
 from lorasent.contracts import (
+    TEMPERATURE_MAX,
+    TEMPERATURE_MIN,
     AdapterRecord,
     BaseModelRef,
     RiskCoveragePoint,
@@ -1118,11 +1120,13 @@ NO_VALIDATION_NOTE = ("no validation split (split.validation_size: 0): temperatu
                       "not fitted; predict uses the raw probabilities")
 # calibration.json's ``note`` when the validation rows cannot be fitted (the reason follows).
 NOT_FITTED_NOTE = "temperature scaling not fitted ({}); predict uses the raw probabilities"
-# NOT_FITTED_NOTE's reason when the fit's T is outside the range calibration.json takes
-# (lorasent.contracts.TEMPERATURE_MIN, TEMPERATURE_MAX): T, then how.
-DEGENERATE_FIT = ("the fit gave T = {:.4g}, {}: the validation rows are degenerate, e.g. "
-                  "every one right, or every one wrong, by a wide margin; a larger validation "
-                  "split gives a usable T")
+# calibration.json's ``note`` when the fitted T is outside the range calibration.json
+# takes (lorasent.contracts.TEMPERATURE_MIN, TEMPERATURE_MAX): T, then the range. Short:
+# `lorasent metrics` shows it on one line; the train log adds DEGENERATE_WHY.
+DEGENERATE_NOTE = ("fitted T = {:.4g} is outside [{:g}, {:g}] (degenerate validation rows): "
+                   "not kept; predict uses the raw probabilities")
+DEGENERATE_WHY = ("every validation row right, or every one wrong, by a wide margin drives "
+                  "the fit to scikit-learn's bounds; a larger validation split gives a usable T")
 # The thresholds of calibration.json's risk-coverage: 0.00, 0.05, ..., 0.95.
 CONFIDENCE_GRID = tuple(round(0.05 * k, 2) for k in range(20))
 
@@ -1146,25 +1150,26 @@ def temperature_scaling(scores: np.ndarray, y: Sequence[int]) -> TemperatureScal
         than 2, or of one class: :data:`NOT_FITTED_NOTE` with the reason; the raw
         softmax's metrics are given), or rows whose fitted T is outside
         [:data:`lorasent.contracts.TEMPERATURE_MIN`,
-        :data:`lorasent.contracts.TEMPERATURE_MAX`] (the same, with
-        :data:`DEGENERATE_FIT`: such a T would make every later prediction all but one-hot
-        or uniform).
+        :data:`lorasent.contracts.TEMPERATURE_MAX`] (``note``: :data:`DEGENERATE_NOTE`,
+        the raw softmax's metrics given: such a T would make every later prediction all
+        but one-hot or uniform).
     """
     n = len(y)
     if n == 0:
         return _not_fitted(0, NO_VALIDATION_NOTE)
     labels = np.asarray(y, dtype=np.int64)
     before = probabilities(scores)
+    raw = {"nll_before": nll(labels, before), "ece_before": ece(labels, before, bins=ECE_BINS),
+           "brier_before": brier(labels, before)}
     try:
         temperature = fit_temperature(scores, labels)
-        out_of_range = temperature_out_of_range(temperature)
-        if out_of_range is not None:
-            raise CalibrationError(DEGENERATE_FIT.format(temperature, out_of_range))
     except CalibrationError as err:
         log.warning("train: %s", NOT_FITTED_NOTE.format(err))
-        return _not_fitted(n, NOT_FITTED_NOTE.format(err)).model_copy(update={
-            "nll_before": nll(labels, before), "ece_before": ece(labels, before, bins=ECE_BINS),
-            "brier_before": brier(labels, before)})
+        return _not_fitted(n, NOT_FITTED_NOTE.format(err)).model_copy(update=raw)
+    if temperature_out_of_range(temperature) is not None:
+        note = DEGENERATE_NOTE.format(temperature, TEMPERATURE_MIN, TEMPERATURE_MAX)
+        log.warning("train: %s: %s", note, DEGENERATE_WHY)
+        return _not_fitted(n, note).model_copy(update=raw)
     after = apply_temperature(scores, temperature)
     points = []
     for threshold in CONFIDENCE_GRID:
