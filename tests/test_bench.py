@@ -162,3 +162,19 @@ def test_gpu_asked_of_a_torch_without_one(monkeypatch, capsys):
         main(["--device", "cuda", "--out", "never-written"])
     assert exit_.value.code == 2
     assert f"--device cuda: torch {torch.__version__} sees no GPU" in capsys.readouterr().err
+
+
+def test_an_out_folder_that_cannot_be_written_exits_2_before_measuring(monkeypatch, capsys):
+    """Issue 51's kind: results were written only after minutes of measuring."""
+    from lorasent.tools import bench
+
+    def measured(*args, **kwargs):
+        raise AssertionError("measured before checking --out")
+
+    monkeypatch.setattr(bench, "_part", measured)
+    with pytest.raises(SystemExit) as exit_:
+        main(["--device", "cpu", "--out", "/sys/lorasent-bench"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        "error: --out /sys/lorasent-bench: cannot write in /sys (Permission denied); give a "
+        "folder you can write to")

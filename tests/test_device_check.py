@@ -268,3 +268,17 @@ def test_pipeline_on_the_cpu_twice_agrees_exactly(tiny_gemma_dir):
     assert out["predictions"]["rows"] == 16 and out["predictions"]["agreement"] == 1.0
     assert out["zero_shot"]["agreement"] == 1.0 and out["passed"] is True
     assert out["runs"][0]["accuracy"] == out["runs"][1]["accuracy"]
+
+
+def test_an_out_folder_that_cannot_be_written_exits_2_at_once(monkeypatch, capsys):
+    """Issue 51's kind: the report was written only after the whole check."""
+    def ran(*args, **kwargs):
+        raise AssertionError("a part ran before --out was checked")
+
+    monkeypatch.setattr(device_check, "run_doctor", ran)
+    with pytest.raises(SystemExit) as exit_:
+        main(["--device", "cpu", "--out", "/sys/lorasent-check"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(
+        "error: --out /sys/lorasent-check: cannot write in /sys (Permission denied); give a "
+        "folder you can write to")

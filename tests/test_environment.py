@@ -114,7 +114,8 @@ def test_bf16_on_a_gpu_without_it_fails(fake_gpu):
     assert environment.resolve_dtype("auto", torch.device("cuda")) == torch.float32
 
 
-def test_fp16_with_gemma_warns(tmp_path):
+def test_fp16_with_gemma_warns(tmp_path, monkeypatch):
+    monkeypatch.setattr(environment, "cpu_fp16_flags", lambda *a: ["avx512_fp16"])
     [finding] = check(precision="fp16")
     assert finding.level == "warn" and "overflow" in finding.message
     assert check(precision="fp16", model="gpt2") == []
@@ -128,6 +129,7 @@ def test_require_environment_raises_every_failure_and_logs_warnings(monkeypatch,
     with pytest.raises(EnvironmentProblem) as err:
         require_environment(**{**OK, "device": "rocm", "attn_implementation": "flash_attention_2"})
     assert "not a ROCm build" in str(err.value) and "Use sdpa" in str(err.value)
+    monkeypatch.setattr(environment, "cpu_fp16_flags", lambda *a: ["avx512_fp16"])
     with caplog.at_level(logging.WARNING):
         assert require_environment(**{**OK, "precision": "fp16"}) == (torch.device("cpu"),
                                                                        torch.float16)

@@ -213,7 +213,8 @@ def evaluated(tiny_base, tmp_path_factory):
     root = tmp_path_factory.mktemp("evaluate")
     split = root / "split"
     rows = [{"id": row_id(t), "text": t, "label": LABELS[i], "label_id": i} for t, i in ROWS]
-    for name, part in (("train", rows[:6]), ("validation", rows[:4]), ("test", rows)):
+    # validation: the eight rows, on which the tiny model's temperature fit is not degenerate
+    for name, part in (("train", rows[:6]), ("validation", rows), ("test", rows)):
         atomic_write_text(split / f"{name}.jsonl", jsonl_text(part))
     (root / "extra.csv").write_text(EXTRA_CSV, encoding="utf-8")
     params = parse_params({

@@ -159,6 +159,7 @@ def test_params_choice_resolves_as_the_stages_do(monkeypatch):
                              num_processes=4) == {
             "device": "cuda", "precision": expected, "attn_implementation": "sdpa",
             "num_processes": 4}
+    monkeypatch.setattr(environment, "cpu_fp16_flags", lambda *a: ["avx512_fp16"])
     assert params_choice(device="cpu", precision="fp16", attn_implementation="eager",
                          num_processes=1)["precision"] == "fp16"
 

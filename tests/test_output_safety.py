@@ -31,6 +31,7 @@ from lorasent.artifacts import (
     check_output_folder,
     marker_text,
     output_dir,
+    unwritable,
     written_files,
 )
 from lorasent.cli import main
@@ -169,13 +170,33 @@ def test_tracked_folders_are_refused_unless_its_own_and_forced_and_dvc_folders_a
             f"output data/split (declared in dvc.yaml, stage split); {NEVER}")
 
 
+def _read_only(monkeypatch, folder: Path) -> None:
+    """Make ``folder`` refuse new files as a read-only mount does (EROFS), for root too."""
+    import errno
+    import tempfile
+
+    make = tempfile.TemporaryFile
+
+    def refuse(*args, dir=None, **kwargs):  # noqa: A002 - tempfile's own name
+        if dir is not None and Path(dir) == folder:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        return make(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", refuse)
+
+
 def test_a_folder_that_cannot_be_written_is_refused_in_one_line(repo, monkeypatch):
-    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != repo)
+    _read_only(monkeypatch, repo)
     assert _refused("reports/a-vs-b", force=True, option="the report folder") == (
-        f"the report folder reports/a-vs-b: {repo} is not writable here (a read-only "
-        "checkout or filesystem); give a folder you can write with --out")
+        f"the report folder reports/a-vs-b: cannot write in {repo} (Read-only file system); "
+        "give a folder you can write to with --out (--force does not override this)")
     (repo / "reports").mkdir()
     check_output_folder("reports/a-vs-b", command="compare", force=False)
+    _read_only(monkeypatch, repo / "reports" / "a-vs-b")   # its own, to be emptied
+    (repo / "reports" / "a-vs-b").mkdir()
+    assert _refused("reports/a-vs-b", force=True, option="--out") == (
+        f"--out reports/a-vs-b: cannot write in {repo / 'reports' / 'a-vs-b'} (Read-only file "
+        "system); give a folder you can write to with --out (--force does not override this)")
 
 
 def test_force_never_replaces_the_commands_own_inputs(repo):
@@ -384,6 +405,53 @@ def test_predict_refuses_a_foreign_output_before_loading_anything(tmp_path, monk
         "predict` did not write; writing it would replace it: give another output file, or "
         "pass --force to replace it\n")
     assert _snapshot(tmp_path) == before
+
+
+def _no_model(*args, **kwargs):
+    raise AssertionError("a model was loaded")
+
+
+@pytest.mark.parametrize(("args", "shown", "fix"), [
+    (["predict", "--output", "ro/out.csv", "a text"], "--output ro/out.csv",
+     "give --output a path in a folder you can write to"),
+    (["queue", "pool.txt", "--budget", "1", "--out", "ro/to_label.csv"],
+     "--out ro/to_label.csv", "give --out a path in a folder you can write to"),
+    (["export", "--out", "ro/exported"], "--out ro/exported",
+     "give a folder you can write to with --out"),
+    (["compare", "HEAD", "workspace", "--out", "ro/report"], "--out ro/report",
+     "give a folder you can write to with --out"),
+])
+def test_an_output_in_a_read_only_folder_is_refused_before_anything_loads(
+        tmp_path, monkeypatch, args, shown, fix):
+    """Issue 51: `predict --output` into a read-only folder loaded the model, then ended
+    in a traceback (OSError: [Errno 30] Read-only file system)."""
+    (tmp_path / "ro").mkdir()
+    _read_only(monkeypatch, tmp_path / "ro")
+    monkeypatch.setattr("lorasent.modeling.load_trained_model", _no_model)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"lorasent {args[0]}: error: {shown}: cannot write in {tmp_path / 'ro'} (Read-only "
+        f"file system); {fix} (--force does not override this)\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ro"]
+
+
+def test_an_output_below_a_file_or_in_a_folder_no_file_can_be_made_in_is_refused(tmp_path):
+    """The real thing: /sys refuses new files to root too (os.access says it may)."""
+    assert unwritable("/sys/lorasent-out/predictions.csv") == (
+        "cannot write in /sys (Permission denied)")
+    (tmp_path / "notes.txt").write_text("notes\n", encoding="utf-8")
+    assert unwritable(tmp_path / "notes.txt" / "out.csv") == (
+        f"{tmp_path / 'notes.txt'} is a file, not a folder")
+    with pytest.raises(OutputPathError) as err:
+        check_output_file(tmp_path / "notes.txt" / "out.csv", force=True)
+    assert str(err.value) == (
+        f"--output {tmp_path / 'notes.txt' / 'out.csv'}: {tmp_path / 'notes.txt'} is a "
+        "file, not a folder; give --output a path in a folder you can write to (--force "
+        "does not override this)")
+    assert unwritable(tmp_path / "new" / "deeper" / "out.csv") is None   # made on writing
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]   # nothing left
 
 
 def test_an_output_file_inside_a_dvc_output_needs_force_even_when_new(repo, monkeypatch):

@@ -4,10 +4,13 @@ have meant (issue 17, items 1 and 10). Fast: a tiny git + DVC repo, no training.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -211,8 +214,116 @@ def test_predict_while_train_runs_says_train_is_writing_the_adapter(tmp_path, mo
         with pytest.raises(AdapterFolderError) as err:
             check_adapter_folder("models/adapter")
         assert str(err.value) == (
-            "models/adapter: not there yet: a train run is writing it now (DVC removed the "
-            "last adapter when the run started); wait until it finishes, then run again")
+            "models/adapter: not there yet: a train run is writing it now (DVC removes the "
+            "last adapter when a train stage starts); wait until it finishes, then run again")
         with pytest.raises(AdapterFolderError, match="no such folder"):  # another folder
             check_adapter_folder(tmp_path / "elsewhere")
     assert not being_written("metrics/train")
+
+
+def _rwlock(folder: Path, pid: int, cmd: str, mode: str = "write") -> None:
+    """DVC's rwlock as ``dvc repro`` leaves it while a stage runs (dvc/rwlock.py)."""
+    adapter = str((folder / "models" / "adapter").resolve())
+    info = {"pid": pid, "cmd": cmd}
+    lock = {"write": {adapter: info}, "read": {adapter: [info]}} if mode == "write" else {
+        "read": {adapter: [info]}}
+    (folder / ".dvc" / "tmp").mkdir(parents=True, exist_ok=True)
+    (folder / ".dvc" / "tmp" / "rwlock").write_text(json.dumps(lock), encoding="utf-8")
+
+
+def test_predict_in_the_first_seconds_of_a_dvc_train_run_says_train_is_writing(tmp_path,
+                                                                               monkeypatch):
+    """Issue 51: DVC removes models/adapter and holds it in its rwlock before the stage's
+    command starts; predict said "no such folder ... `dvc checkout models/adapter`", which
+    puts an old adapter into the running stage's output."""
+    from lorasent.tools.predict import AdapterFolderError, check_adapter_folder
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    for mode in ("write", "read"):   # read: between DVC's removal and the command's start
+        _rwlock(tmp_path, os.getpid(), "/home/u/project/.venv/bin/dvc repro", mode)
+        with pytest.raises(AdapterFolderError) as err:
+            check_adapter_folder("models/adapter")
+        assert str(err.value) == (
+            f"models/adapter: not there yet: a train run is writing it now (dvc repro, PID "
+            f"{os.getpid()}; DVC removed the last adapter when the stage started); wait until "
+            "it finishes, then run again")
+    _rwlock(tmp_path, os.getpid(), "/usr/bin/dvc exp run -S train.lora.r=4")
+    with pytest.raises(AdapterFolderError, match=r"a train run is writing it now \(dvc exp run "
+                                                 r"-S train.lora.r=4, PID "):
+        check_adapter_folder("models/adapter")
+    _rwlock(tmp_path, os.getpid(), "/usr/bin/dvc checkout models/adapter")
+    with pytest.raises(AdapterFolderError) as err:
+        check_adapter_folder("models/adapter")
+    assert str(err.value) == (
+        f"models/adapter: not there yet: DVC is writing it now (dvc checkout models/adapter, "
+        f"PID {os.getpid()}); wait until it finishes, then run again")
+    # a holder whose process is gone (a killed dvc) is stale: the usual message
+    done = subprocess.Popen(["true"])
+    done.wait()
+    _rwlock(tmp_path, done.pid, "/usr/bin/dvc repro")
+    with pytest.raises(AdapterFolderError, match="no such folder"):
+        check_adapter_folder("models/adapter")
+    (tmp_path / ".dvc" / "tmp" / "rwlock").write_text("{not json", encoding="utf-8")
+    with pytest.raises(AdapterFolderError, match="no such folder"):
+        check_adapter_folder("models/adapter")
+
+
+def test_the_train_stage_marks_the_adapter_as_written_from_its_start(tmp_path, monkeypatch):
+    """Before the model (or torch) loads, predict already says a train run is writing the
+    adapter; the mark is gone when the stage ends, whatever the outcome."""
+    from conftest import committed
+    from lorasent.artifacts import being_written
+    from lorasent.cli import main
+    from lorasent.tools.predict import AdapterFolderError, check_adapter_folder
+
+    seen = []
+
+    def run_train(**kwargs):
+        seen.append(being_written("models/adapter"))
+        with pytest.raises(AdapterFolderError, match="a train run is writing it now"):
+            check_adapter_folder("models/adapter")
+        raise LorasentError("stopped by the test")
+
+    monkeypatch.setattr("lorasent.stages.train.run_train", run_train)
+    (tmp_path / "params.yaml").write_text(committed("params.yaml"), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["train"])
+    assert result.exit_code == 1 and "stopped by the test" in result.stderr
+    assert seen == [True]
+    assert not being_written("models/adapter")
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == []
+
+
+@pytest.mark.slow  # dvc repro in a subprocess
+def test_predict_while_dvc_repro_runs_the_train_stage_says_train_is_writing(tmp_path,
+                                                                            monkeypatch):
+    """The real DVC: its rwlock holds models/adapter while the stage's command (here a
+    sleep, as the first seconds of `lorasent train`) runs after DVC removed the folder."""
+    from lorasent.tools.predict import AdapterFolderError, check_adapter_folder
+
+    subprocess.run([*GIT, "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([str(BESIDE / "dvc"), "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "dvc.yaml").write_text(
+        "stages:\n  train:\n    cmd: sleep 60 && mkdir models/adapter\n"
+        "    outs:\n      - models/adapter\n", encoding="utf-8")
+    (tmp_path / "models" / "adapter").mkdir(parents=True)
+    run = subprocess.Popen([str(BESIDE / "dvc"), "repro", "-q"], cwd=tmp_path,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
+    monkeypatch.chdir(tmp_path)
+    try:
+        for _ in range(600):  # DVC removes the old folder, then runs the command
+            if not (tmp_path / "models" / "adapter").exists() and "sleep" in subprocess.run(
+                    ["ps", "-o", "args=", "--ppid", str(run.pid)], capture_output=True,
+                    text=True).stdout:
+                break
+            time.sleep(0.1)
+        with pytest.raises(AdapterFolderError) as err:
+            check_adapter_folder("models/adapter")
+        assert str(err.value).startswith(
+            f"models/adapter: not there yet: a train run is writing it now (dvc repro -q, PID "
+            f"{run.pid}; DVC removed the last adapter when the stage started)")
+    finally:
+        os.killpg(run.pid, signal.SIGTERM)
+        run.wait()

@@ -1,6 +1,7 @@
 """Label normalisation, deduplication and the stratified split, on the shared cases."""
 
 import json
+import re
 from collections import Counter
 
 import pytest
@@ -15,6 +16,7 @@ from lorasent.stages.split import (
     row_id,
     run_split,
     split_counts,
+    stratified_split,
 )
 
 LABELS = ("negative", "neutral", "positive")
@@ -233,11 +235,80 @@ def test_a_split_that_leaves_one_spare_row_says_which_train_sizes_work(tmp_path)
     assert str(err.value) == (
         "split.train_size 59 leaves 1 of the 60 rows the test and validation splits left "
         "unused, too few to leave out stratified (one per class, 3); set split.train_size to "
-        "60 (all of them) or at most 57")
+        "60 (all of them) or from 3 to 57")
     assert not (tmp_path / "split").exists()
-    for train in (60, 57):
+    for train in (60, 57, 3):
         assert _split(tmp_path, raw, {"train": train, "validation": 20, "test": 20}
                       ).report["split_rows"]["train"] == train
+
+
+def _suggested(message: str) -> list[int]:
+    """Every split.train_size the message suggests: N, and each size of "from A to B"."""
+    found = re.search(r"set split\.train_size to (\d+) \(all of them\)"
+                      r"(?: or (?:from (\d+) to (\d+)|(\d+)))?$", message)
+    assert found, message
+    whole, low, high, one = found.groups()
+    sizes = [int(whole)]
+    if one:
+        sizes.append(int(one))
+    if low:
+        sizes += range(int(low), int(high) + 1)
+    return sizes
+
+
+def test_a_split_too_small_for_its_classes_suggests_only_the_size_that_works(tmp_path):
+    """Issue 51: 5 rows left for 3 classes suggested split.train_size 2, which then failed
+    with "cannot draw a stratified train split of 3 rows from 5 rows"."""
+    raw = _synthetic(tmp_path, (5, 5, 4))   # 14 rows; the test split takes 9, 5 are left
+    with pytest.raises(SplitError) as err:
+        _split(tmp_path, raw, {"train": 3, "validation": 0, "test": 9})
+    assert str(err.value) == (
+        "split.train_size 3 leaves 2 of the 5 rows the test and validation splits left "
+        "unused, class 'positive' has only 1 of them, too few to split stratified; set "
+        "split.train_size to 5 (all of them)")
+    for size in (2, 1):
+        with pytest.raises(SplitError) as err:
+            _split(tmp_path, raw, {"train": size, "validation": 0, "test": 9})
+        assert str(err.value).endswith("set split.train_size to 5 (all of them)")
+    assert _split(tmp_path, raw, {"train": 5, "validation": 0, "test": 9}
+                  ).report["split_rows"] == {"train": 5, "validation": 0, "test": 9}
+
+
+def test_too_few_training_rows_for_the_classes_suggest_the_sizes_that_work(tmp_path):
+    raw = _synthetic(tmp_path, (6, 6, 6))   # the test split leaves 2 rows of each class
+    with pytest.raises(SplitError) as err:
+        _split(tmp_path, raw, {"train": 2, "validation": 0, "test": 12})
+    assert str(err.value) == (
+        "split.train_size 2 leaves 4 of the 6 rows the test and validation splits left "
+        "unused, and 2 training rows are too few to draw stratified (one per class, 3); set "
+        "split.train_size to 6 (all of them) or 3")
+    for size in (6, 3):
+        assert _split(tmp_path, raw, {"train": size, "validation": 0, "test": 12}
+                      ).report["split_rows"]["train"] == size
+
+
+def test_every_suggested_train_size_splits(tmp_path):
+    """Every size any such message suggests, on small data sets of 3 classes, for every
+    test and train size that fails, then draws the split (stratified_split itself)."""
+    checked = 0
+    for per_class in ((6, 3, 3), (4, 3, 2)):
+        rows = [{"row": len(per_class) * i + k, "text": f"{k} {i}", "label": LABELS[k],
+                 "label_id": k} for k, n in enumerate(per_class) for i in range(n)]
+        for test in range(len(per_class), len(rows) - 1):
+            for train in range(1, len(rows) - test + 1):
+                counts = {"train": train, "validation": 0, "test": test}
+                try:
+                    stratified_split(rows, counts, 0, LABELS)
+                    continue
+                except SplitError as err:
+                    if "split.train_size" not in str(err):
+                        continue   # the test cut itself fails: no size suggested
+                    sizes = _suggested(str(err))
+                for size in sizes:
+                    split = stratified_split(rows, {**counts, "train": size}, 0, LABELS)
+                    assert len(split["train"]) == size
+                    checked += 1
+    assert checked > 20
 
 
 def test_test_split_does_not_depend_on_the_train_size(tmp_path):

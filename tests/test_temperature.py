@@ -21,14 +21,20 @@ from conftest import train_in
 from lorasent.artifacts import atomic_write_text, jsonl_text, read_json, sha256_file
 from lorasent.calibration import apply_temperature, brier, ece, fit_temperature, nll
 from lorasent.cli import main
-from lorasent.contracts import TemperatureScaling, dump, read_temperature_scaling
+from lorasent.contracts import (
+    TEMPERATURE_MAX,
+    TEMPERATURE_MIN,
+    TemperatureScaling,
+    dump,
+    read_temperature_scaling,
+)
 from lorasent.errors import LorasentError
 from lorasent.metrics import probabilities
 from lorasent.modeling import load_trained_model
 from lorasent.params import parse_params
 from lorasent.scoring import score_texts
 from lorasent.stages.train import CONFIDENCE_GRID, NO_VALIDATION_NOTE, temperature_scaling
-from lorasent.tools.predict import written_by_predict
+from lorasent.tools.predict import NotFiniteError, predict, restore_adapter, written_by_predict
 from test_contracts import round_trip
 from test_train_recipe import LABELS, PARAMS, ROWS
 
@@ -178,22 +184,66 @@ def test_an_adapter_without_calibration_json_reads_as_none(tmp_path):
         read_temperature_scaling(tmp_path)
 
 
-@pytest.mark.parametrize(("value", "why"), [
-    ("0", "greater than 0"), ("-1.5", "greater than 0"), ("NaN", "a finite number"),
-    ("Infinity", "a finite number")])
-def test_a_temperature_that_is_not_positive_and_finite_is_refused_when_read(tmp_path, value, why):
+def _record_with(value: str) -> str:
+    """A calibration.json whose ``temperature`` is ``value``, as the file spells it."""
     record = dump(TemperatureScaling(
         method="m", fitted_on="validation", validation_rows=8, temperature=1.5, note=None,
         ece_bins=10, nll_before=1.0, nll_after=0.9, ece_before=0.1, ece_after=0.05,
         brier_before=0.5, brier_after=0.4, risk_coverage=[]))
-    text = json.dumps(record).replace('"temperature": 1.5', f'"temperature": {value}')
-    (tmp_path / "calibration.json").write_text(text, encoding="utf-8")
+    return json.dumps(record).replace('"temperature": 1.5', f'"temperature": {value}')
+
+
+RANGE = "outside [0.05, 20], the range of a temperature fitted on real validation rows (near 1)"
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("0", f"0.0 is {RANGE}"), ("-1.5", f"-1.5 is {RANGE}"),
+    ("NaN", "input should be a finite number"), ("Infinity", "input should be a finite number"),
+    # issue 51: positive and finite, but every probability NaN (5e-324) or all but uniform
+    ("5e-324", f"5e-324 is {RANGE}"), ("1e308", f"1e+308 is {RANGE}"),
+    ("0.0499", f"0.0499 is {RANGE}"), ("20.001", f"20.001 is {RANGE}"),
+    # not JSON numbers: pydantic's lax mode took them as 1.0 and 1.5
+    ("true", "input should be a valid number"), ('"1.5"', "input should be a valid number")])
+def test_a_temperature_outside_the_sane_range_or_not_a_number_is_refused_when_read(
+        tmp_path, value, why):
+    (tmp_path / "calibration.json").write_text(_record_with(value), encoding="utf-8")
     with pytest.raises(LorasentError) as err:
         read_temperature_scaling(tmp_path)
     assert str(err.value) == (
         f"{tmp_path / 'calibration.json'}: not the TemperatureScaling lorasent writes: "
-        f"temperature: input should be {why}; retrain the adapter (dvc repro) to write it "
+        f"temperature: {why}; retrain the adapter (dvc repro) to write it "
         "again, or delete it to use the raw probabilities")
+
+
+@pytest.mark.parametrize(("value", "expected"), [("0.05", 0.05), ("20", 20.0), ("1", 1.0),
+                                                 ("1.734", 1.734), ("null", None)])
+def test_a_temperature_in_the_range_is_taken_bounds_included(tmp_path, value, expected):
+    assert (TEMPERATURE_MIN, TEMPERATURE_MAX) == (0.05, 20.0)
+    (tmp_path / "calibration.json").write_text(_record_with(value), encoding="utf-8")
+    scaling = read_temperature_scaling(tmp_path)
+    assert scaling is not None and scaling.temperature == expected
+
+
+@pytest.mark.parametrize(("y", "fitted"), [([0, 1, 0], "0.01033"), ([1, 0, 1], "2.203e+04")])
+def test_a_fit_outside_the_range_writes_no_temperature_but_the_raw_metrics(y, fitted, caplog):
+    """Degenerate validation rows: every row right (T towards 0) or wrong (T towards
+    infinity) by a margin of 0.5. The train stage writes what the reader takes: no
+    temperature, a note with the fitted T, the raw softmax's metrics."""
+    scores = np.array([[0.0, -0.5], [-0.5, 0.0], [0.0, -0.5]])
+    assert f"{fit_temperature(scores, y):.4g}" == fitted
+    found = temperature_scaling(scores, y)
+    note = (f"fitted T = {fitted} is outside [0.05, 20] (degenerate validation rows): not "
+            "kept; predict uses the raw probabilities")
+    assert (found.temperature, found.note, found.validation_rows) == (None, note, 3)
+    assert len(f"  {'after temperature':<26}none: {note}") < 160   # lorasent metrics' row
+    before = probabilities(scores)
+    assert (found.nll_before, found.brier_before) == (nll(y, before), brier(y, before))
+    assert (found.nll_after, found.ece_after, found.risk_coverage) == (None, None, [])
+    assert [r.getMessage() for r in caplog.records] == [
+        f"train: {note}: every validation row right, or every one wrong, by a wide margin "
+        "drives the fit to scikit-learn's bounds; a larger validation split gives a usable T"]
+    # what train writes reads back
+    assert TemperatureScaling.model_validate(dump(found)) == found
 
 
 # ---------------------------------------------------------------------------- predict
@@ -303,6 +353,72 @@ def test_an_adapter_without_calibration_json_predicts_raw_probabilities(run, tin
     assert result.stderr.splitlines()[-1] == (
         f"--min-confidence 0.5: abstained on {int(below.sum())} of 6 scored texts "
         f"({below.mean():.1%}); no validation estimate ({old / 'calibration.json'} not found)")
+
+
+def test_predict_refuses_a_tiny_temperature_before_loading_the_model(run, tiny_base, tmp_path,
+                                                                    monkeypatch):
+    """Issue 51: 5e-324 made every probability NaN and labelled a clearly positive text
+    with the first class, rc 0."""
+    bad = tmp_path / "adapter"
+    shutil.copytree(run / "adapter", bad)
+    (bad / "calibration.json").write_text(
+        (run / "adapter" / "calibration.json").read_text(encoding="utf-8").replace(
+            f'"temperature": {_calibration(run)["temperature"]!r}', '"temperature": 5e-324'),
+        encoding="utf-8")
+    monkeypatch.setattr("lorasent.modeling.load_trained_model", _no_model)
+    out = tmp_path / "out.jsonl"
+    result = _predict(run, tiny_base, out, adapter=bad)
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"lorasent predict: error: {bad / 'calibration.json'}: not the TemperatureScaling "
+        f"lorasent writes: temperature: 5e-324 is {RANGE}; retrain the adapter (dvc repro) "
+        "to write it again, or delete it to use the raw probabilities\n")
+    assert not out.exists()
+
+
+def _no_model(*args: Any, **kwargs: Any) -> None:
+    raise AssertionError("the model was loaded")
+
+
+@pytest.mark.parametrize(("fmt", "temperature"), [("jsonl", None), ("csv", 1.0)])
+def test_predict_stops_on_scores_that_are_not_finite_and_writes_nothing(
+        run, tiny_base, tmp_path, monkeypatch, fmt, temperature):
+    """A damaged adapter whose scores hold a NaN: one line, no output file (NaN
+    probabilities were printed and the row labelled with the first class)."""
+    adapter = tmp_path / "adapter"
+    shutil.copytree(run / "adapter", adapter)
+    if temperature is None:
+        (adapter / "calibration.json").unlink()
+
+    def scores(model, encoder, texts, batch_size, desc=None):
+        z = np.zeros((len(texts), len(LABELS)), dtype=np.float32)
+        z[1:3, 0] = np.nan
+        return z
+
+    monkeypatch.setattr("lorasent.tools.predict.score_texts", scores)
+    out = tmp_path / f"out.{fmt}"
+    result = _predict(run, tiny_base, out, adapter=adapter)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[-1] == (
+        "lorasent predict: error: the adapter gave class scores that are not finite (NaN or "
+        f"infinite) for 2 of 6 texts, the first {TEXTS[1]!r}, and stopped before writing "
+        f"them: its weights or its calibration.json are damaged; {restore_adapter()}")
+    assert not out.exists()
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning",
+                            "ignore:invalid value encountered:RuntimeWarning")
+def test_probabilities_that_are_not_finite_are_refused_whatever_the_temperature(monkeypatch):
+    """predict() itself, with a temperature no calibration.json can hold: the check is on
+    the probabilities, after the temperature."""
+    monkeypatch.setattr("lorasent.tools.predict.score_texts",
+                        lambda model, encoder, texts, batch_size, desc=None:
+                        np.array([[1.0, 0.0, -1.0]] * len(texts)))
+    with pytest.raises(NotFiniteError, match=r"^the adapter gave probabilities that are not "
+                                            r"finite \(NaN or infinite\) for 2 of 2 texts, "
+                                            r"the first 'so happy with it', "):
+        predict(None, None, LABELS, ["so happy with it", "", "fine"], 16,  # type: ignore[arg-type]
+                temperature=5e-324)
 
 
 @pytest.mark.parametrize("value", ["0", "1.5", "-0.2", "nan"])

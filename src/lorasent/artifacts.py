@@ -129,6 +129,25 @@ def being_written(path: str | Path) -> bool:
     return False
 
 
+@contextlib.contextmanager
+def marked_as_written(path: str | Path) -> Iterator[None]:
+    """Mark ``path`` as being written (:func:`being_written`) for the whole block: an
+    empty temporary sibling (``.<name>.*.tmp``) whose ``flock`` is held, removed at the
+    block's end (a killed run's leftover holds no lock: :func:`remove_stale_temporaries`
+    removes it). For a command that replaces ``path`` only at its end (the train stage's
+    adapter), so that readers know from its start."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path)
+    fd, tmp, lock = _temporary(path, folder=False)
+    os.close(fd)
+    try:
+        yield
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+        os.close(lock)
+
+
 def _temporary(path: Path, *, folder: bool) -> tuple[int, str, int]:
     """A new temporary file or folder beside ``path`` (``.<name>.*.tmp``), with an
     exclusive ``flock`` held on it: ``(file descriptor or -1, its path, lock
@@ -472,6 +491,29 @@ def _contents(folder: Path) -> tuple[list[Path], list[Path], list[Path]]:
     return files, repos, dvc_files
 
 
+def unwritable(path: str | Path) -> str | None:
+    """Why an output cannot be written at ``path`` (a file, or a folder replaced whole),
+    in words that follow the path in a message; None when it can. Its temporary goes
+    beside it (:func:`atomic_open`, :func:`atomic_dir`), so the nearest existing folder
+    above it must be a folder in which a file can be made, and so must ``path`` itself
+    when it is an existing folder (its contents are removed). Tried by making an
+    unnamed temporary file there (``tempfile.TemporaryFile``: Linux's ``O_TMPFILE``,
+    nothing left behind), since ``os.access`` answers yes to root on a folder of
+    another filesystem that refuses it (``/sys``) and does not see every read-only mount.
+    """
+    full = Path(path).absolute()
+    existing = next(p for p in full.parents if p.exists())
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    for folder in (existing, *([full] if full.is_dir() else [])):
+        try:
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as err:
+            return f"cannot write in {folder} ({err.strerror or type(err).__name__})"
+    return None
+
+
 def check_output_folder(path: str | Path, *, command: str, force: bool,
                         option: str = "--out",
                         inputs: Iterable[tuple[str, str | Path]] = ()) -> None:
@@ -482,7 +524,7 @@ def check_output_folder(path: str | Path, *, command: str, force: bool,
     root, ``$HOME`` or a folder holding it, a repository root (a folder with ``.git`` or
     ``.dvc``: the current folder's, the output's, or one inside the output) or a folder
     holding one, a folder in such a root's ``.git`` or ``.dvc``, a symbolic link, a file,
-    a folder this process cannot write (or make: its nearest existing parent),
+    a folder this process cannot write or make (:func:`unwritable`),
     one of the command's own ``inputs`` (``(option, folder)``), a folder holding one or
     inside one, and a DVC output, a folder holding one or inside one (``dvc.yaml``,
     ``dvc.lock``, ``.dvc`` files: ``dvc checkout`` and ``dvc repro`` own it), and a folder
@@ -531,10 +573,10 @@ def check_output_folder(path: str | Path, *, command: str, force: bool,
     if meta is not None:
         raise OutputPathError(f"{where}: inside {meta}, the repository's own {meta.name} "
                               f"data; {never}")
-    if not os.access(existing, os.W_OK):
-        raise OutputPathError(f"{where}: {existing} is not writable here (a read-only "
-                              "checkout or filesystem); give a folder you can write with "
-                              "--out")
+    problem = unwritable(full)
+    if problem is not None:
+        raise OutputPathError(f"{where}: {problem}; give a folder you can write to with "
+                              "--out (--force does not override this)")
     files, repos, dvc_files = _contents(full) if full.is_dir() else ([], [], [])
     if repos:
         raise OutputPathError(f"{where}: refusing to replace a folder holding the repository "
@@ -613,7 +655,9 @@ def check_output_file(path: str | Path, *, force: bool, option: str = "--output"
 
     Refused even with ``force``: the same file as one of ``inputs`` (``(option, path)``
     pairs; compared by :func:`os.path.samefile`, or by resolved path when one does not
-    exist yet), an existing folder, a file in a repository's ``.git`` or ``.dvc``.
+    exist yet), an existing folder, a file in a repository's ``.git`` or ``.dvc``, a
+    path that cannot be written (:func:`unwritable`: below a file, or in a folder, or
+    a read-only filesystem, in which no file can be made).
     Refused unless ``force``: an existing file tracked by git, a DVC output or a file
     (new or not) inside one; with ``ours = (command, written_by)``, an existing non-empty
     file for which ``written_by(path)`` is false (``lorasent <command>`` did not write
@@ -641,6 +685,10 @@ def check_output_file(path: str | Path, *, force: bool, option: str = "--output"
         raise OutputPathError(f"{where}: inside {meta}, the repository's own {meta.name} "
                               "data; give another output file (--force does not override "
                               "this)")
+    problem = unwritable(full)
+    if problem is not None:
+        raise OutputPathError(f"{where}: {problem}; give {option} a path in a folder you "
+                              "can write to (--force does not override this)")
     if force:
         return
     for root in roots:

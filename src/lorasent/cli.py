@@ -127,7 +127,13 @@ def _stage(func: Callable[[Params], str]) -> click.Command:
         if folder != Path.cwd().resolve():
             click.echo(f"lorasent {func.__name__}: running in {folder} (the folder of "
                        f"{params_path}); its paths are relative to it", err=True)
-        with contextlib.chdir(folder):  # back to the caller's folder afterwards
+        with contextlib.chdir(folder), contextlib.ExitStack() as stack:  # back afterwards
+            if func.__name__ == "train" and not is_launched():
+                from lorasent.artifacts import marked_as_written
+                from lorasent.paths import ADAPTER_DIR
+
+                # from the start: predict says a train run is writing the adapter
+                stack.enter_context(marked_as_written(ADAPTER_DIR))
             config = params.train.accelerate_config if func.__name__ == "train" else None
             if config:  # before a launch: the config decides how train runs
                 require_deps("train", {"train.accelerate_config": config})

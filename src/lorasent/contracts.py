@@ -26,7 +26,8 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import PydanticCustomError
 
 from lorasent.errors import LorasentError
 from lorasent.modes import ModeName
@@ -88,6 +89,36 @@ class RiskCoveragePoint(_Contract):
     rows: int                 # validation rows kept
 
 
+# The temperatures calibration.json may hold, the bounds included. Temperature scaling
+# corrects a classifier that is over- or under-confident by a factor (Guo et al. 2017),
+# so a T fitted on real validation rows is near 1; at 0.05 the scores are multiplied by
+# 20 (the probabilities all but one-hot), at 20 divided by 20 (all but uniform). A T
+# outside is a fit on degenerate rows (every row right by a wide margin drives T
+# towards 0, every row wrong towards infinity) or a damaged file: 5e-324 makes every
+# probability NaN. The train stage writes no temperature then (``note`` says why);
+# readers refuse one.
+TEMPERATURE_MIN = 0.05
+TEMPERATURE_MAX = 20.0
+
+
+def temperature_out_of_range(temperature: float) -> str | None:
+    """Why :class:`TemperatureScaling` refuses ``temperature`` (outside
+    [:data:`TEMPERATURE_MIN`, :data:`TEMPERATURE_MAX`], or not finite), in words to
+    follow the value in a message; None when it takes it."""
+    if TEMPERATURE_MIN <= temperature <= TEMPERATURE_MAX:
+        return None
+    return (f"outside [{TEMPERATURE_MIN:g}, {TEMPERATURE_MAX:g}], the range of a "
+            f"temperature fitted on real validation rows (near 1)")
+
+
+def _sane_temperature(temperature: float) -> float:
+    why = temperature_out_of_range(temperature)
+    if why is not None:
+        raise PydanticCustomError("temperature_range", "{value} is {why}",
+                                  {"value": repr(temperature), "why": why})
+    return temperature
+
+
 class TemperatureScaling(_Contract):
     """``calibration.json``: the adapter's temperature, fitted on the validation split.
 
@@ -95,19 +126,21 @@ class TemperatureScaling(_Contract):
     key, in this order); copied by ``lorasent export``; read with
     :func:`read_temperature_scaling`. Temperature scaling (Guo et al. 2017, "On
     Calibration of Modern Neural Networks") divides the class scores (label-word
-    log-probabilities or head logits, (N, K)) by one ``temperature`` T > 0 before the
-    softmax: it changes no prediction, only how confident the probabilities are. Without
-    validation rows ``temperature`` and the metrics are None, ``risk_coverage`` is empty
-    and ``note`` says why; predict then uses the raw probabilities.
+    log-probabilities or head logits, (N, K)) by one ``temperature`` T, in
+    [:data:`TEMPERATURE_MIN`, :data:`TEMPERATURE_MAX`], before the softmax: it changes no
+    prediction, only how confident the probabilities are. Without validation rows, or
+    when the fit gives a T outside that range, ``temperature`` is None, ``note`` says why
+    and ``risk_coverage`` is empty; predict then uses the raw probabilities.
     """
 
     method: str                   # how T was fitted, with its sources
     fitted_on: Literal["validation"]
     validation_rows: int          # rows T was fitted on (0: none)
-    # T > 0 and finite (0, a negative, NaN or infinity would give NaN probabilities to every
-    # user of the adapter: refused when read, before a model loads); None: not fitted
-    # (``note`` says why)
-    temperature: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None
+    # a JSON number (not true, not "1.5") in [TEMPERATURE_MIN, TEMPERATURE_MAX]: outside, it
+    # gives every user of the adapter NaN, one-hot or uniform probabilities (refused when
+    # read, before a model loads); None: not fitted (``note`` says why)
+    temperature: Annotated[float, Field(strict=True, allow_inf_nan=False),
+                           AfterValidator(_sane_temperature)] | None
     note: str | None              # None when fitted
     ece_bins: int                 # equal-width confidence bins of the ECE
     # on the validation rows: before (raw softmax) and after scaling; None when not fitted

@@ -12,9 +12,12 @@ The pitfalls (seed 000, section 6):
    ``None`` although the params ask for ROCm (``base.device: rocm``).
 2. ``attn_implementation: flash_attention_2`` without flash-attn: on ROCm it must be
    compiled by hand; PyTorch's ``sdpa`` is fused already and needs nothing.
-3. bf16 asked on a GPU without bf16, or on a CPU without native bf16 (emulated bf16 is
-   slower than fp32; with it, bf16 on a CPU is autocast over fp32 weights).
+3. bf16 asked on a GPU without bf16, or bf16 or fp16 on a CPU without native support
+   for it (emulated, slower than fp32; with it, training on a CPU autocasts over fp32
+   weights).
 And a warning: fp16 with a Gemma model (its activations overflow fp16: NaN losses).
+Each stage that computes says in which dtype, on which device and why
+(:func:`precision_line`), and records it (:func:`compute_dtype`).
 """
 
 from __future__ import annotations
@@ -109,18 +112,33 @@ def _resolve_device(name: str, setting: str, fix: str) -> torch.device:
 # x86 flags of native bf16 arithmetic (Linux /proc/cpuinfo): AVX512-BF16 (Intel Cooper
 # Lake and later, AMD Zen 4 and later) and AMX-BF16 (Intel Sapphire Rapids and later)
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+# and of native fp16 arithmetic: AVX512-FP16 (Intel Sapphire Rapids and later) and
+# AMX-FP16 (Intel Granite Rapids and later); elsewhere torch emulates fp16 on a CPU too
+CPU_FP16_FLAGS = ("avx512_fp16", "amx_fp16")
 
 
-def cpu_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
-    """The :data:`CPU_BF16_FLAGS` this CPU lists in ``cpuinfo`` (empty where it lists
-    none, or the file is absent: not Linux)."""
+def _cpu_flags(wanted: tuple[str, ...], cpuinfo: Path) -> list[str]:
+    """The ``wanted`` flags this CPU lists in ``cpuinfo`` (empty where it lists none, or
+    the file is absent: not Linux)."""
     try:
         text = cpuinfo.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return []
     flags = next((line.split(":", 1)[1].split() for line in text.splitlines()
                   if line.startswith(("flags", "Features"))), [])
-    return [flag for flag in CPU_BF16_FLAGS if flag in flags]
+    return [flag for flag in wanted if flag in flags]
+
+
+def cpu_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
+    """The :data:`CPU_BF16_FLAGS` this CPU lists in ``cpuinfo`` (empty where it lists
+    none, or the file is absent: not Linux)."""
+    return _cpu_flags(CPU_BF16_FLAGS, cpuinfo)
+
+
+def cpu_fp16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
+    """The :data:`CPU_FP16_FLAGS` this CPU lists in ``cpuinfo``, as
+    :func:`cpu_bf16_flags`."""
+    return _cpu_flags(CPU_FP16_FLAGS, cpuinfo)
 
 
 def bf16_supported(device: torch.device) -> bool:
@@ -134,18 +152,32 @@ def bf16_supported(device: torch.device) -> bool:
     return True
 
 
+def fp16_supported(device: torch.device) -> bool:
+    """Whether ``device`` computes in fp16 natively: every GPU torch runs on, a CPU with
+    :data:`CPU_FP16_FLAGS` (elsewhere torch emulates fp16, slower than fp32)."""
+    if device.type == "cpu":
+        return bool(cpu_fp16_flags())
+    return True
+
+
 def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
     """The compute dtype for ``base.precision``: ``auto`` is bf16 on a GPU that has it
     (seed 000's choice), else fp32 (on a CPU too, so that a committed run reproduces on
-    any CPU). On a CPU, bf16 is mixed precision: the weights stay fp32
-    (:func:`weights_dtype`) and training runs under ``torch.autocast`` in bf16.
+    any CPU). On a CPU, bf16 and fp16 are mixed precision: the weights stay fp32
+    (:func:`weights_dtype`) and training runs under ``torch.autocast`` in that dtype.
 
     Raises:
-        EnvironmentProblem: bf16 asked on a GPU or CPU without native bf16.
+        EnvironmentProblem: bf16 asked on a GPU or CPU without native bf16, or fp16 on a
+            CPU without native fp16.
     """
     if precision == "auto":
         on_gpu_with_bf16 = device.type == "cuda" and bf16_supported(device)
         return torch.bfloat16 if on_gpu_with_bf16 else torch.float32
+    if precision == "fp16" and not fp16_supported(device):
+        raise EnvironmentProblem(
+            f"base.precision is fp16 but this CPU ({cpu_model()}) has no native fp16 "
+            f"(none of {', '.join(CPU_FP16_FLAGS)} in /proc/cpuinfo): emulated fp16 is "
+            "slower than fp32; set base.precision: auto or fp32")
     if precision == "bf16" and not bf16_supported(device):
         if device.type == "cpu":
             raise EnvironmentProblem(
@@ -160,9 +192,45 @@ def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
 
 def weights_dtype(dtype: torch.dtype, device: torch.device) -> torch.dtype:
     """The dtype the model's weights load in for compute dtype ``dtype``: fp32 on a CPU
-    (bf16 there is autocast over fp32 master weights, the LoRA weights and the optimiser
-    state fp32 too), else ``dtype`` itself."""
+    (bf16 or fp16 there is autocast over fp32 master weights, the LoRA weights and the
+    optimiser state fp32 too), else ``dtype`` itself."""
     return torch.float32 if device.type == "cpu" else dtype
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``bf16``, ``fp16`` or ``fp32``: ``dtype`` as ``base.precision`` names it."""
+    return next(name for name, value in _DTYPES.items() if value == dtype)
+
+
+def compute_dtype(dtype: torch.dtype, device: torch.device, *, training: bool) -> str:
+    """The dtype a stage's matrix products run in, as :func:`dtype_name` names it, for
+    the compute dtype ``dtype`` that :func:`resolve_dtype` gave: training autocasts to
+    ``dtype`` (the Trainer's ``bf16``/``fp16``, accelerate's autocast) over the weights of
+    :func:`weights_dtype`; scoring (baseline, evaluate, predict) runs on those weights as
+    loaded, so in fp32 on a CPU whatever ``base.precision`` says."""
+    return dtype_name(dtype if training else weights_dtype(dtype, device))
+
+
+def precision_line(stage: str, *, precision: str, dtype: torch.dtype, device: torch.device,
+                   training: bool) -> str:
+    """One line for a stage's log: the dtype it computes in (:func:`compute_dtype`), on
+    which device, and why, e.g. ``train: computing in bf16 on cpu (native avx512_bf16;
+    autocast over fp32 weights; base.precision bf16)``."""
+    used = compute_dtype(dtype, device, training=training)
+    how = []
+    if device.type == "cpu" and used != "fp32":
+        flags = cpu_bf16_flags() if used == "bf16" else cpu_fp16_flags()
+        how += [f"native {', '.join(flags)}", "autocast over fp32 weights"]
+    elif device.type == "cpu" and dtype != torch.float32:
+        how.append(f"scoring runs on the fp32 weights; only training autocasts to "
+                   f"{dtype_name(dtype)} on a CPU")
+    elif device.type == "cuda":
+        how.append(torch.cuda.get_device_name(device))
+    asked = f"base.precision {precision}"
+    if precision == "auto":
+        asked += (": bf16 on a GPU that has it, else fp32" if device.type != "cpu"
+                  else ": fp32 on a CPU, so that a committed run reproduces on any CPU")
+    return f"{stage}: computing in {used} on {device.type} ({'; '.join([*how, asked])})"
 
 
 def flash_attn_available() -> bool:
@@ -218,8 +286,7 @@ def params_choice(*, device: str, precision: str, attn_implementation: str,
     try:
         torch_device = resolve_device(device)
         choice["device"] = str(torch_device)
-        dtype = resolve_dtype(precision, torch_device)
-        choice["precision"] = next(k for k, v in _DTYPES.items() if v == dtype)
+        choice["precision"] = dtype_name(resolve_dtype(precision, torch_device))
     except EnvironmentProblem:
         pass
     if not attention_backends().get(attn_implementation):

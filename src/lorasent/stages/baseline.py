@@ -37,6 +37,7 @@ the confusion matrix of the uncalibrated predictions as the records of DVC's plo
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,7 @@ from lorasent.artifacts import (
     write_json,
     write_provenance,
 )
+from lorasent.environment import compute_dtype, precision_line, resolve_dtype
 from lorasent.launch import is_main
 from lorasent.metrics import (
     classification_metrics,
@@ -82,6 +84,8 @@ from lorasent.scoring import (
     score_texts,
 )
 from lorasent.statistics import METHOD, intervals
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,7 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
                               "majority_accuracy": majority_acc}
     if not MODES[mode].zero_shot:
         device = torch.device("cpu")  # no model is loaded
+        computed = None
         scores = np.full((len(test), len(labels)), -np.inf, dtype=np.float32)
         scores[:, majority] = 0.0  # the majority class with probability 1
         calibrated = scores
@@ -133,6 +138,11 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
     else:
         model, encoder, device = load_model_and_prompt(model_dir, base=base, prompt=prompt,
                                                        mode=mode)
+        dtype = resolve_dtype(base.precision, device)
+        computed = compute_dtype(dtype, device, training=False)
+        if is_main():
+            log.info(precision_line("baseline", precision=base.precision, dtype=dtype,
+                                    device=device, training=False))
         scores = score_texts(model, encoder, [r["text"] for r in test], batch_size,
                              desc="zero-shot")
         predicted = scores.argmax(1)
@@ -163,6 +173,6 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
             wall_time_s=time.perf_counter() - started,
             inputs={"model": read_json(model_dir / MANIFEST)["sha256"],
                     "test.jsonl": sha256_file(split_dir / "test.jsonl")},
-            extra={"test_rows": len(test)}))
+            extra={"test_rows": len(test), "compute_dtype": computed}))
     return BaselineResult(majority_acc, (report["zero_shot"] or {}).get("accuracy"),
                           (report["zero_shot_calibrated"] or {}).get("accuracy"))

@@ -44,6 +44,7 @@ from __future__ import annotations
 import csv
 import functools
 import io
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -82,6 +83,7 @@ from lorasent.contracts import (
     dump,
     read_temperature_scaling,
 )
+from lorasent.environment import compute_dtype, precision_line, resolve_dtype
 from lorasent.errors import LorasentError
 from lorasent.launch import is_main
 from lorasent.metrics import (
@@ -115,6 +117,8 @@ from lorasent.scoring import Encoder, contextual_calibration, score_texts
 from lorasent.stages.test_sets import TestSet, load_test_sets
 from lorasent.statistics import METHOD, intervals, with_interval
 from lorasent.tables import spreadsheet_row
+
+log = logging.getLogger(__name__)
 
 REFERENCES = ("majority", "zero_shot", "zero_shot_calibrated")
 _INTERVAL_KEYS = [f"{name}_ci95_{end}" for name in
@@ -217,6 +221,10 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
     model, encoder, record, device = load_trained_model(
         adapter_dir, model_dir, device=base.device, precision=base.precision, labels=labels,
         prompt=prompt, mode=mode)
+    dtype = resolve_dtype(base.precision, device)
+    if is_main():
+        log.info(precision_line("evaluate", precision=base.precision, dtype=dtype,
+                                device=device, training=False))
     scaling = read_temperature_scaling(adapter_dir)
     ids = [r["id"] for r in test]
     sets = [ScoredSet(
@@ -260,7 +268,8 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
                     "test.jsonl": sha256_file(test_path),
                     **{f"test_sets.{s.name}": s.report["origin"] for s in extra}},
             extra={"test_rows": len(test),
-                   **{f"test_sets.{s.name}.rows": len(s.rows) for s in extra}})
+                   **{f"test_sets.{s.name}.rows": len(s.rows) for s in extra},
+                   "compute_dtype": compute_dtype(dtype, device, training=False)})
         # every text made before the first write; each write atomic, and a failure
         # half-way says which outputs were replaced
         write_in_turn([(test_sets_dir, lambda: _write_sets(test_sets_dir, set_files)),

@@ -183,6 +183,55 @@ def split_counts(n: int, sizes: Mapping[str, int | float]) -> dict[str, int]:
     return counts
 
 
+def train_sizes(rest: Sequence[dict[str, Any]]) -> tuple[int, int] | None:
+    """The training split sizes below ``len(rest)`` that :func:`stratified_split` can draw
+    from ``rest`` (the rows the test and validation splits left), as ``(low, high)``,
+    both included; None when there is none (then only all of ``rest`` works).
+
+    The training rows are a stratified cut of ``rest`` (scikit-learn's
+    ``StratifiedShuffleSplit``, through ``train_test_split``), which needs every class
+    of ``rest`` to have at least 2 rows and each side of the cut at least one row per
+    class: ``classes <= size <= len(rest) - classes``.
+    """
+    per_class = Counter(r["label_id"] for r in rest)
+    classes = len(per_class)
+    if not per_class or min(per_class.values()) < 2 or classes > len(rest) - classes:
+        return None
+    return classes, len(rest) - classes
+
+
+def check_train_size(size: int, rest: Sequence[dict[str, Any]], labels: Sequence[str]) -> None:
+    """Refuse a training split of ``size`` rows, fewer than ``rest`` holds, that cannot be
+    cut from ``rest`` stratified (:func:`train_sizes`), saying why and the sizes that
+    work: ``len(rest)`` (all of them) and the range of :func:`train_sizes`, each of which
+    :func:`stratified_split` draws.
+
+    Raises:
+        SplitError: one line naming ``split.train_size``, the rows and classes left,
+            and the sizes to set.
+    """
+    fits = train_sizes(rest)
+    if fits is not None and fits[0] <= size <= fits[1]:
+        return
+    n = len(rest)
+    per_class = Counter(r["label_id"] for r in rest)
+    classes, spare = len(per_class), n - size
+    single = [labels[k] for k, count in sorted(per_class.items()) if count < 2]
+    if single:
+        why = (f"class{'es' if len(single) > 1 else ''} {', '.join(map(repr, single))} "
+               f"{'have' if len(single) > 1 else 'has'} only 1 of them, too few to split "
+               "stratified")
+    elif spare < classes:
+        why = f"too few to leave out stratified (one per class, {classes})"
+    else:
+        why = f"and {size} training rows are too few to draw stratified (one per class, {classes})"
+    between = ("" if fits is None else f" or {fits[0]}" if fits[0] == fits[1]
+               else f" or from {fits[0]} to {fits[1]}")
+    raise SplitError(
+        f"split.train_size {size} leaves {spare} of the {n} rows the test and validation "
+        f"splits left unused, {why}; set split.train_size to {n} (all of them){between}")
+
+
 def stratified_split(rows: Sequence[dict[str, Any]], counts: Mapping[str, int], seed: int,
                      labels: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
     """Rule 4: test, then validation, then train, each stratified by ``label_id`` and
@@ -214,14 +263,9 @@ def stratified_split(rows: Sequence[dict[str, Any]], counts: Mapping[str, int], 
     validation: list[dict[str, Any]] = []
     if counts["validation"]:
         rest, validation = cut(rest, counts["validation"], None, "validation")
-    spare, classes = len(rest) - counts["train"], len({r["label_id"] for r in rest})
-    if 0 < spare < classes:  # the rows left out are drawn stratified too: one per class
-        raise SplitError(
-            f"split.train_size {counts['train']} leaves {spare} of the {len(rest)} rows the "
-            f"test and validation splits left unused, too few to leave out stratified (one "
-            f"per class, {classes}); set split.train_size to {len(rest)} (all of them) or "
-            f"at most {len(rest) - classes}")
-    if counts["train"] < len(rest):
+    spare = len(rest) - counts["train"]
+    if spare > 0:
+        check_train_size(counts["train"], rest, labels)
         train, _ = cut(rest, spare, counts["train"], "train")
     else:
         train = rest

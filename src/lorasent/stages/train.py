@@ -95,13 +95,16 @@ from lorasent.calibration import (
     nll,
 )
 from lorasent.contracts import (
+    TEMPERATURE_MAX,
+    TEMPERATURE_MIN,
     AdapterRecord,
     BaseModelRef,
     RiskCoveragePoint,
     TemperatureScaling,
     dump,
+    temperature_out_of_range,
 )
-from lorasent.environment import resolve_dtype, writing
+from lorasent.environment import compute_dtype, precision_line, resolve_dtype, writing
 from lorasent.errors import LorasentError
 from lorasent.launch import barrier, is_main, rank_and_world
 from lorasent.metrics import classification_metrics, probabilities
@@ -796,6 +799,9 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
     main = is_main()
     # the compute dtype: bf16 on a CPU is autocast over the fp32 weights model.dtype shows
     dtype = resolve_dtype(base.precision, device)
+    if main:
+        log.info(precision_line("train", precision=base.precision, dtype=dtype, device=device,
+                                training=True))
     checkpoints, resume_from = _setup_checkpoints(
         checkpoint_dir=checkpoint_dir, base=base, prompt=prompt, train=train, inputs=inputs,
         setting={"device": device.type,
@@ -841,7 +847,8 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
             parameters=(trainable, total), resume_from=resume_from,
             shared_start=shared_start, train_rows=len(data.rows), final_loss=final_loss,
             batch_per_process=train.per_device_train_batch_size
-            * train.gradient_accumulation_steps, temperature=scaling.temperature)
+            * train.gradient_accumulation_steps, temperature=scaling.temperature,
+            compute=compute_dtype(dtype, device, training=True))
     return TrainResult(trainer.state.global_step, final_loss, trainable, model.eval())
 
 
@@ -1113,6 +1120,13 @@ NO_VALIDATION_NOTE = ("no validation split (split.validation_size: 0): temperatu
                       "not fitted; predict uses the raw probabilities")
 # calibration.json's ``note`` when the validation rows cannot be fitted (the reason follows).
 NOT_FITTED_NOTE = "temperature scaling not fitted ({}); predict uses the raw probabilities"
+# calibration.json's ``note`` when the fitted T is outside the range calibration.json
+# takes (lorasent.contracts.TEMPERATURE_MIN, TEMPERATURE_MAX): T, then the range. Short:
+# `lorasent metrics` shows it on one line; the train log adds DEGENERATE_WHY.
+DEGENERATE_NOTE = ("fitted T = {:.4g} is outside [{:g}, {:g}] (degenerate validation rows): "
+                   "not kept; predict uses the raw probabilities")
+DEGENERATE_WHY = ("every validation row right, or every one wrong, by a wide margin drives "
+                  "the fit to scikit-learn's bounds; a larger validation split gives a usable T")
 # The thresholds of calibration.json's risk-coverage: 0.00, 0.05, ..., 0.95.
 CONFIDENCE_GRID = tuple(round(0.05 * k, 2) for k in range(20))
 
@@ -1134,20 +1148,28 @@ def temperature_scaling(scores: np.ndarray, y: Sequence[int]) -> TemperatureScal
         The record. Not fitted, ``temperature`` None and no risk-coverage: with N = 0
         (``note``: :data:`NO_VALIDATION_NOTE`), or rows T cannot be fitted on (fewer
         than 2, or of one class: :data:`NOT_FITTED_NOTE` with the reason; the raw
-        softmax's metrics are given).
+        softmax's metrics are given), or rows whose fitted T is outside
+        [:data:`lorasent.contracts.TEMPERATURE_MIN`,
+        :data:`lorasent.contracts.TEMPERATURE_MAX`] (``note``: :data:`DEGENERATE_NOTE`,
+        the raw softmax's metrics given: such a T would make every later prediction all
+        but one-hot or uniform).
     """
     n = len(y)
     if n == 0:
         return _not_fitted(0, NO_VALIDATION_NOTE)
     labels = np.asarray(y, dtype=np.int64)
     before = probabilities(scores)
+    raw = {"nll_before": nll(labels, before), "ece_before": ece(labels, before, bins=ECE_BINS),
+           "brier_before": brier(labels, before)}
     try:
         temperature = fit_temperature(scores, labels)
     except CalibrationError as err:
         log.warning("train: %s", NOT_FITTED_NOTE.format(err))
-        return _not_fitted(n, NOT_FITTED_NOTE.format(err)).model_copy(update={
-            "nll_before": nll(labels, before), "ece_before": ece(labels, before, bins=ECE_BINS),
-            "brier_before": brier(labels, before)})
+        return _not_fitted(n, NOT_FITTED_NOTE.format(err)).model_copy(update=raw)
+    if temperature_out_of_range(temperature) is not None:
+        note = DEGENERATE_NOTE.format(temperature, TEMPERATURE_MIN, TEMPERATURE_MAX)
+        log.warning("train: %s: %s", note, DEGENERATE_WHY)
+        return _not_fitted(n, note).model_copy(update=raw)
     after = apply_temperature(scores, temperature)
     points = []
     for threshold in CONFIDENCE_GRID:
@@ -1192,14 +1214,17 @@ def _write_provenance(path: Path, *, trainer: LorasentTrainer, params_record: di
                       device: torch.device, wall_time_s: float, inputs: dict[str, str],
                       parameters: tuple[int, int], resume_from: Path | None,
                       shared_start: int | None, train_rows: int, final_loss: float | None,
-                      batch_per_process: int, temperature: float | None) -> None:
+                      batch_per_process: int, temperature: float | None,
+                      compute: str) -> None:
     """The train stage's provenance record (:func:`lorasent.artifacts.provenance`) at
     ``path``, with the training's facts: ``parameters`` (trainable, total), the steps
     (``trainer``'s state) and the one resumed from, the shared prompt start, the rows,
     the effective batch (``batch_per_process``: examples per device times accumulation
     steps, times the processes), the final loss, the best validation epoch and the
-    ``temperature`` fitted on the validation split (None: not fitted); Trainer's speed
-    figures (:func:`training_speed`) go to the machine record."""
+    ``temperature`` fitted on the validation split (None: not fitted) and the dtype the
+    training computed in (``compute_dtype``: ``compute``,
+    :func:`lorasent.environment.compute_dtype`); Trainer's speed figures
+    (:func:`training_speed`) go to the machine record."""
     trainable, total = parameters
     extra = {"trainable_parameters": trainable, "total_parameters": total,
              "steps": trainer.state.global_step,
@@ -1208,7 +1233,7 @@ def _write_provenance(path: Path, *, trainer: LorasentTrainer, params_record: di
              "effective_batch_size": batch_per_process * trainer.args.world_size,
              "final_loss": final_loss, "best_validation_accuracy": trainer.state.best_metric,
              "best_checkpoint_step": _checkpoint_step(trainer.state.best_model_checkpoint),
-             "temperature": temperature,
+             "temperature": temperature, "compute_dtype": compute,
              "training_speed": training_speed(trainer.state.log_history)}
     with writing("the provenance record", path):
         write_provenance(path, provenance(stage="train", params=params_record, device=device,

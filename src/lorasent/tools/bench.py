@@ -75,6 +75,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lorasent.artifacts import unwritable
 from lorasent.paths import CHECKOUT
 
 if TYPE_CHECKING:
@@ -685,6 +686,9 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error(no_gpu_message())
+    problem = None if args.part else unwritable(args.out / "results.json")
+    if problem is not None:  # before minutes of measuring, not after
+        parser.error(f"--out {args.out}: {problem}; give a folder you can write to")
 
     if args.part == "scale":
         print(json.dumps(bench_scale(args.scale_rows)))

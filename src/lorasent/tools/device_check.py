@@ -365,6 +365,7 @@ def write_report(out: Path, report: dict[str, Any]) -> tuple[Path, Path]:
 # ------------------------------------------------------------------------------- main
 
 def main(argv: list[str] | None = None) -> int:
+    from lorasent.artifacts import unwritable
     from lorasent.tools.bench import no_gpu_message
 
     parser = argparse.ArgumentParser(prog="python -m lorasent.tools.device_check",
@@ -385,6 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error(no_gpu_message() + " Run this check on a machine lent a GPU.")
+    problem = unwritable(args.out / "results-gpu.json")
+    if problem is not None:  # before the check's minutes, not after
+        parser.error(f"--out {args.out}: {problem}; give a folder you can write to")
 
     started = time.perf_counter()
     report: dict[str, Any] = {

@@ -39,6 +39,7 @@ import io
 import itertools
 import json
 import logging
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -90,20 +91,63 @@ def restore_adapter() -> str:
             f"`{dvc} exp show` lists them) or `{dvc} repro` (retrains)")
 
 
+# DVC's record of the paths its running commands read and write, in the repository
+# (dvc/rwlock.py: {"write": {path: {"pid", "cmd"}}, "read": {path: [{"pid", "cmd"}]}},
+# absolute paths). ``dvc repro`` holds a stage's outputs there from before it removes
+# them until the stage ends; a holder whose process is gone is stale.
+DVC_RWLOCK = Path(".dvc") / "tmp" / "rwlock"
+
+
+def dvc_holders(path: str | Path, rwlock: Path = DVC_RWLOCK) -> list[str]:
+    """The running DVC commands that hold ``path`` (or a folder above or below it) in
+    DVC's :data:`DVC_RWLOCK`, each as ``dvc repro, PID 1234`` (the program's name, not
+    its path); empty when none does or the file is absent or not such a record."""
+    import psutil
+
+    try:
+        lock = json.loads(rwlock.read_text(encoding="utf-8"))
+        entries = [(key, info) for key, info in lock.get("write", {}).items()]
+        entries += [(key, info) for key, infos in lock.get("read", {}).items()
+                    for info in infos]
+        target = str(Path(path).resolve())
+        holders = []
+        for key, info in entries:
+            held = str(Path(key).resolve())
+            if not (held == target or target.startswith(held + os.sep)
+                    or held.startswith(target + os.sep)) or not psutil.pid_exists(info["pid"]):
+                continue
+            program, _, rest = str(info["cmd"]).partition(" ")
+            shown = f"{Path(program).name} {rest}".strip() + f", PID {int(info['pid'])}"
+            if shown not in holders:
+                holders.append(shown)
+        return holders
+    except (OSError, ValueError, TypeError, AttributeError, KeyError):
+        return []
+
+
 def check_adapter_folder(adapter_dir: str | Path) -> None:
     """Refuse, before any model is loaded, an ``--adapter`` that is missing (saying when a
-    train run is writing it now), empty, a file, or a folder without lorasent's record
-    (``lorasent.json``).
+    train run is writing it now: DVC holds it in :data:`DVC_RWLOCK`, from before it
+    removes the last adapter, or the train stage marks it, from its start), empty, a
+    file, or a folder without lorasent's record (``lorasent.json``).
 
     Raises:
         AdapterFolderError: naming which of these it is, and the way out.
     """
     path = Path(adapter_dir)
-    if not path.exists() and path.resolve() == ADAPTER_DIR.resolve() and (
-            being_written(TRAIN_LIVE_DIR) or being_written(ADAPTER_DIR)):
+    default = path.resolve() == ADAPTER_DIR.resolve()
+    holders = dvc_holders(ADAPTER_DIR) if default and not path.exists() else []
+    if holders and not any("repro" in h or "exp run" in h for h in holders):
         raise AdapterFolderError(
-            f"{path}: not there yet: a train run is writing it now (DVC removed the last "
-            f"adapter when the run started); wait until it finishes, then run again")
+            f"{path}: not there yet: DVC is writing it now ({'; '.join(holders)}); wait "
+            "until it finishes, then run again")
+    if not path.exists() and default and (holders or being_written(TRAIN_LIVE_DIR)
+                                          or being_written(ADAPTER_DIR)):
+        why = (f"{'; '.join(holders)}; DVC removed the last adapter when the stage started"
+               if holders else "DVC removes the last adapter when a train stage starts")
+        raise AdapterFolderError(
+            f"{path}: not there yet: a train run is writing it now ({why}); wait until it "
+            "finishes, then run again")
     if not path.exists():
         raise AdapterFolderError(
             f"{path}: no such folder. The train stage writes the adapter to {ADAPTER_DIR}: "
@@ -160,14 +204,20 @@ def predict(model: Any, encoder: Encoder, labels: list[str], texts: list[str],
             softmax (:func:`lorasent.metrics.probabilities`).
         min_confidence: in (0, 1]: a text whose top probability is below it is
             ``abstained`` (no label, its probabilities kept); None: never.
+
+    Raises:
+        NotFiniteError: a score or probability is NaN or infinite (:func:`check_finite`),
+            before any of these texts is returned.
     """
     scored = [i for i, t in enumerate(texts) if t.strip()]
     probs = {}
     if scored:
         scores = score_texts(model, encoder, [texts[i] for i in scored], batch_size,
                              desc="predict")
+        check_finite(scores, [texts[i] for i in scored], "class scores")
         scaled = (probabilities(scores) if temperature is None
                   else apply_temperature(scores, temperature))
+        check_finite(scaled, [texts[i] for i in scored], "probabilities")
         probs = dict(zip(scored, scaled, strict=True))
     predictions = []
     for i, text in enumerate(texts):
@@ -181,6 +231,29 @@ def predict(model: Any, encoder: Encoder, labels: list[str], texts: list[str],
             {label: float(v) for label, v in zip(labels, row, strict=True)},
             abstained=abstained))
     return predictions
+
+
+class NotFiniteError(LorasentError):
+    """The adapter gave a NaN or infinite class score or probability."""
+
+
+def check_finite(values: np.ndarray, texts: Sequence[str], what: str) -> None:
+    """Refuse (N, K) ``values`` (``what``: ``class scores`` or ``probabilities``) of the N
+    ``texts`` holding a NaN or an infinity, which would be printed as NaN and labelled
+    as the first class (argmax of NaN).
+
+    Raises:
+        NotFiniteError: one line naming how many texts, the first of them, and the way out.
+    """
+    bad = ~np.isfinite(values).all(axis=1)
+    if bad.any():
+        first = texts[int(np.argmax(bad))]
+        shown = first if len(first) <= 60 else first[:57] + "..."
+        raise NotFiniteError(
+            f"the adapter gave {what} that are not finite (NaN or infinite) for "
+            f"{int(bad.sum())} of {len(texts)} texts, the first {shown!r}, and stopped before "
+            f"writing them: its weights or its {CALIBRATION_RECORD} are damaged; "
+            f"{restore_adapter()}")
 
 
 class MinConfidenceError(InputError):
