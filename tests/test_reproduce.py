@@ -42,7 +42,7 @@ def rows(n: int = 60, seed: int = 0) -> tuple[list[str], np.ndarray, np.ndarray]
 
 
 def csv_bytes(ids: list[str], gold: np.ndarray, probs: np.ndarray) -> bytes:
-    return predictions_csv(ids, gold, np.log(probs), LABELS).encode()
+    return predictions_csv(ids, gold.tolist(), np.log(probs), LABELS).encode()
 
 
 def test_no_file_that_differs_is_identical():
@@ -148,13 +148,15 @@ def test_no_train_without_revs_adapter_runs_the_whole_pipeline_after_saying_so(
     machine.mkdir(parents=True)
     for stage, seconds in (("baseline", 65), ("train", 524), ("evaluate", 208)):
         (machine / f"{stage}.json").write_text(json.dumps({"wall_time_s": seconds}))
-    ran, said = [], []
+    ran: list[list[str]] = []
+    said: list[str] = []
     monkeypatch.setattr(rp, "run_dvc", lambda *a, **k: "/cache")
     monkeypatch.setattr(rp, "_run", lambda argv, cwd, progress: ran.append(argv[1:]))
     monkeypatch.setattr(rp, "_checkout", lambda clone, progress: set())
-    monkeypatch.setattr(rp, "judge", lambda *a, **k: "judged")
+    judged = rp.Verdict("identical", "HEAD", "abc", "judged")
+    monkeypatch.setattr(rp, "judge", lambda *a, **k: judged)
     assert rp._rerun(tmp_path, "HEAD", "abc", tmp_path / "clone", True, TOLERANCE,
-                     said.append) == "judged"
+                     said.append) is judged
     assert ["repro", "--quiet", "--force", "--no-run-cache"] in ran
     assert said[-1] == ("reproduce: HEAD's models/adapter, data/split, models/base are neither "
                         "in the DVC cache nor on a remote: the pipeline runs from the start, "

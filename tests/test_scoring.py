@@ -441,8 +441,9 @@ def test_batch_size_and_order_do_not_change_labels_or_probabilities(lm, request)
                           encoding="utf-8", hf_split="train")
     texts = [r["text"] for r in rows[:32]]
     one = probabilities(score_texts(model, encoder, texts, batch_size=1))
-    runs = {size: probabilities(score_texts(model, encoder, texts, batch_size=size))
-            for size in (8, 32)}
+    runs: dict[int | str, np.ndarray] = {
+        size: probabilities(score_texts(model, encoder, texts, batch_size=size))
+        for size in (8, 32)}
     order = np.random.default_rng(0).permutation(len(texts))
     shuffled = probabilities(score_texts(model, encoder, [texts[i] for i in order], 8))
     runs["shuffled"] = shuffled[np.argsort(order)]
