@@ -113,7 +113,7 @@ def test_metrics_from_labels_must_be_equal_and_from_probabilities_within_their_t
     assert not json_diff("m.json", old, far, TOLERANCE, labels_moved=False).within
     assert not json_diff("m.json", old, moved, TOLERANCE, labels_moved=False).within
     follows = json_diff("m.json", old, moved, TOLERANCE, labels_moved=True)
-    assert follows.within and "(follows from the predicted labels)" in follows.deviation
+    assert follows.within and "(follows from rows that moved)" in follows.deviation
 
 
 def test_a_training_history_within_its_tolerance():
@@ -362,3 +362,25 @@ def test_a_damaged_adapter_in_the_cache_stops_the_rescoring_in_one_line(tiny_cop
     assert last.startswith("lorasent reproduce: error: models/adapter/adapter_model.safetensors "
                            "as pulled from the DVC cache is damaged: its md5 is "), last
     assert f"dvc.lock records {weights} (stage train)" in last
+
+
+def test_a_row_on_an_ece_bin_s_edge_lets_the_ece_follow_the_predictions():
+    """A confidence within the tolerance of a bin's edge (k/15) can change bins with a
+    deviation of 1e-6, and the ECE with it by far more than its tolerance: then the ECE
+    and the reliability diagram follow from the predictions (all within the tolerance),
+    as the audit's flags do."""
+    ids, gold, probs = rows()
+    on_edge = probs.copy()
+    on_edge[5] = [0.6 + 2e-6, 0.25, 0.15 - 2e-6]  # 0.6 = 9/15, an edge
+    moved = on_edge.copy()
+    moved[5] = [0.6 - 1e-6, 0.25, 0.15 + 1e-6]
+    old_eval = json.dumps({"calibration": {"ece": 0.036}}).encode()
+    new_eval = json.dumps({"calibration": {"ece": 0.039}}).encode()
+    pairs = {PREDICTIONS: (csv_bytes(ids, gold, on_edge), csv_bytes(ids, gold, moved)),
+             "metrics/eval.json": (old_eval, new_eval)}
+    verdict = verdict_of(pairs, rev="HEAD")
+    assert verdict.tier == "equivalent", verdict.text()
+    assert verdict.sets[0].on_edge == 2
+    away = {PREDICTIONS: (csv_bytes(ids, gold, probs), csv_bytes(ids, gold, probs + 1e-6)),
+            "metrics/eval.json": (old_eval, new_eval)}
+    assert verdict_of(away, rev="HEAD").tier == "consistent"  # ECE moved with no row on an edge

@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from lorasent.artifacts import machine_facts, machine_path, with_machine_facts
+from lorasent.calibration import ECE_BINS
 from lorasent.errors import LorasentError
 from lorasent.metrics import Predictions, read_predictions
 from lorasent.paths import (
@@ -93,6 +94,12 @@ INPUTS = (RAW_DIR, BASE_MODEL_DIR, SPLIT_DIR)
 # equal where no label differs, else judged through the predictions.
 LABEL_KEYS = ("accuracy", "f1", "precision", "recall", "support", "confusion",
               "relative_error_reduction", "count", "rows", "predicted", "actual", "majority")
+# Keys (any part of a JSON path) and files of values that follow from thresholds on the
+# probabilities (the ECE's confidence bins, the label audit's flags): within their
+# tolerance, unless a row sits on a threshold (its confidence within the tolerance of a
+# bin's edge, a flag that differs), where the predictions judge them.
+THRESHOLD_KEYS = ("ece", "label_issues")
+THRESHOLD_FILES = ("reliability.json",)
 # A provenance record describes the machine (MACHINE_ROWS), not a result.
 DESCRIPTIONS = (PROVENANCE_DIR,)
 SHOWN = 10  # rows listed by id at most
@@ -128,6 +135,7 @@ class SetResult:
     max_deviation: float     # largest |Δ probability|
     paired: PairedComparison | None
     problem: str | None = None  # why the rows could not be paired
+    on_edge: int = 0  # rows whose confidence is within the tolerance of an ECE bin's edge
 
     def within(self, tolerance: float) -> bool:
         return (self.problem is None and len(self.flipped) == len(self.near_ties)
@@ -245,13 +253,15 @@ def _label_key(key: str) -> bool:
     return any(word in key.lower() for word in LABEL_KEYS)
 
 
-def json_diff(name: str, old: bytes, new: bytes, tolerance: float, labels_moved: bool
-              ) -> FileDiff:
-    """A JSON output: its numbers compared leaf by leaf. A value that follows from the
-    labels (:data:`LABEL_KEYS`) must be equal unless some predicted label moved
-    (``labels_moved``; the predictions judge those rows); any other number within
-    :func:`metric_tolerance`; a text leaf that differs is said, and judged with the
-    numbers it quotes."""
+def json_diff(name: str, old: bytes, new: bytes, tolerance: float, labels_moved: bool,
+              thresholds_moved: bool = False) -> FileDiff:
+    """A JSON output: its numbers compared leaf by leaf. A value that follows from
+    thresholds on the probabilities (:data:`THRESHOLD_KEYS`, :data:`THRESHOLD_FILES`) is
+    within :func:`metric_tolerance` unless a row sat on a threshold
+    (``thresholds_moved``); one that follows from the labels (:data:`LABEL_KEYS`) must
+    be equal unless some predicted label moved (``labels_moved``); any other number
+    within :func:`metric_tolerance`. Where rows moved, the predictions judge them. A text
+    leaf that differs is said, and judged with the numbers it quotes."""
     try:
         a, b = json.loads(old), json.loads(new)
     except ValueError:
@@ -270,8 +280,13 @@ def json_diff(name: str, old: bytes, new: bytes, tolerance: float, labels_moved:
             texts.append(key)
             continue
         gap = abs(float(x) - float(y))
-        allowed = math.inf if _label_key(key) and labels_moved else (
-            0.0 if _label_key(key) else metric_tolerance(float(x), tolerance))
+        threshold = name.endswith(THRESHOLD_FILES) or any(
+            word in key.lower() for word in THRESHOLD_KEYS)
+        if threshold:
+            allowed = math.inf if thresholds_moved else metric_tolerance(float(x), tolerance)
+        else:
+            allowed = math.inf if _label_key(key) and labels_moved else (
+                0.0 if _label_key(key) else metric_tolerance(float(x), tolerance))
         within &= gap <= allowed
         ratio = gap / allowed if allowed else math.inf
         if worst is None or ratio > worst[0] or (ratio == worst[0] and gap > worst[2]):
@@ -279,7 +294,7 @@ def json_diff(name: str, old: bytes, new: bytes, tolerance: float, labels_moved:
     if worst is not None:
         _, key, gap, allowed = worst
         said = (f"largest deviation {gap:.3g} at {key}" + (
-            " (follows from the predicted labels)" if math.isinf(allowed)
+            " (follows from rows that moved)" if math.isinf(allowed)
             else f" (allowed {allowed:.3g})"))
     else:
         said = f"text differs at {', '.join(texts[:3])}"
@@ -340,11 +355,14 @@ def judge_set(name: str, old: Predictions, new: Predictions, tolerance: float) -
                          "the same rows carry other gold labels: not paired")
     flipped = np.flatnonzero(predicted != old.predicted)
     tie = np.minimum(margins(old.probabilities), margins(probs)) < tolerance
+    edges = np.linspace(0.0, 1.0, ECE_BINS + 1)
+    on_edge = sum(int(np.sum(np.min(np.abs(p.max(axis=1)[:, None] - edges), axis=1)
+                             < tolerance)) for p in (old.probabilities, probs))
     return SetResult(
         name, len(old.ids), [old.ids[i] for i in flipped],
         [old.ids[i] for i in flipped if tie[i]],
         float(np.max(np.abs(probs - old.probabilities))),
-        paired_comparison(old.actual, old.predicted, predicted, old.labels))
+        paired_comparison(old.actual, old.predicted, predicted, old.labels), on_edge=on_edge)
 
 
 def _predictions_sets(files: dict[str, tuple[bytes, bytes]]) -> list[str]:
@@ -469,8 +487,11 @@ def verdict_of(pairs: dict[str, tuple[bytes, bytes]], *, rev: str, commit: str =
             sets.append(SetResult(name, 0, [], [], math.inf, None, str(err)))
     moved = any(s.flipped for s in sets)
     probs_within = all(s.within(tolerance) for s in sets)
-    files = [_file_diff(name, *pairs[name], tolerance, moved, probs_within, sets)
-             for name in pairs]
+    flags_moved = any(_flagged(old) != _flagged(new) for name, (old, new) in pairs.items()
+                      if name.endswith("label_issues.csv"))
+    thresholds = moved or flags_moved or any(s.on_edge for s in sets)
+    files = [_file_diff(name, *pairs[name], tolerance, (moved, thresholds), probs_within,
+                        sets) for name in pairs]
     files += [FileDiff(p, "differs; REV's copy is neither in git nor in the DVC cache "
                        "(dvc pull), so no deviation", _under(p, (ADAPTER_DIR,)))
               for p in missing]
@@ -509,9 +530,16 @@ def verdict_of(pairs: dict[str, tuple[bytes, bytes]], *, rev: str, commit: str =
                    sets, machines, notes)
 
 
-def _file_diff(name: str, old: bytes, new: bytes, tolerance: float, moved: bool,
-               probs_within: bool, sets: list[SetResult]) -> FileDiff:
-    """One differing file, judged by its kind."""
+def _flagged(audit: bytes) -> set[str]:
+    """The ids a label audit (``label_issues.csv``) flags."""
+    return {str(row.get("id")) for row in csv.DictReader(io.StringIO(audit.decode()))}
+
+
+def _file_diff(name: str, old: bytes, new: bytes, tolerance: float,
+               moved: tuple[bool, bool], probs_within: bool, sets: list[SetResult]
+               ) -> FileDiff:
+    """One differing file, judged by its kind; ``moved``: whether some predicted label,
+    and whether some row on a threshold, moved."""
     if not old or not new:
         return FileDiff(name, "only in REV" if old else "only here", False)
     result = next((s for s in sets if s.name == name), None)
@@ -536,7 +564,7 @@ def _file_diff(name: str, old: bytes, new: bytes, tolerance: float, moved: bool,
         # tolerance, a flag that differs sat on its threshold
         return FileDiff(name, said, probs_within)
     if name.endswith(".json"):
-        return json_diff(name, old, new, tolerance, moved)
+        return json_diff(name, old, new, tolerance, *moved)
     if name.endswith(".tsv"):
         return table_diff(name, old, new, tolerance)
     if name.endswith(".safetensors"):
