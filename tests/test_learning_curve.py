@@ -32,6 +32,7 @@ from lorasent.review.learning_curve import (
     plot_spec,
     project,
     sentence,
+    trend,
     write_outputs,
 )
 from lorasent.review.sweep import RunResult, RunSpec, SweepResult, SweepRun, plan
@@ -164,6 +165,54 @@ def test_one_seed_per_fraction_is_too_noisy_to_tell():
     p = project(_curve(0.8, 2.0, 0.5, ROWS, seeds=1), resamples=10)
     assert sentence(p, 4) == ("too noisy to tell: a fraction with one run has no spread over "
                               "seeds; 2 more seeds per fraction would measure it (--seeds 3)")
+
+
+FALLING = {200: 0.71, 400: 0.65, 800: 0.59, 1600: 0.51}  # the issue's curve, by rows
+
+
+def test_a_falling_curve_says_it_falls_and_projects_nothing():
+    """It was called "flat: ... +0.000" (the fit's b >= 0 cannot fall), the fall unsaid."""
+    points = [(n, [a - 0.01, a, a + 0.01]) for n, a in FALLING.items()]
+    t = trend(points, resamples=200)
+    assert t is not None and t.falls and round(t.slope, 6) == -0.066
+    assert sentence(project(points, resamples=20), 4, t) == (
+        "accuracy falls as the training rows grow: 0.710 at 200 rows, 0.510 at 1,600 (-0.066 "
+        "[-0.070, -0.062] per doubling of the rows); no projection (a − b·n^(−c) only rises): "
+        "more labels will not help until that is understood; look at what the larger "
+        "fractions add: their training loss (more rows are more steps at one learning "
+        "rate), their labels, and the test-label audit (metrics/label_issues.csv)")
+    one = trend([(n, [a]) for n, a in FALLING.items()], resamples=20)
+    assert one is not None and one.falls
+    assert sentence(None, 4, one) == (
+        "accuracy falls as the training rows grow: 0.710 at 200 rows, 0.510 at 1,600, but a "
+        "fraction with one run has no spread over seeds to tell a fall from noise; 2 more "
+        "seeds per fraction would (--seeds 3); no projection")
+    # a rise, and a level curve within its noise, do not fall
+    for rising in (_curve(0.8, 2.0, 0.5, ROWS), _curve(0.7, 0.0, 0.5, ROWS,
+                                                        noise=[-0.004, 0.0, 0.004])):
+        found = trend(rising, resamples=50)
+        assert found is not None and not found.falls
+
+
+def test_a_falling_sweep_writes_no_fit_and_draws_none():
+    fractions = [0.125, 0.25, 0.5, 1.0]
+    runs = plan("lc", fraction_sets(fractions), 3, 42)
+    rows = dict(zip(fractions, FALLING, strict=True))
+    result = SweepResult([_sweep_run(r, FALLING[rows[float(r.sets[0].split("=")[1])]],
+                                     rows[float(r.sets[0].split("=")[1])]) for r in runs])
+    curve = build(result, fractions, {}, resamples=20)
+    record = curve.record()
+    assert curve.projection is None and record["fit"] is None
+    assert record["trend"] == {
+        "model": "accuracy = intercept + slope * log2(n), n = training rows",
+        "accuracy_per_doubling": pytest.approx(-0.066), "ci95_low": pytest.approx(-0.066),
+        "ci95_high": pytest.approx(-0.066), "falls": True}
+    assert record["sentence"].startswith("accuracy falls as the training rows grow: 0.710 at "
+                                         "200 rows, 0.510 at 1,600 (-0.066 [-0.066, -0.066] ")
+    assert "flat" not in record["sentence"] and "+0.000" not in record["sentence"]
+    assert not any(layer["mark"].get("strokeDash") == [2, 2]
+                   for layer in plot_spec(record)["layer"])  # no dotted fit
+    assert "Fit:" not in markdown(record, None)
 
 
 def test_fit_at_is_the_power_law():

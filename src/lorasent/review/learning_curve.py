@@ -19,8 +19,9 @@ It writes to ``--out`` (default ``reports/learning-curve-<name>``):
 - ``learning_curve.json``: per fraction, the training rows, each seed's accuracy and
   macro-F1, their mean and sample standard deviation over seeds, and the 95% test-row
   interval of the mean accuracy (:func:`lorasent.statistics.intervals` on the seeds'
-  test rows pooled); the majority-class and zero-shot baselines; the fit and projection;
-  the runs that failed;
+  test rows pooled); the majority-class and zero-shot baselines; the trend (accuracy per
+  doubling of the rows, :func:`trend`); the fit and projection (none when accuracy
+  falls); the runs that failed;
 - ``learning-curve.png``: accuracy against training rows (log scale), the interval band,
   each run, and the baselines as lines (Vega-Lite, drawn by vl-convert as the reports'
   plots are);
@@ -236,6 +237,66 @@ def project(points: Sequence[tuple[int, Sequence[float]]],
                       len(drawn), resamples, at_bound)
 
 
+@dataclass(frozen=True)
+class Trend:
+    """Which way accuracy goes as the training rows grow: the least-squares slope of
+    accuracy against log2(training rows) over every run (the accuracy each doubling of
+    the rows adds; negative: it falls), its bootstrap interval, and the smallest and
+    largest fractions' rows and mean accuracy."""
+
+    slope: float
+    interval: tuple[float, float]
+    first: tuple[int, float]  # (training rows, mean accuracy) of the smallest fraction
+    last: tuple[int, float]   # of the largest
+    seeds: int                # the fewest runs of a fraction
+
+    @property
+    def falls(self) -> bool:
+        """Accuracy falls with more rows: the largest fraction's mean below the
+        smallest's and the slope negative, its whole interval below 0 (with one seed at
+        a fraction, the slope alone: no spread to tell it from noise)."""
+        return self.last[1] < self.first[1] and self.slope < 0 and (
+            self.seeds < 2 or self.interval[1] < 0)
+
+
+def trend(points: Sequence[tuple[int, Sequence[float]]],
+          resamples: int = FIT_RESAMPLES) -> Trend | None:
+    """The :class:`Trend` of the runs ``points`` (``(training rows, accuracy of each
+    seed)`` per fraction): the slope by least squares (``numpy.polyfit``, degree 1, on
+    log2 of the rows), its interval from ``resamples`` redraws of each fraction's seeds
+    with replacement (the generator and percentiles of :func:`project`). None: fewer than
+    2 fractions with runs."""
+    points = sorted((n, list(accs)) for n, accs in points if accs)
+    if len(points) < 2:
+        return None
+    x = np.log2([float(n) for n, accs in points for _ in accs])
+    slope = float(np.polyfit(x, [a for _, accs in points for a in accs], 1)[0])
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    drawn = [np.polyfit(x, [a for _, accs in points
+                            for a in rng.choice(accs, size=len(accs), replace=True)], 1)[0]
+             for _ in range(resamples)]
+    low, high = percentile_interval(np.asarray([drawn]))
+    (n0, a0), (n1, a1) = points[0], points[-1]
+    return Trend(slope, (float(low[0]), float(high[0])), (n0, float(np.mean(a0))),
+                 (n1, float(np.mean(a1))), min(len(accs) for _, accs in points))
+
+
+def falling(t: Trend) -> str:
+    """The sentence of a curve whose accuracy falls (:attr:`Trend.falls`): no projection,
+    the power law only rises."""
+    said = (f"accuracy falls as the training rows grow: {t.first[1]:.3f} at {t.first[0]:,} rows, "
+            f"{t.last[1]:.3f} at {t.last[0]:,}")
+    if t.seeds < 2:
+        return (f"{said}, but a fraction with one run has no spread over seeds to tell a fall "
+                f"from noise; {3 - t.seeds} more seeds per fraction would (--seeds 3); no "
+                "projection")
+    return (f"{said} ({_signed(t.slope)} [{_signed(t.interval[0])}, {_signed(t.interval[1])}] "
+            "per doubling of the rows); no projection (a − b·n^(−c) only rises): more labels "
+            "will not help until that is understood; look at what the larger fractions add: "
+            "their training loss (more rows are more steps at one learning rate), their "
+            "labels, and the test-label audit (metrics/label_issues.csv)")
+
+
 def _signed(x: float) -> str:
     return f"{x:+.3f}"
 
@@ -245,9 +306,11 @@ def _gain_text(p: Projection, k: int) -> str:
     return f"{_signed(p.gain[k])} [{_signed(low)}, {_signed(high)}]"
 
 
-def sentence(p: Projection | None, fractions: int) -> str:
+def sentence(p: Projection | None, fractions: int, t: Trend | None = None) -> str:
     """The answer in one sentence.
 
+    - accuracy falls with more rows (``t``, :attr:`Trend.falls`): it says so
+      (:func:`falling`), with no projection;
     - fewer than :data:`FIT_PARAMS` fractions with runs: it cannot fit, no number;
     - one seed at some fraction: no spread to tell noise from a gain;
     - the 2× gain's upper bound below :data:`FLAT_GAIN`: "the curve is flat: ...";
@@ -259,6 +322,8 @@ def sentence(p: Projection | None, fractions: int) -> str:
       ``ceil(seeds · (half width / margin)²)``, the margin being the distance from the
       gain to 0 or to :data:`FLAT_GAIN`, whichever it can reach).
     """
+    if t is not None and t.falls:
+        return falling(t)
     if p is None:
         return (f"cannot fit accuracy = a − b·n^(−c) ({FIT_PARAMS} parameters) to {fractions} "
                 f"fraction{'s' * (fractions != 1)} with runs: give at least {FIT_PARAMS} "
@@ -305,6 +370,7 @@ class LearningCurve:
     failed: list[SweepRun]
     sweep: SweepResult
     projection: Projection | None = None
+    trend: Trend | None = None
     summary_sentence: str = ""
     baselines: dict[str, float | None] = field(default_factory=dict)
     labels: int = 0
@@ -326,10 +392,14 @@ class LearningCurve:
                 "macro_f1_sd": float(np.std(f1, ddof=1)) if len(f1) > 1 else None,
                 **self._pooled_interval(point),
             })
-        p = self.projection
+        p, t = self.projection, self.trend
         return {
             "fractions": fractions,
             "baselines": self.baselines,
+            "trend": None if t is None else {
+                "model": "accuracy = intercept + slope * log2(n), n = training rows",
+                "accuracy_per_doubling": t.slope, "ci95_low": t.interval[0],
+                "ci95_high": t.interval[1], "falls": t.falls},
             "fit": None if p is None else {
                 "model": "accuracy = a - b * n^(-c), n = training rows",
                 "a": p.fit.a, "b": p.fit.b, "c": p.fit.c,
@@ -381,8 +451,11 @@ def build(result: SweepResult, fractions: Sequence[float], rows: dict[float, int
                            "zero_shot": first.baseline.zero_shot_accuracy}
     fitted = [(p.train_rows, p.values("accuracy")) for p in points
               if p.train_rows and p.values("accuracy")]
-    curve.projection = project(fitted, resamples)
-    curve.summary_sentence = sentence(curve.projection, len(fitted))
+    curve.trend = trend(fitted, resamples)
+    # a curve that falls gets no projection: the power law's b >= 0 would call it flat
+    curve.projection = (None if curve.trend is not None and curve.trend.falls
+                        else project(fitted, resamples))
+    curve.summary_sentence = sentence(curve.projection, len(fitted), curve.trend)
     return curve
 
 
