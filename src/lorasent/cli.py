@@ -832,17 +832,21 @@ def sweep(sets: tuple[str, ...], seeds: int, name: str, address: str | None,
 @click.option("--force", is_flag=True,
               help="Replace an --out folder that learning-curve did not write (never "
               "git-tracked files it did not write).")
+@click.option("--project-to", default=2.0, show_default=True, type=click.FloatRange(min=2),
+              help="Project the fit to this many times the largest fraction's training rows "
+                   "(the further, the less a backtest vouches for it).")
 @_ray_options
 @_user_errors
 def learning_curve(fractions: str, seeds: int, name: str, out_dir: Path | None, force: bool,
-                   address: str | None, cpus_per_run: int | None, num_gpus: int | None,
-                   git_remote: str | None, cache_dir: str | None) -> None:
+                   project_to: float, address: str | None, cpus_per_run: int | None,
+                   num_gpus: int | None, git_remote: str | None, cache_dir: str | None) -> None:
     """Would more labels help? Train HEAD's params on fractions of the training split.
 
     Each fraction x seed is a run of `lorasent sweep` (a DVC experiment); runs that
     landed before with the same params are reused. Writes learning_curve.json, the plot
     and learning_curve.md, and prints the answer: the accuracy that doubling the labels
-    is expected to add, fitted as a - b*n^(-c) (docs/learning-curve.md).
+    is expected to add, from the form (a - b*n^(-c), 1 - b*n^(-c) or the last observation)
+    that best predicted the largest fraction from the smaller ones (docs/learning-curve.md).
     """
     from lorasent.artifacts import check_output_folder
     from lorasent.review.learning_curve import MD_FILE, OUT_MARKER, parse_fractions
@@ -853,6 +857,7 @@ def learning_curve(fractions: str, seeds: int, name: str, out_dir: Path | None, 
     check_output_folder(folder, command=OUT_MARKER, force=force,
                         option="--out" if out_dir else "the output folder")
     curve = run_curve(name=name, fractions=shares, seeds=seeds, out=folder,
+                      project_to=project_to,
                       progress=lambda line: click.echo(line, err=True), address=address,
                       cpus_per_run=cpus_per_run, num_gpus=num_gpus, git_remote=git_remote,
                       cache_dir=cache_dir)
