@@ -407,6 +407,11 @@ def export(adapter_dir: Path, base_dir: Path, out_dir: Path, force: bool, metric
 @click.option("--relabel", is_flag=True,
               help="Also list the training rows that the label audit (confident learning) "
               "flags, with their given label, for a second look.")
+@click.option("--random-share", default=0.2, show_default=True, type=click.FloatRange(0, 1),
+              help="Share of the budget drawn at random from the pool (a hedge against the "
+              "uncertain picks' outliers; their reason starts `random:`).")
+@click.option("--seed", default=0, show_default=True, type=int,
+              help="Seed of the random picks.")
 @click.option("--out", "out_path", default="to_label.csv", show_default=True,
               help="The .csv file to write.")
 @click.option("--split-dir", default="data/split", show_default=True,
@@ -426,25 +431,28 @@ def export(adapter_dir: Path, base_dir: Path, out_dir: Path, force: bool, metric
               "UNLABELLED file.")
 @_DEVICE
 @_user_errors
-def queue(pool_path: str, budget: int, strategy: str, relabel: bool, out_path: str,
-          split_dir: Path, adapter_dir: Path, base_dir: Path, text_column: str,
-          separator: str, encoding: str, batch_size: int, force: bool,
+def queue(pool_path: str, budget: int, strategy: str, relabel: bool, random_share: float,
+          seed: int, out_path: str, split_dir: Path, adapter_dir: Path, base_dir: Path,
+          text_column: str, separator: str, encoding: str, batch_size: int, force: bool,
           device: str | None) -> None:
     """Queue the UNLABELLED texts (read as predict --input reads) that the adapter is
     least sure of for labelling: near-duplicates and texts of the splits left out,
-    balanced over the predicted classes (docs/active-learning.md)."""
+    balanced over the predicted classes, the most extreme 5% left out and a share drawn
+    at random (docs/active-learning.md)."""
     from lorasent.artifacts import atomic_open, check_output_file, keep_aside, read_jsonl
     from lorasent.calibration import label_issues
     from lorasent.contracts import read_temperature_scaling
     from lorasent.modeling import load_trained_model
     from lorasent.tables import check_separator
     from lorasent.tools.label_queue import (
+        SKIP_SHARE,
         QueueError,
         check_budget,
         check_labels_kept,
         check_pool,
         clean_pool,
         done_note,
+        hedge_note,
         kept_note,
         labelled_rows,
         pool_note,
@@ -493,7 +501,8 @@ def queue(pool_path: str, budget: int, strategy: str, relabel: bool, out_path: s
     click.echo(probabilities_note(adapter_dir, scaling), err=True)
     scored = list(stream_predictions(model, encoder, record.labels, pool.rows, batch_size,
                                      temperature=temperature))
-    queued = rank_pool(scored, record.labels, strategy, budget)
+    queued = rank_pool(scored, record.labels, strategy, budget, random_share, seed, SKIP_SHARE)
+    click.echo(hedge_note(len(scored), budget, random_share, seed, strategy), err=True)
     flagged = None
     if relabel:
         audited = list(stream_predictions(model, encoder, record.labels,
