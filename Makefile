@@ -188,13 +188,17 @@ sweep: $(STAMP)  ## Grid x seeds on Ray, a GPU per run (SET="train.lora.r=4,8" S
 		$(if $(ADDRESS),--address $(ADDRESS)) $(if $(CPUS_PER_RUN),--cpus-per-run $(CPUS_PER_RUN))
 
 # Does `lorasent queue` beat random picks? After `make run`: POOL texts of the fetched data
-# outside the split, BUDGET picked by the queue and BUDGET at random, each arm added to
-# the training split as a DVC experiment <NAME>-queued / <NAME>-random, then compared
-# (docs/active-learning.md). Leaves the queued arm's run in the workspace.
+# outside the split; at each of SEEDS seeds, BUDGET picked by the queue (RANDOM_SHARE of
+# them at random; empty: the queue's 20%) and BUDGET at random, each arm added to the
+# training split as a DVC experiment <NAME>-queued-seed<S> / <NAME>-random-seed<S>, then
+# the two groups compared over seeds on every test set (docs/active-learning.md). Leaves
+# the last queued arm's run in the workspace.
 POOL ?= 3000
 BUDGET ?= 200
-queue-trial: $(STAMP)  ## Queue vs random picks (POOL=3000 BUDGET=200 NAME=qt): two experiments, then compare
-	$(BIN)/python -m lorasent.tools.queue_trial --pool $(POOL) --budget $(BUDGET) --name $(or $(NAME),qt)
+RANDOM_SHARE ?=
+queue-trial: $(STAMP)  ## Queue vs random picks over seeds (POOL=3000 BUDGET=200 SEEDS=3 NAME=qt): verdict per test set
+	$(BIN)/python -m lorasent.tools.queue_trial --pool $(POOL) --budget $(BUDGET) --seeds $(SEEDS) \
+		--name $(or $(NAME),qt) $(if $(RANDOM_SHARE),--random-share $(RANDOM_SHARE))
 
 # A and B: commits, branches, tags or experiment names; B may be `workspace`.
 A ?= HEAD

@@ -22,7 +22,10 @@ from lorasent.params import ParamsError, parse_params
 from lorasent.review.learning_curve import (
     FLAT_GAIN,
     ZERO_GAIN,
+    Analysis,
     Fit,
+    analyse,
+    backtest,
     build,
     estimate,
     fit_power_law,
@@ -31,6 +34,7 @@ from lorasent.review.learning_curve import (
     parse_fractions,
     plot_spec,
     project,
+    refit,
     sentence,
     trend,
     write_outputs,
@@ -107,7 +111,10 @@ def test_the_fit_finds_the_power_law_of_a_noise_free_curve():
 
 
 def test_doubling_a_rising_curve_is_said_with_its_interval():
-    p = project(_curve(0.8, 2.0, 0.5, ROWS), resamples=50)
+    # 4x only when asked (--project-to 4): by default the projection ends at 2x
+    default = project(_curve(0.8, 2.0, 0.5, ROWS), resamples=5)
+    assert default is not None and list(default.gain) == [2.0]
+    p = project(_curve(0.8, 2.0, 0.5, ROWS), resamples=50, to=4)
     assert p is not None and p.resamples == 50
     gain = 2.0 * 1600 ** -0.5 * (1 - 2 ** -0.5)  # f(2N) - f(N) = b N^-c (1 - 2^-c)
     assert round(p.gain[2], 6) == round(gain, 6)
@@ -121,7 +128,7 @@ def test_doubling_a_rising_curve_is_said_with_its_interval():
 def test_a_ceiling_at_its_bound_is_said_with_the_gains():
     """A curve still rising at the last fraction (its true ceiling 1.2, above any accuracy):
     the fit's a stops at 1, which holds the projected gain below the true one."""
-    p = project(_curve(1.2, 2.0, 0.3, ROWS, noise=[-0.01, 0.0, 0.01]), resamples=50)
+    p = project(_curve(1.2, 2.0, 0.3, ROWS, noise=[-0.01, 0.0, 0.01]), resamples=50, to=4)
     assert p is not None and p.fit.at_bound and (p.refits_at_bound, p.resamples) == (50, 50)
     assert p.gain[2] < 2.0 * 1600 ** -0.3 * (1 - 2 ** -0.3)  # the true f(2N) - f(N)
     assert sentence(p, 4) == (
@@ -152,13 +159,25 @@ def test_a_noisy_curve_says_how_many_more_seeds_would_tell():
                                    f"(--seeds {3 + more})")
 
 
-def test_too_few_fractions_say_it_cannot_fit_and_give_no_number():
-    assert project(_curve(0.8, 2.0, 0.5, [800, 1600])) is None
-    said = sentence(None, 2)
-    assert said == ("cannot fit accuracy = a − b·n^(−c) (3 parameters) to 2 fractions with "
-                    "runs: give at least 3 (--fractions) for a projection")
-    assert not any(ch.isdigit() for ch in said.replace("3 parameters", "").replace(
-        "2 fractions", "").replace("at least 3", ""))
+def test_fewer_than_three_fractions_have_no_backtest_and_an_untested_projection():
+    """Issue 52's bad case: no backtest, said in one line, the projection marked untested
+    (the error rate's power law, which 2 fractions can fit); one fraction: no number."""
+    assert project(_curve(0.8, 2.0, 0.5, [800, 1600])) is None  # a − b·n^(−c) needs 3
+    assert backtest(_curve(0.8, 2.0, 0.5, [800, 1600]), resamples=5) is None
+    two = analyse(_curve(0.8, 2.0, 0.5, [800, 1600]), resamples=10)
+    assert two.backtest is None and two.projection is not None
+    assert two.projection.fit.form == "power"
+    assert two.untested == ("no backtest: 2 fractions with runs, and a backtest needs 3 (a "
+                            "fit on the smaller ones, checked on the largest); the projection "
+                            "is untested")
+    assert two.sentence.endswith("; " + two.untested)
+    record = two.record()
+    assert record["backtest"] is None
+    assert (record["fit"]["tested"], record["fit"]["untested"]) == (False, two.untested)
+    one = analyse(_curve(0.8, 2.0, 0.5, [1600]), resamples=10)
+    assert one.projection is None and one.record()["fit"] is None
+    assert one.sentence == ("no projection: no curve could be fitted to 1 fraction with runs; "
+                            "give at least 3 (--fractions) for a projection and its backtest")
 
 
 def test_one_seed_per_fraction_is_too_noisy_to_tell():
@@ -312,11 +331,28 @@ def test_the_outputs_of_a_sweep_with_a_failed_run(tmp_path):
     evals = _evals(0.5)
     assert record["baselines"] == {"majority_class": evals.baseline.majority_accuracy,
                                    "zero_shot": evals.baseline.zero_shot_accuracy}
-    assert record["fit"]["bootstrap"] == {"resamples": 20, "converged": 20, "a_at_bound": 16,
+    # the backtest: fitted on 400 and 800 rows (0.55, 0.7), the error rate's power law
+    # predicts 1,600 rows' 0.8 exactly (0.45 -> 0.3 -> 0.2); the last observation says 0.7
+    check = curve.analysis.backtest
+    assert check is not None and check.chosen == "power"
+    assert record["backtest"]["fitted_on_train_rows"] == [400, 800]
+    forecasts = record["backtest"]["forecasts"]
+    assert list(forecasts) == ["power", "last_observation"]  # a − b·n^(−c) needs 3 fractions
+    assert round(forecasts["power"]["predicted"], 6) == 0.8
+    assert forecasts["power"]["inside"] is True
+    assert (round(forecasts["last_observation"]["error"], 6),
+            forecasts["last_observation"]["inside"]) == (-0.1, False)
+    assert record["fit"]["form"] == "power" and record["fit"]["tested"] is True
+    assert record["fit"]["bootstrap"] == {"resamples": 20, "converged": 20, "a_at_bound": 0,
                                           "seed": 0, "confidence": 0.95}
+    assert list(record["fit"]["projected"]) == ["2x"]
     assert curve.projection is not None
-    assert record["fit"]["a_at_bound"] is curve.projection.fit.at_bound
-    assert record["sentence"] == curve.summary_sentence == sentence(curve.projection, 3)
+    assert record["sentence"] == curve.summary_sentence == sentence(curve.projection, 3,
+                                                                     curve.trend, check)
+    assert record["sentence"].endswith(
+        "; the fit (1 − b·n^(−c), the closest of 2 forms in the backtest) predicted 1,600 rows "
+        "from the smaller runs within 0.000 (inside its interval; the last observation missed "
+        "by 0.100)")
     md = (tmp_path / "out/learning_curve.md").read_text()
     assert "![Learning curve](learning-curve.png)" in md
     assert ("The curve is drawn from the runs that finished; 1 failed:\n\n"
@@ -422,9 +458,158 @@ def _plot_record(fit: dict[str, Any] | None) -> dict[str, Any]:
 def test_the_plots_x_ticks_are_the_fractions_rows_and_the_projections():
     """A log axis's own ticks ran together near its end ("5,0006,000"): the ticks are each
     fraction's training rows, then 2x and 4x the full rows when there is a fit."""
-    fit = {"a": 1.0, "b": 3.1, "c": 0.32, "full_train_rows": 1600}
+    fit = {"a": 1.0, "b": 3.1, "c": 0.32, "full_train_rows": 1600, "band": [],
+           "projected": {"2x": {"train_rows": 3200}, "4x": {"train_rows": 6400}}}
     for record, ticks in ((_plot_record(fit), [201, 401, 801, 1600, 3200, 6400]),
                           (_plot_record(None), [201, 401, 801, 1600])):
         axes = {json.dumps(layer["encoding"]["x"]["axis"], sort_keys=True)
                 for layer in plot_spec(record)["layer"] if "x" in layer["encoding"]}
         assert axes == {json.dumps({"format": ",d", "values": ticks}, sort_keys=True)}
+
+
+# ------------------------------------- issue 52: the backtest, the forms, --project-to
+
+def _noisy(means: dict[int, float]) -> list[tuple[int, list[float]]]:
+    return [(n, [a - 0.01, a, a + 0.01]) for n, a in means.items()]
+
+
+def test_the_backtest_takes_the_form_that_predicted_the_largest_fraction_best():
+    """Each form fitted on 200 to 800 rows forecasts 1,600: a curve with a ceiling below
+    1 (0.8) is a − b·n^(−c)'s; one whose error rate is a power law is 1 − b·n^(−c)'s,
+    which a − b·n^(−c) then equals with its ceiling at the bound 1 (said), and the form
+    with fewer parameters is taken."""
+    found = analyse(_curve(0.8, 2.0, 0.5, ROWS, noise=[-0.01, 0.0, 0.01]), resamples=10)
+    check = found.backtest
+    assert check is not None and check.chosen == "saturating" and check.fitted_on == (
+        200, 400, 800)
+    assert round(check.forecasts["saturating"].predicted, 6) == round(0.8 - 2 / 40, 6)
+    assert found.projection is not None and found.projection.fit.form == "saturating"
+    assert found.sentence.endswith(
+        "; the fit (a − b·n^(−c), the closest of 3 forms in the backtest) predicted 1,600 rows "
+        "from the smaller runs within 0.000 (inside its interval; 1 − b·n^(−c) missed by "
+        "0.011, the last observation by 0.021)")
+    power = analyse(_curve(1.0, 2.0, 0.3, ROWS, noise=[-0.01, 0.0, 0.01]), resamples=10)
+    record = power.record()
+    assert record["backtest"]["chosen"] == "power" and record["fit"]["form"] == "power"
+    assert record["backtest"]["forecasts"]["saturating"]["at_bound"] == ["a = 1"]
+    assert record["fit"]["model"] == "error rate = 1 - accuracy = b * n^(-c), n = training rows"
+    assert (round(record["fit"]["b"], 5), round(record["fit"]["c"], 5)) == (2.0, 0.3)
+    assert sorted(record["backtest"]["forecasts"]["last_observation"]) == [
+        "at_bound", "ci95_high", "ci95_low", "error", "inside", "model", "predicted"]
+
+
+def test_a_fit_the_backtest_finds_far_off_calls_the_projection_rough():
+    found = analyse(_noisy({200: 0.40, 400: 0.45, 800: 0.55, 1600: 0.80}), resamples=10)
+    assert found.sentence.endswith(
+        "; the fit (1 − b·n^(−c), the closest of 3 forms in the backtest) predicted 1,600 rows "
+        "from the smaller runs but missed by 0.202 (outside its interval; a − b·n^(−c) "
+        "missed by 0.202, the last observation by 0.250): treat the projection as rough")
+    md = markdown(found.record() | {"fractions": [], "baselines": {}, "failed": []}, None)
+    assert ("Backtest: each form fitted to the runs of 200, 400, 800 rows, then its forecast "
+            "of the mean accuracy at 1,600 rows against the measured 0.8000; the form that "
+            "erred least is the projection's:") in md
+    assert "| 1 − b·n^(−c) (chosen) | 0.5982 [" in md and "| −0.2018 |" not in md
+    assert "| -0.2018 | no | — |" in md and "| -0.2500 | no | — |" in md
+
+
+def test_when_the_last_observation_predicts_best_no_gain_is_projected():
+    """Kielhöfer et al. 2024's forecast is hard to beat: when the fits do worse on the
+    backtest than "no further gain", the sentence says more labels are not shown to help."""
+    found = analyse(_noisy({200: 0.60, 400: 0.70, 800: 0.75, 1600: 0.75}), resamples=10)
+    assert found.backtest is not None and found.backtest.chosen == "last_observation"
+    assert found.sentence == (
+        "more labels like these are not shown to help: from the smaller runs, no further gain "
+        "(the last observation) predicted 1,600 rows within 0.000, closer than the fitted "
+        "curves (a − b·n^(−c) missed by 0.025, 1 − b·n^(−c) by 0.059); the projection is no "
+        "gain, accuracy 0.750 at 1,600 rows")
+    record = found.record() | {"fractions": [], "baselines": {}, "failed": []}
+    assert record["fit"]["form"] == "last_observation"
+    assert record["fit"]["projected"]["2x"]["gain"] == 0.0
+    assert ("Forecast (the last observation, chosen by the backtest): accuracy stays 0.7500 "
+            "beyond 1,600 rows (10 of 10 bootstrap refits converged).") in markdown(record, None)
+
+
+def test_the_largest_fraction_failed_no_backtest_and_the_projection_untested(tmp_path):
+    fractions = [0.125, 0.25, 0.5, 1.0]
+    runs = plan("lc", fraction_sets(fractions), 2, 42)
+    rows = {0.125: 200, 0.25: 400, 0.5: 800, 1.0: 1600}
+    means = {0.125: 0.5, 0.25: 0.6, 0.5: 0.7, 1.0: None}
+    result = SweepResult([_sweep_run(r, means[float(r.sets[0].split("=")[1])],
+                                     rows[float(r.sets[0].split("=")[1])]) for r in runs])
+    curve = build(result, fractions, rows, resamples=10)
+    record = write_outputs(curve, tmp_path / "out")
+    assert record["backtest"] is None and record["fit"]["tested"] is False
+    line = ("no backtest: the largest fraction (1) has no run that finished, so no run the fit "
+            "did not see can check it; the projection is untested")
+    assert record["fit"]["untested"] == line and record["sentence"].endswith("; " + line)
+    assert record["fit"]["full_train_rows"] == 800  # from the largest fraction with runs
+    assert "\n" + line + ".\n" in (
+        tmp_path / "out/learning_curve.md").read_text()
+
+
+def test_the_projection_goes_as_far_as_asked_and_is_drawn_as_a_band():
+    p = project(_curve(0.8, 2.0, 0.5, ROWS, noise=[-0.01, 0.0, 0.01]), resamples=10, to=3)
+    assert p is not None and list(p.gain) == [2.0, 3.0]
+    assert (p.band[0][0], round(p.band[-1][0], 6), len(p.band)) == (1600.0, 4800.0, 12)
+    assert all(low <= p.fit.at(n) <= high for n, low, high in p.band)
+    record = Analysis(projection=p).record()
+    assert list(record["fit"]["projected"]) == ["2x", "3x"]
+    spec = plot_spec({"fractions": [{"train_rows": 1600, "accuracy_mean": 0.75,
+                                     "accuracy_ci95_low": None, "accuracy_ci95_high": None,
+                                     "runs": [{"accuracy": 0.75}]}],
+                      "fit": record["fit"], "baselines": {}})
+    bands = [layer for layer in spec["layer"] if layer["mark"].get("color") == "gray"
+             and layer["mark"]["type"] == "area"]
+    assert len(bands) == 1 and [v["rows"] for v in bands[0]["data"]["values"]] == [
+        n for n, _, _ in p.band]
+    dotted = next(layer for layer in spec["layer"] if layer["mark"].get("strokeDash") == [2, 2])
+    assert round(dotted["data"]["values"][-1]["rows"]) == 4800
+    assert spec["layer"][0]["encoding"]["x"]["axis"]["values"] == [1600, 3200, 4800]
+
+
+def test_a_project_to_below_two_is_a_one_line_usage_error():
+    done = CliRunner().invoke(main, ["learning-curve", "--project-to", "1.5"],
+                              prog_name="lorasent")
+    assert done.exit_code == 2 and done.output == (
+        "lorasent learning-curve: error: Invalid value for '--project-to': 1.5 is not in the "
+        "range x>=2 (see `lorasent learning-curve --help`)\n")
+
+
+def test_two_fractions_of_the_same_training_rows_are_refused_before_any_run(tmp_path):
+    import subprocess
+
+    from lorasent.review.learning_curve import learning_curve
+
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics/data.json").write_text(json.dumps({"class_counts": {"train": {
+        "negative": 5, "neutral": 3, "positive": 2}}}), encoding="utf-8")
+    for args in (["init", "-q"], ["add", "metrics/data.json"], ["commit", "-qm", "split"]):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+                       cwd=tmp_path, check=True, capture_output=True)
+
+    def runner(*_: Any, **__: Any) -> RunResult:
+        raise AssertionError("no run may start")
+
+    with pytest.raises(LorasentError) as err:  # 0.45 and 0.5: 3 + 2 + 1 rows each
+        learning_curve(name="lc", fractions=[0.5, 0.45, 1.0], repo=tmp_path,
+                       out=tmp_path / "out", progress=print, runner=runner)
+    assert str(err.value) == (
+        "learning-curve: --fractions 0.45 and 0.5 both train on the same 6 rows (each class's "
+        "share rounded up, the subsets nested: the same runs twice); leave one out or give "
+        "fractions further apart")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_committed_curve_is_this_codes_analysis_of_its_accuracies():
+    """docs/learning-curve-default/ was rewritten by refit() from its committed accuracies
+    (the runs not made again): its backtest, chosen form and fit are this code's."""
+    committed_record = json.loads(committed("docs/learning-curve-default/learning_curve.json"))
+    again = refit(committed_record, resamples=2)
+    for key in ("held_out_train_rows", "measured_accuracy_mean", "fitted_on_train_rows",
+                "chosen"):
+        assert again["backtest"][key] == committed_record["backtest"][key]
+    for form, f in again["backtest"]["forecasts"].items():
+        assert f["predicted"] == pytest.approx(
+            committed_record["backtest"]["forecasts"][form]["predicted"], abs=1e-9)
+    for key in ("form", "a", "b", "c", "at_bound", "full_train_rows", "project_to"):
+        assert again["fit"][key] == pytest.approx(committed_record["fit"][key], abs=1e-9)

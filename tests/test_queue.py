@@ -6,11 +6,13 @@ import csv
 import io
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from conftest import REPO
 from lorasent.artifacts import atomic_write_text, jsonl_text
 from lorasent.cli import main
 from lorasent.stages.split import normalise_text
@@ -250,6 +252,9 @@ def test_queue_on_the_tiny_run(tiny_run, tmp_path):
         assert r["predicted"] == predicted[r["text"]]["label"]
         assert [r[f"p_{label}"] for label in LABELS] == [
             predicted[r["text"]][f"p_{label}"] for label in LABELS]
+    # the hedge: 1 of the 6 drawn at random (20%), at rank 4 ((0 + 1/2) / 1 of the way)
+    assert [r["rank"] for r in queued if r["reason"].startswith("random: ")] == ["4"]
+    queued = [r for r in queued if not r["reason"].startswith("random: ")]
     # balance: rounds along the ranks, one text of each predicted class a round, each
     # round ordered by margin, and each class's texts by margin across the rounds
     found = [re.search(r"; round (\d+) of predicted class (\w+)$", r["reason"])
@@ -271,35 +276,45 @@ def test_queue_on_the_tiny_run(tiny_run, tmp_path):
 
 @pytest.mark.slow
 def test_the_queue_trial_runs_both_arms_and_compares(tiny_copy):
-    """`make queue-trial`'s module on a clone of the tiny run: both arms become
-    experiments trained on the training split plus their rows, and compare judges them."""
+    """`make queue-trial`'s module on a clone of the tiny run, over 2 seeds: each arm at
+    each seed becomes an experiment trained on the training split plus its rows, at its
+    seed, and compare judges the two groups over seeds."""
     import sys
 
+    from lorasent.params import read_yaml
     from tiny_repo import run
 
+    seed = read_yaml(run(tiny_copy, "git", "show", "HEAD:params.yaml"), "params.yaml")[
+        "base"]["seed"]
     before = (tiny_copy / "data/split/train.jsonl").read_text(encoding="utf-8")
     out = run(tiny_copy, sys.executable, "-m", "lorasent.tools.queue_trial", "--pool", "40",
-              "--budget", "4", "--name", "qt", logs=True)
-    queued = list(csv.DictReader((tiny_copy / "qt-queued.csv").open(encoding="utf-8")))
+              "--budget", "4", "--seeds", "2", "--name", "qt", logs=True)
+    names = [f"qt-{arm}-seed{s}" for s in (seed, seed + 1) for arm in ("random", "queued")]
+    queued = list(csv.DictReader((tiny_copy / f"qt-queued-seed{seed + 1}.csv").open(
+        encoding="utf-8")))
     assert len(queued) == 4
     for r in queued:  # as written: a formula-like cell (a tweet's "@user ...") has a quote
         r["text"] = spreadsheet_text(r["text"])
-    for arm in ("random", "queued"):
+    for name in names:
         rows = [json.loads(line) for line in
-                (tiny_copy / f"qt-{arm}.jsonl").read_text(encoding="utf-8").splitlines()]
+                (tiny_copy / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()]
         assert len(rows) == 4
-    assert [json.loads(x)["text"] for x in (tiny_copy / "qt-queued.jsonl").read_text(
-        encoding="utf-8").splitlines()] == [r["text"] for r in queued]
+    assert [json.loads(x)["text"] for x in (tiny_copy / f"qt-queued-seed{seed + 1}.jsonl")
+            .read_text(encoding="utf-8").splitlines()] == [r["text"] for r in queued]
     train = (tiny_copy / "data/split/train.jsonl").read_text(encoding="utf-8").splitlines()
     assert len(train) == len(before.splitlines()) + 4
     assert {json.loads(x)["text"] for x in train[-4:]} == {r["text"] for r in queued}
     trained = json.loads((tiny_copy / "metrics/provenance/train.json").read_text(
         encoding="utf-8"))
     assert trained["train_rows"] == len(before.splitlines()) + 4
+    assert trained["params"]["base"]["seed"] == seed + 1
     shown = run(tiny_copy, "dvc", "exp", "show", "--json")
-    assert "qt-random" in shown and "qt-queued" in shown
-    assert "Experiment has been saved as: qt-random" in out
+    assert all(name in shown for name in names)
+    assert f"Experiment has been saved as: qt-random-seed{seed}" in out
     assert "wrote reports/qt-random-vs-qt-queued/report.md" in out, out
+    verdict = (tiny_copy / "reports/qt-random-vs-qt-queued/verdict.md").read_text(
+        encoding="utf-8")
+    assert "over seeds" in verdict
 
 
 # ------------------------------------- issue 51: formulas, labelled files, invisible texts
@@ -462,3 +477,163 @@ def test_relabel_with_a_degenerate_adapter_says_so(workspace, fake_adapter):
     # one class for every row, as many as the labels say: not degenerate
     assert relabel_warnings([_pred(f"t{i}", [0.2, 0.3, 0.5]) for i in range(3)],
                             ["positive"] * 3, LABELS) == []
+
+
+# ------------------------------------- issue 52: the hedge (random picks, extremes skipped)
+
+def test_the_hedge_skips_the_most_uncertain_and_spreads_random_picks_along_the_queue():
+    """20 texts, budget 10: 2 drawn at random (20%), spread evenly (ranks 3 and 8); the
+    smallest margin of the pool (5%: 1 text) is not an uncertain pick; the draw is the
+    seed's."""
+    from lorasent.tools.label_queue import hedge_counts, hedged_order
+
+    margins = [0.30, 0.001, 0.20, 0.25, 0.10, 0.15, 0.40, 0.05, 0.35, 0.12,
+               0.22, 0.45, 0.50, 0.55, 0.60, 0.65, 0.70, 0.75, 0.80, 0.85]
+    predicted = [i % 3 for i in range(20)]
+    assert hedge_counts(20, 10) == (2, 1)
+    order = hedged_order(predicted, margins, "margin", 10, seed=0)
+    assert len(order) == 10 and len({row for row, _ in order}) == 10
+    assert [i for i, (_, round_) in enumerate(order, start=1) if round_ is None] == [3, 8]
+    uncertain = [row for row, round_ in order if round_ is not None]
+    assert 1 not in uncertain  # margin 0.001: left out as a likely outlier
+    kept = [i for i in range(20) if i != 1]
+    assert uncertain == [kept[row] for row, _ in balanced_order(
+        [predicted[i] for i in kept], [margins[i] for i in kept], "margin", 8)]
+    assert order == hedged_order(predicted, margins, "margin", 10, seed=0)
+    assert {r for r, n in order if n is None} != {
+        r for r, n in hedged_order(predicted, margins, "margin", 10, seed=1) if n is None}
+    # no hedge: the plain balanced queue; a pool with nothing to spare: nothing skipped
+    assert hedged_order(predicted, margins, "margin", 10, 0.0, 0, 0.0) == balanced_order(
+        predicted, margins, "margin", 10)
+    # the whole pool queued: the skipped text comes back only as a random pick
+    assert hedge_counts(10, 10) == (2, 1) and hedge_counts(3, 2, 0.2) == (0, 1)
+    # entropy: the largest is the most uncertain, and left out
+    assert 1 not in [row for row, n in hedged_order(predicted, [1 - m for m in margins],
+                                                   "entropy", 10) if n is not None]
+
+
+def test_a_random_pick_says_so_in_the_csv():
+    preds = [_pred(f"t{i}", [0.4 + i / 100, 0.35, 0.25 - i / 100]) for i in range(10)]
+    queued = rank_pool(preds, LABELS, "margin", 5, random_share=0.2, seed=3, skip_share=0.05)
+    random_rows = [r for r in queued if r.reason.startswith("random: ")]
+    assert len(random_rows) == 1 and random_rows[0].rank == 3
+    p = random_rows[0].prediction
+    assert p.probabilities is not None and random_rows[0].reason == (
+        "random: drawn at random from the pool (--random-share 0.2, --seed 3), a hedge "
+        f"against the uncertain picks' outliers; margin {random_rows[0].value:.4f} between "
+        f"negative {p.probabilities['negative']:.3f} and neutral 0.350; predicted class "
+        "negative")
+    assert "t0" not in [r.prediction.text for r in queued if r.reason.startswith("uncertain")]
+    out = io.StringIO()
+    write_queue(queued, LABELS, "margin", [], out)
+    assert written_for_csv(out.getvalue())
+
+
+def written_for_csv(text: str) -> bool:
+    from lorasent.tables import written_for_people
+
+    return written_for_people(next(csv.reader(io.StringIO(text)))) == "queue"
+
+
+def test_the_queue_command_hedges_by_default_and_says_how(workspace, fake_adapter, monkeypatch):
+    import lorasent.tools.predict
+    from lorasent.tools.label_queue import RANDOM_SHARE
+
+    texts = [f"text number {i}" for i in range(20)]
+    (workspace / "pool.csv").write_text("text\n" + "\n".join(texts) + "\n", encoding="utf-8")
+
+    def stream(model, encoder, labels, rows, batch_size, **kw):
+        for text, columns in rows:  # text number i: margin 0.02 * i
+            i = int(text.split()[-1])
+            yield _pred(text, [0.45 + 0.01 * i, 0.45 - 0.01 * i, 0.1], **columns)
+
+    monkeypatch.setattr(lorasent.tools.predict, "stream_predictions", stream)
+    result = CliRunner().invoke(main, ["queue", "pool.csv", "--budget", "10"])
+    assert result.exit_code == 0, result.output
+    assert ("hedge: 2 of the 10 drawn at random (--random-share 0.2, --seed 0); the 1 texts "
+            "of the pool with the smallest margins (5%) left out of the uncertain picks as "
+            "likely outliers (docs/active-learning.md)\n") in result.stderr
+    rows = list(csv.DictReader((workspace / "to_label.csv").open(encoding="utf-8")))
+    assert [r["reason"].split(":")[0] for r in rows] == [
+        "uncertain", "uncertain", "random", *["uncertain"] * 4, "random", "uncertain",
+        "uncertain"]
+    assert "text number 0" not in [r["text"] for r in rows if r["reason"].startswith("unc")]
+    # the CLI's default is the module's, and --random-share 0 is the plain queue
+    assert main.commands["queue"].params[[p.name for p in main.commands["queue"].params]
+                                        .index("random_share")].default == RANDOM_SHARE
+    result = CliRunner().invoke(main, ["queue", "pool.csv", "--budget", "10", "--force",
+                                       "--random-share", "0"])
+    rows = list(csv.DictReader((workspace / "to_label.csv").open(encoding="utf-8")))
+    assert all(r["reason"].startswith("uncertain") for r in rows)
+
+
+def test_a_random_share_outside_zero_to_one_is_a_one_line_usage_error(workspace):
+    done = CliRunner().invoke(main, ["queue", "pool.csv", "--budget", "1", "--random-share",
+                                     "1.5"], prog_name="lorasent")
+    assert done.exit_code == 2 and done.output == (
+        "lorasent queue: error: Invalid value for '--random-share': 1.5 is not in the range "
+        "0<=x<=1 (see `lorasent queue --help`)\n")
+
+
+def test_the_queue_trial_runs_seeds_a_side_and_compares_the_groups(tmp_path, monkeypatch,
+                                                                    params_raw):
+    """`make queue-trial` over 3 seeds, its commands faked (no model, no DVC): every queue
+    before any training, with its seed's draw; each arm at each seed trained on the
+    committed split plus its rows, base.seed the run's; the groups compared over seeds."""
+    import shutil
+
+    from lorasent.params import load_params, read_yaml
+    from lorasent.tools import queue_trial
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    raw = [{"row": i, "text": f"pool tweet {i}", "label": LABELS[i % 3]} for i in range(30)]
+    atomic_write_text(tmp_path / "data/raw/dataset.jsonl", jsonl_text(
+        [*raw, {"row": 30, "text": "I love it", "label": "positive"}]))
+    committed_rows = [{"id": "t", "text": "I love it", "label": "positive", "label_id": 2}]
+    for name in ("train", "validation", "test"):
+        atomic_write_text(tmp_path / "data/split" / f"{name}.jsonl", jsonl_text(
+            committed_rows if name == "train" else [{"id": name, "text": name, "label":
+                                                     "negative", "label_id": 0}]))
+    done: list[tuple[str, ...]] = []
+    trained: list[tuple[int, int, str]] = []
+
+    def fake(*argv: str) -> None:
+        command = (Path(argv[0]).name, *argv[1:])
+        done.append(command)
+        if command[:2] == ("lorasent", "queue"):  # the first 4 pool texts, as the queue writes
+            pool = list(csv.DictReader(open(argv[2], encoding="utf-8")))
+            with open(argv[argv.index("--out") + 1], "w", encoding="utf-8", newline="") as fh:
+                writer = csv.writer(fh)
+                writer.writerow(["input_label", *header(LABELS, "margin")])
+                for i, r in enumerate(pool[:4], start=1):
+                    writer.writerow([r["label"], r["text"], "", "negative", 0.4, 0.35, 0.25,
+                                     0.05, i, "", "uncertain: ..."])
+        if command[:2] == ("dvc", "repro"):
+            train = (tmp_path / "data/split/train.jsonl").read_text(encoding="utf-8")
+            params = read_yaml((tmp_path / "params.yaml").read_text(), "params.yaml")
+            trained.append((params["base"]["seed"], len(train.splitlines()),
+                            json.loads(train.splitlines()[-1])["text"]))
+
+    monkeypatch.setattr(queue_trial, "_run", fake)
+    queue_trial.main(["--pool", "20", "--budget", "4", "--name", "qt"])
+    seed = params_raw["base"]["seed"]
+    names = [f"qt-{arm}-seed{s}" for s in (seed, seed + 1, seed + 2)
+             for arm in ("random", "queued")]
+    assert [c[:2] for c in done] == [("dvc", "checkout"), *[("lorasent", "queue")] * 3,
+                                     *[("dvc", "repro"), ("dvc", "exp")] * 6,
+                                     ("lorasent", "compare")]
+    assert [c[c.index("--seed") + 1] for c in done if c[1] == "queue"] == ["0", "1", "2"]
+    assert [c[4] for c in done if c[:2] == ("dvc", "exp")] == names
+    assert done[-1] == ("lorasent", "compare", ",".join(names[::2]), ",".join(names[1::2]),
+                        "--out", "reports/qt-random-vs-qt-queued")
+    # each run: the committed row plus its arm's 4, at its seed
+    assert [(s, n) for s, n, _ in trained] == [(s, 5) for s in (seed, seed, seed + 1,
+                                                                seed + 1, seed + 2, seed + 2)]
+    pool = list(csv.DictReader(open("qt-pool.csv", encoding="utf-8")))
+    assert "I love it" not in [r["text"] for r in pool] and len(pool) == 20
+    assert all(t == pool[3]["text"] for _, _, t in trained[1::2])  # the queue's 4th
+    random_rows = [[json.loads(line)["text"] for line in open(f"{name}.jsonl")]
+                   for name in names[::2]]
+    assert len({tuple(r) for r in random_rows}) == 3  # each seed its own draw
+    assert load_params().base.seed == seed + 2  # the workspace: the last run's

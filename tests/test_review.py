@@ -93,18 +93,22 @@ def test_differences_and_p_values_as_the_verdict_words_them():
 def test_two_groups_of_seeds_get_welchs_test_and_each_runs_warnings():
     evals_json = json.loads(committed("metrics/eval.json"))
 
-    def run(rev: str, accuracy: float, macro_f1: float) -> Side:
+    def run(rev: str, accuracy: float, macro_f1: float, zh: float = 0.5) -> Side:
+        sets = {"reviews-zh": {**evals_json["test_sets"]["reviews-zh"], "accuracy": zh}}
         evals = EvalMetrics.model_validate({**evals_json, "accuracy": accuracy,
-                                            "macro_f1": macro_f1})
+                                            "macro_f1": macro_f1, "test_sets": sets})
         return Side(rev, evals, None, None, None, None)
 
     review, tests = group_review([run("a-seed1", 0.70, 0.60), run("a-seed2", 0.72, 0.62)],
                                  [run("b-seed1", 0.80, 0.70), run("b-seed2", 0.82, 0.74)])
     assert review.verdict == (
         "B is better than A over seeds: accuracy 0.7100 ± 0.0141 (2 seeds) in A against "
-        "0.8100 ± 0.0141 (2 seeds) in B, Δ +0.100, Welch's t-test p = 0.019.")
+        "0.8100 ± 0.0141 (2 seeds) in B, Δ +0.100, Welch's t-test p = 0.019. The test sets "
+        "disagree: B is better on the test split but not detectably different on reviews-zh.")
     assert [(t.a, t.b, round(t.p_value or 0, 6)) for t in tests.values()] == [
-        ((0.7, 0.72), (0.8, 0.82), 0.019419), ((0.6, 0.62), (0.7, 0.74), 0.069286)]
+        ((0.7, 0.72), (0.8, 0.82), 0.019419), ((0.6, 0.62), (0.7, 0.74), 0.069286),
+        ((0.5, 0.5), (0.5, 0.5), 1.0)]
+    assert list(tests) == ["accuracy", "macro_f1", "test_sets.reviews-zh.accuracy"]
     weak = ("the relative error reduction is measured against the zero_shot_calibrated baseline "
             "(0.405), which is itself below the majority-class baseline (0.428); against the "
             "majority class it is ")
@@ -113,6 +117,40 @@ def test_two_groups_of_seeds_get_welchs_test_and_each_runs_warnings():
         f"B b-seed2: {weak}0.685",
         "2 runs on a side give Welch's t-test little power: only large differences can show; "
         "3 to 5 seeds a side tell more"]
+
+
+def test_two_groups_of_seeds_are_judged_on_every_test_set():
+    """Issue 52: `make queue-trial`'s verdict over seeds, on the extra test sets too (the
+    queue's one-seed trial was worse on reviews-zh alone)."""
+    evals_json = json.loads(committed("metrics/eval.json"))
+
+    def run(rev: str, accuracy: float, zh: float) -> Side:
+        sets = {"reviews-zh": {**evals_json["test_sets"]["reviews-zh"], "accuracy": zh}}
+        evals = EvalMetrics.model_validate({**evals_json, "accuracy": accuracy,
+                                            "test_sets": sets})
+        return Side(rev, evals, None, None, None, None)
+
+    a = [run(f"r-seed{s}", acc, zh) for s, acc, zh in ((42, 0.70, 0.55), (43, 0.71, 0.54),
+                                                       (44, 0.72, 0.545))]
+    b = [run(f"q-seed{s}", acc, zh) for s, acc, zh in ((42, 0.71, 0.50), (43, 0.70, 0.49),
+                                                       (44, 0.72, 0.51))]
+    review, tests = group_review(a, b)
+    assert tests["test_sets.reviews-zh.accuracy"].metric == "accuracy on reviews-zh"
+    assert review.verdict.endswith(
+        "The test sets disagree: B is not detectably different on the test split but worse "
+        "on reviews-zh.")
+    zh = tests["test_sets.reviews-zh.accuracy"]
+    assert zh.p_value is not None and zh.significant and round(zh.delta, 6) == -0.045
+    assert review.summary(notes=False).split("\n")[2:4] == [
+        "- test split: no detectable difference over seeds, Δ accuracy +0.000, Welch's "
+        "t-test p = 1",
+        f"- reviews-zh: worse over seeds, Δ accuracy −0.045, Welch's t-test {p_text(zh.p_value)}"]
+    # a set that one run lacks is not judged
+    lacking = b[0].evals
+    assert lacking is not None
+    b[0] = Side("q-seed42", lacking.model_copy(update={"test_sets": {}}), None, None, None, None)
+    review, tests = group_review(a, b)
+    assert list(tests) == ["accuracy", "macro_f1"] and not review.group_sets
 
 
 NO_TORCH = """

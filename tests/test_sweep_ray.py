@@ -5,8 +5,9 @@ of them), compared as two groups over seeds (Welch's t-test); through --git-remo
 failed run is reported with its log and the other is pulled back; Ctrl-C stops the
 running runs and cancels the queued ones; and with a fake list of GPUs, no two runs ever
 hold the same one (the variable each run sees). The learning curve, over 3 seeds: it
-reuses the sweep's four runs, trains the third seed's two on nested subsets, says it
-cannot fit 2 fractions, and a second invocation reuses all six (trains nothing)."""
+reuses the sweep's four runs, trains the third seed's two on nested subsets, says 2
+fractions have no backtest (the projection untested), and a second invocation reuses
+all six (trains nothing)."""
 
 import json
 import os
@@ -315,9 +316,11 @@ def test_the_learning_curve_reuses_the_sweeps_runs_and_trains_the_rest_on_nested
     assert [f["train_rows"] for f in record["fractions"]] == [half, sum(counts["train"].values())]
     assert [[r["experiment"] for r in f["runs"]] for f in record["fractions"]] == \
         [LC_NAMES[:3], LC_NAMES[3:]]
-    assert record["fit"] is None and record["failed"] == []
-    assert record["sentence"].startswith("cannot fit accuracy = a − b·n^(−c) (3 parameters) "
-                                         "to 2 fractions")
+    assert record["backtest"] is None and record["failed"] == []
+    # the tiny runs' accuracy may fall with more rows: then no projection at all
+    assert record["trend"]["falls"] or record["sentence"].endswith(
+        "no backtest: 2 fractions with runs, and a backtest needs 3 (a fit on the smaller "
+        "ones, checked on the largest); the projection is untested")
     assert (out / "learning-curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert done.stdout.splitlines()[-2] == f"learning-curve: {record['sentence']}"
 

@@ -413,6 +413,11 @@ def export(adapter_dir: Path, base_dir: Path, out_dir: Path, force: bool, metric
 @click.option("--relabel", is_flag=True,
               help="Also list the training rows that the label audit (confident learning) "
               "flags, with their given label, for a second look.")
+@click.option("--random-share", default=0.2, show_default=True, type=click.FloatRange(0, 1),
+              help="Share of the budget drawn at random from the pool (a hedge against the "
+              "uncertain picks' outliers; their reason starts `random:`).")
+@click.option("--seed", default=0, show_default=True, type=int,
+              help="Seed of the random picks.")
 @click.option("--out", "out_path", default="to_label.csv", show_default=True,
               help="The .csv file to write.")
 @click.option("--split-dir", default="data/split", show_default=True,
@@ -432,25 +437,28 @@ def export(adapter_dir: Path, base_dir: Path, out_dir: Path, force: bool, metric
               "UNLABELLED file.")
 @_DEVICE
 @_user_errors
-def queue(pool_path: str, budget: int, strategy: str, relabel: bool, out_path: str,
-          split_dir: Path, adapter_dir: Path, base_dir: Path, text_column: str,
-          separator: str, encoding: str, batch_size: int, force: bool,
+def queue(pool_path: str, budget: int, strategy: str, relabel: bool, random_share: float,
+          seed: int, out_path: str, split_dir: Path, adapter_dir: Path, base_dir: Path,
+          text_column: str, separator: str, encoding: str, batch_size: int, force: bool,
           device: str | None) -> None:
     """Queue the UNLABELLED texts (read as predict --input reads) that the adapter is
     least sure of for labelling: near-duplicates and texts of the splits left out,
-    balanced over the predicted classes (docs/active-learning.md)."""
+    balanced over the predicted classes, the most extreme 5% left out and a share drawn
+    at random (docs/active-learning.md)."""
     from lorasent.artifacts import atomic_open, check_output_file, keep_aside, read_jsonl
     from lorasent.calibration import label_issues
     from lorasent.contracts import read_temperature_scaling
     from lorasent.modeling import load_trained_model
     from lorasent.tables import check_separator
     from lorasent.tools.label_queue import (
+        SKIP_SHARE,
         QueueError,
         check_budget,
         check_labels_kept,
         check_pool,
         clean_pool,
         done_note,
+        hedge_note,
         kept_note,
         labelled_rows,
         pool_note,
@@ -499,7 +507,8 @@ def queue(pool_path: str, budget: int, strategy: str, relabel: bool, out_path: s
     click.echo(probabilities_note(adapter_dir, scaling), err=True)
     scored = list(stream_predictions(model, encoder, record.labels, pool.rows, batch_size,
                                      temperature=temperature))
-    queued = rank_pool(scored, record.labels, strategy, budget)
+    queued = rank_pool(scored, record.labels, strategy, budget, random_share, seed, SKIP_SHARE)
+    click.echo(hedge_note(len(scored), budget, random_share, seed, strategy), err=True)
     flagged = None
     if relabel:
         audited = list(stream_predictions(model, encoder, record.labels,
@@ -838,17 +847,21 @@ def sweep(sets: tuple[str, ...], seeds: int, name: str, address: str | None,
 @click.option("--force", is_flag=True,
               help="Replace an --out folder that learning-curve did not write (never "
               "git-tracked files it did not write).")
+@click.option("--project-to", default=2.0, show_default=True, type=click.FloatRange(min=2),
+              help="Project the fit to this many times the largest fraction's training rows "
+                   "(the further, the less a backtest vouches for it).")
 @_ray_options
 @_user_errors
 def learning_curve(fractions: str, seeds: int, name: str, out_dir: Path | None, force: bool,
-                   address: str | None, cpus_per_run: int | None, num_gpus: int | None,
-                   git_remote: str | None, cache_dir: str | None) -> None:
+                   project_to: float, address: str | None, cpus_per_run: int | None,
+                   num_gpus: int | None, git_remote: str | None, cache_dir: str | None) -> None:
     """Would more labels help? Train HEAD's params on fractions of the training split.
 
     Each fraction x seed is a run of `lorasent sweep` (a DVC experiment); runs that
     landed before with the same params are reused. Writes learning_curve.json, the plot
     and learning_curve.md, and prints the answer: the accuracy that doubling the labels
-    is expected to add, fitted as a - b*n^(-c) (docs/learning-curve.md).
+    is expected to add, from the form (a - b*n^(-c), 1 - b*n^(-c) or the last observation)
+    that best predicted the largest fraction from the smaller ones (docs/learning-curve.md).
     """
     from lorasent.artifacts import check_output_folder
     from lorasent.review.learning_curve import MD_FILE, OUT_MARKER, parse_fractions
@@ -861,6 +874,7 @@ def learning_curve(fractions: str, seeds: int, name: str, out_dir: Path | None, 
     check_output_folder(folder, command=OUT_MARKER, force=force,
                         option="--out" if out_dir else "the output folder")
     curve = run_curve(name=name, fractions=shares, seeds=seeds, out=folder,
+                      project_to=project_to,
                       progress=lambda line: click.echo(line, err=True), address=address,
                       cpus_per_run=cpus_per_run, num_gpus=num_gpus, git_remote=git_remote,
                       cache_dir=cache_dir)

@@ -1,6 +1,7 @@
 """``lorasent learning-curve``: would more labels help? Accuracy against training rows.
 
-Usage: ``lorasent learning-curve [--fractions 0.125,0.25,0.5,1] [--seeds 3] [--name lc]``
+Usage: ``lorasent learning-curve [--fractions 0.125,0.25,0.5,1] [--seeds 3] [--name lc]
+[--project-to 2]``
 (and ``lorasent sweep``'s ``--address``, ``--cpus-per-run``, ``--num-gpus``,
 ``--git-remote``, ``--cache-dir``)
 
@@ -20,30 +21,38 @@ It writes to ``--out`` (default ``reports/learning-curve-<name>``):
   macro-F1, their mean and sample standard deviation over seeds, and the 95% test-row
   interval of the mean accuracy (:func:`lorasent.statistics.intervals` on the seeds'
   test rows pooled); the majority-class and zero-shot baselines; the trend (accuracy per
-  doubling of the rows, :func:`trend`); the fit and projection (none when accuracy
-  falls); the runs that failed;
+  doubling of the rows, :func:`trend`); the backtest (:func:`backtest`); the fit and
+  projection (none when accuracy falls); the runs that failed;
 - ``learning-curve.png``: accuracy against training rows (log scale), the interval band,
-  each run, and the baselines as lines (Vega-Lite, drawn by vl-convert as the reports'
-  plots are);
+  each run, the fit dotted with the projection's interval as a grey band, and the
+  baselines as lines (Vega-Lite, drawn by vl-convert as the reports' plots are);
 - ``learning_curve.md``: the report section.
 
-The fit: accuracy = a − b·n^(−c) (a saturating power law: Hestness et al. 2017, "Deep
-Learning Scaling is Predictable, Empirically", arXiv:1712.00409; Figueroa et al. 2012,
-"Predicting sample size required for classification performance", BMC Medical
-Informatics and Decision Making 12:8) by least squares over every run
-(``scipy.optimize.curve_fit``, bounds 0 < a ≤ 1, b ≥ 0, c > 0), projected to 2× and 4×
-the full training rows; the interval is a percentile bootstrap over the runs (each
-fraction's seeds drawn with replacement, refitted :data:`FIT_RESAMPLES` times).
+The forms (:func:`fit_power_law`, least squares over every run, ``scipy.optimize.
+curve_fit``): accuracy = a − b·n^(−c), a saturating power law (Hestness et al. 2017,
+"Deep Learning Scaling is Predictable, Empirically", arXiv:1712.00409; Figueroa et al.
+2012, "Predicting sample size required for classification performance", BMC Medical
+Informatics and Decision Making 12:8); the error rate's power law 1 − accuracy =
+b·n^(−c), two parameters; and the last observation, no further gain, the forecast that
+is hard to beat (Kielhöfer et al. 2024; Jain et al. 2023 and Mahmood et al. 2022 on how
+a 3-parameter fit on few points overstates the gains; Viering & Loog 2022 survey when
+power laws fit at all). The backtest fits each form without the largest fraction and
+compares their forecasts of that fraction's mean accuracy with the measured one; the
+form that erred least is projected, to 2× the largest fraction's rows (``--project-to``
+further), with a percentile bootstrap interval over the runs (each fraction's seeds
+drawn with replacement, refitted :data:`FIT_RESAMPLES` times). The backtest refits only:
+it adds no run.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import subprocess
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,9 +80,25 @@ from lorasent.statistics import BOOTSTRAP_SEED, CONFIDENCE, intervals, percentil
 from lorasent.subsets import subset_counts
 
 FRACTIONS = (0.125, 0.25, 0.5, 1.0)  # the issue's default: 1/8, 1/4, 1/2 and all
-FIT_RESAMPLES = 1000  # bootstrap refits of the power law (each ~1 ms)
-FIT_PARAMS = 3        # a, b, c: a fit needs at least this many distinct fractions
+FIT_RESAMPLES = 1000  # bootstrap refits of each form (each ~1 ms)
+# The forms a curve is fitted in (fit_power_law), compared by the backtest.
+SATURATING, POWER, LAST = "saturating", "power", "last_observation"
+FORMS = {SATURATING: "a − b·n^(−c)", POWER: "1 − b·n^(−c)", LAST: "the last observation"}
+FORM_MODELS = {SATURATING: "accuracy = a - b * n^(-c), n = training rows",
+               POWER: "error rate = 1 - accuracy = b * n^(-c), n = training rows",
+               LAST: "accuracy = the largest fraction's mean accuracy (no further gain)"}
+FORM_FRACTIONS = {SATURATING: 3, POWER: 2, LAST: 1}  # distinct fractions (parameters) each needs
+BACKTEST_FRACTIONS = 3  # a fit on 2 fractions (the power law's parameters), checked on a third
 A_MAX = 1.0           # the fit's bound on its ceiling a: accuracy cannot pass 1
+C_MIN, C_MAX = 1e-6, 10.0  # the fits' bounds on the exponent c
+# The projection reaches this many times the largest fraction's training rows unless
+# --project-to asks further: a fit extrapolates worse the further it goes (Viering & Loog
+# 2022, "The Shape of Learning Curves: A Review").
+PROJECT_TO = 2.0
+BAND_POINTS = 12      # the plot's band: the projection's interval at this many row counts
+# A backtest error (accuracy, absolute) above this calls the projection rough. A choice of
+# lorasent's: two accuracy points, twice FLAT_GAIN.
+ROUGH_ERROR = 0.02
 # A projected gain whose upper bound is below this (accuracy, absolute: one point) is
 # "flat": more labels like these are not expected to help. A choice of lorasent's.
 FLAT_GAIN = 0.01
@@ -123,7 +148,9 @@ def check_classes(repo: Path, fractions: Sequence[float]) -> dict[float, int]:
     split not yet run and committed: the train stage checks then).
 
     Raises:
-        LorasentError: a fraction whose subset would miss a class (one line naming them).
+        LorasentError: a fraction whose subset would miss a class, or two fractions whose
+            subsets have the same rows (rounded up per class: the same subset, nested),
+            one line naming them.
     """
     text = read_at(repo, "HEAD", "metrics/data.json")
     try:
@@ -132,7 +159,15 @@ def check_classes(repo: Path, fractions: Sequence[float]) -> dict[float, int]:
         counts = None
     if not isinstance(counts, dict):
         return {}
-    return {f: sum(subset_counts(counts, f).values()) for f in fractions}
+    rows = {f: sum(subset_counts(counts, f).values()) for f in fractions}
+    same = [(f, g) for f, g in itertools.combinations(sorted(rows), 2) if rows[f] == rows[g]]
+    if same:
+        f, g = same[0]
+        raise LorasentError(f"learning-curve: --fractions {f:g} and {g:g} both train on the "
+                            f"same {rows[f]:,} rows (each class's share rounded up, the "
+                            "subsets nested: the same runs twice); leave one out or give "
+                            "fractions further apart")
+    return rows
 
 
 # ------------------------------------------------------------------ the fit
@@ -142,101 +177,225 @@ def power_law(n: np.ndarray, a: float, b: float, c: float) -> np.ndarray:
     return a - b * np.power(n, -c)
 
 
+def _error_power_law(n: np.ndarray, b: float, c: float) -> np.ndarray:
+    """1 − b·n^(−c): the error rate b·n^(−c) as accuracy."""
+    return power_law(n, A_MAX, b, c)
+
+
 @dataclass(frozen=True)
 class Fit:
-    """accuracy = a − b·n^(−c), n the training rows."""
+    """A form fitted to the runs, as accuracy = a − b·n^(−c), n the training rows:
+    :data:`SATURATING` fits a, b and c; :data:`POWER` fits b and c, a being 1 (the error
+    rate's power law); :data:`LAST` is the largest fraction's mean (a; b = 0: no further
+    gain). ``bounds``: the fitted parameters that sit at a bound of the fit, e.g.
+    ``("a = 1",)``: the data do not fix them."""
 
     a: float
     b: float
     c: float
+    form: str = SATURATING
+    bounds: tuple[str, ...] = ()
 
     def at(self, n: float) -> float:
         return float(power_law(np.asarray(float(n)), self.a, self.b, self.c))
 
     @property
     def at_bound(self) -> bool:
-        """The ceiling a at its bound :data:`A_MAX` (to 1e-6): the runs show no levelling
-        off, and the bound, not the data, limits the projected gains."""
-        return self.a >= A_MAX - 1e-6
+        """The saturating form's ceiling a at its bound :data:`A_MAX` (to 1e-6): the runs
+        show no levelling off, and the bound, not the data, limits the projected gains
+        (the form is then the error rate's power law, :data:`POWER`)."""
+        return self.form == SATURATING and self.a >= A_MAX - 1e-6
 
 
-def fit_power_law(rows: Sequence[float], accuracy: Sequence[float]) -> Fit | None:
-    """The least-squares fit of accuracy = a − b·n^(−c) to runs ``(rows[i], accuracy[i])``
-    (``scipy.optimize.curve_fit``, trust-region reflective, bounds 0 < a ≤ 1, b ≥ 0,
-    0 < c ≤ 10); None when it does not converge or fewer than :data:`FIT_PARAMS`
-    distinct row counts are given. n is scaled by its largest value while fitting (the
-    same curve, better conditioned)."""
+def _bounds(a: float | None, b: float, c: float) -> tuple[str, ...]:
+    """The parameters at a bound of :func:`fit_power_law`'s (``b`` as fitted, on rows
+    scaled by their largest value; ``a`` None: not fitted), to 1e-6."""
+    return tuple(name for name, at in (
+        (f"a = {A_MAX:g}", a is not None and a >= A_MAX - 1e-6), ("b = 0", b <= 1e-9),
+        ("c = 0", c <= C_MIN + 1e-6), (f"c = {C_MAX:g}", c >= C_MAX - 1e-6)) if at)
+
+
+def fit_power_law(rows: Sequence[float], accuracy: Sequence[float],
+                  form: str = SATURATING) -> Fit | None:
+    """The least-squares fit of a form to runs ``(rows[i], accuracy[i])``
+    (``scipy.optimize.curve_fit``, trust-region reflective):
+
+    - :data:`SATURATING`: accuracy = a − b·n^(−c), bounds 0 < a ≤ 1, b ≥ 0, 0 < c ≤ 10;
+    - :data:`POWER`: the error rate 1 − accuracy = b·n^(−c), bounds b ≥ 0, 0 < c ≤ 10;
+    - :data:`LAST`: no fit, the largest row count's mean accuracy (Kielhöfer et al. 2024's
+      "last observation" forecast).
+
+    None when it does not converge or fewer distinct row counts are given than the form
+    needs (:data:`FORM_FRACTIONS`). n is scaled by its largest value while fitting (the
+    same curve, better conditioned).
+    """
     from scipy.optimize import OptimizeWarning, curve_fit
 
     n, y = np.asarray(rows, dtype=float), np.asarray(accuracy, dtype=float)
-    if len(set(n.tolist())) < FIT_PARAMS:
+    if len(set(n.tolist())) < FORM_FRACTIONS[form]:
         return None
+    if form == LAST:
+        return Fit(float(y[n == n.max()].mean()), 0.0, 1.0, LAST)
     scale = float(n.max())
     x = n / scale
-    a0 = min(A_MAX, float(y.max()) + 0.01)
+    a0 = min(A_MAX, float(y.max()) + 0.01) if form == SATURATING else A_MAX
     b0 = max(a0 - float(y[x == x.min()].mean()), 1e-3) * float(x.min()) ** 0.5
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", OptimizeWarning)
-            (a, b, c), _ = curve_fit(power_law, x, y, p0=(a0, b0, 0.5),
-                                     bounds=([1e-9, 0.0, 1e-6], [A_MAX, np.inf, 10.0]),
-                                     method="trf", maxfev=20_000)
+            if form == SATURATING:
+                (a, b, c), _ = curve_fit(power_law, x, y, p0=(a0, b0, 0.5),
+                                         bounds=([1e-9, 0.0, C_MIN], [A_MAX, np.inf, C_MAX]),
+                                         method="trf", maxfev=20_000)
+            else:
+                (b, c), _ = curve_fit(_error_power_law, x, y, p0=(b0, 0.5),
+                                      bounds=([0.0, C_MIN], [np.inf, C_MAX]), method="trf",
+                                      maxfev=20_000)
+                a = A_MAX
     except (RuntimeError, ValueError):
         return None
     # back to rows: b' x^-c = b' scale^c n^-c
-    return Fit(float(a), float(b) * scale ** float(c), float(c))
+    return Fit(float(a), float(b) * scale ** float(c), float(c), form,
+               _bounds(float(a) if form == SATURATING else None, float(b), float(c)))
+
+
+def _redrawn(points: Sequence[tuple[int, Sequence[float]]],
+             resamples: int) -> Iterator[list[float]]:
+    """``resamples`` redraws of the runs' accuracies: each fraction's seeds drawn with
+    replacement (numpy's generator seeded :data:`lorasent.statistics.BOOTSTRAP_SEED`), in
+    the order of ``points``."""
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    for _ in range(resamples):
+        yield [a for _, accs in points for a in rng.choice(accs, size=len(accs), replace=True)]
 
 
 @dataclass(frozen=True)
 class Projection:
-    """The fit over every run and the projected gains in accuracy at 2× and 4× the full
-    training rows, each with its bootstrap interval over the runs."""
+    """The chosen form fitted to every run and the projected gains in accuracy at 2× the
+    largest fraction's training rows (and at ``to``× when asked), each with its bootstrap
+    interval over the runs; ``band``: ``(rows, low, high)``, the interval of the projected
+    accuracy from those rows to ``to``× them (the plot's band)."""
 
     fit: Fit
     full_rows: int
-    gain: dict[int, float]                    # {2: f(2N) - f(N), 4: f(4N) - f(N)}
-    interval: dict[int, tuple[float, float]]  # their 95% percentile intervals
-    seeds: int                                # the fewest runs of a fraction
-    resamples: int                            # bootstrap refits that converged
-    requested: int = FIT_RESAMPLES            # bootstrap refits tried
-    refits_at_bound: int = 0                  # converged refits whose a is at A_MAX
+    gain: dict[float, float]                    # {2: f(2N) - f(N), to: f(to·N) - f(N)}
+    interval: dict[float, tuple[float, float]]  # their 95% percentile intervals
+    seeds: int                                  # the fewest runs of a fraction
+    resamples: int                              # bootstrap refits that converged
+    requested: int = FIT_RESAMPLES              # bootstrap refits tried
+    refits_at_bound: int = 0                    # converged refits whose a is at A_MAX
+    to: float = PROJECT_TO
+    band: tuple[tuple[float, float, float], ...] = ()
 
 
-def project(points: Sequence[tuple[int, Sequence[float]]],
-            resamples: int = FIT_RESAMPLES) -> Projection | None:
-    """Fit the runs ``points`` (``(training rows, accuracy of each seed)`` per fraction,
-    the full training split's rows the largest) and project 2× and 4× the largest.
+def project(points: Sequence[tuple[int, Sequence[float]]], resamples: int = FIT_RESAMPLES,
+            form: str = SATURATING, to: float = PROJECT_TO) -> Projection | None:
+    """Fit ``form`` to the runs ``points`` (``(training rows, accuracy of each seed)`` per
+    fraction, the largest fraction's rows N the base) and project 2N and ``to``·N.
 
-    The interval: ``resamples`` refits, each on the seeds of every fraction drawn with
-    replacement (numpy's generator seeded :data:`lorasent.statistics.BOOTSTRAP_SEED`),
-    their :data:`lorasent.statistics.CONFIDENCE` percentile interval. None: fewer than
-    :data:`FIT_PARAMS` fractions with runs, or the fit over every run failed.
+    The interval: ``resamples`` refits on :func:`_redrawn` runs, their
+    :data:`lorasent.statistics.CONFIDENCE` percentile interval; the band the same at
+    :data:`BAND_POINTS` row counts from N to ``to``·N. None: fewer fractions with runs than
+    the form needs (:data:`FORM_FRACTIONS`), or the fit over every run failed.
     """
     points = [(n, list(accs)) for n, accs in points if accs]
-    if len(points) < FIT_PARAMS:
-        return None
     rows = [float(n) for n, accs in points for _ in accs]
-    fit = fit_power_law(rows, [a for _, accs in points for a in accs])
+    fit = fit_power_law(rows, [a for _, accs in points for a in accs], form)
     if fit is None:
         return None
     full = max(n for n, _ in points)
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    drawn: list[tuple[float, float]] = []
+    multiples = sorted({2.0, float(to)})
+    grid = np.geomspace(full, to * full, BAND_POINTS)
+    drawn: list[list[float]] = []
     at_bound = 0
-    for _ in range(resamples):
-        ys = [a for _, accs in points for a in rng.choice(accs, size=len(accs), replace=True)]
-        again = fit_power_law(rows, ys)
+    for ys in _redrawn(points, resamples):
+        again = fit_power_law(rows, ys, form)
         if again is not None:
             at_bound += again.at_bound
-            drawn.append((again.at(2 * full) - again.at(full), again.at(4 * full) - again.at(full)))
+            drawn.append([again.at(k * full) - again.at(full) for k in multiples]
+                         + [again.at(n) for n in grid])
     if drawn:
-        low, high = percentile_interval(np.asarray(drawn).T)
-        interval = {2: (float(low[0]), float(high[0])), 4: (float(low[1]), float(high[1]))}
+        low, high = (v.tolist() for v in percentile_interval(np.asarray(drawn).T))
     else:
-        interval = {2: (math.nan, math.nan), 4: (math.nan, math.nan)}
-    gain = {k: fit.at(k * full) - fit.at(full) for k in (2, 4)}
-    return Projection(fit, full, gain, interval, min(len(accs) for _, accs in points),
-                      len(drawn), resamples, at_bound)
+        low = high = [math.nan] * (len(multiples) + len(grid))
+    k = len(multiples)
+    return Projection(fit, full, {m: fit.at(m * full) - fit.at(full) for m in multiples},
+                      {m: (low[i], high[i]) for i, m in enumerate(multiples)},
+                      min(len(accs) for _, accs in points), len(drawn), resamples, at_bound,
+                      float(to), tuple((float(n), lo, hi) for n, lo, hi
+                                       in zip(grid, low[k:], high[k:], strict=True)))
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """One form's forecast, from the smaller fractions, of the largest one's mean
+    accuracy, with its bootstrap interval."""
+
+    fit: Fit
+    predicted: float
+    interval: tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Backtest:
+    """Each form (:data:`FORMS`) fitted without the largest fraction and its forecast of
+    that fraction's mean accuracy, measured over its seeds."""
+
+    rows: int                     # the largest fraction's training rows
+    measured: float               # its mean accuracy
+    fitted_on: tuple[int, ...]    # the smaller fractions' training rows
+    forecasts: dict[str, Forecast]
+
+    def error(self, form: str) -> float:
+        """Predicted minus measured (accuracy)."""
+        return self.forecasts[form].predicted - self.measured
+
+    def inside(self, form: str) -> bool:
+        """The measured mean within the forecast's interval."""
+        low, high = self.forecasts[form].interval
+        return bool(low <= self.measured <= high)
+
+    @property
+    def chosen(self) -> str:
+        """The form whose forecast erred least; among errors equal to 1e-6, the one that
+        needs the fewest fractions (the fewest parameters): a saturating fit whose
+        ceiling sits at 1 is the error rate's power law, and that one is taken."""
+        return min(self.forecasts, key=lambda f: (round(abs(self.error(f)), 6),
+                                                  FORM_FRACTIONS[f]))
+
+
+def backtest(points: Sequence[tuple[int, Sequence[float]]],
+             resamples: int = FIT_RESAMPLES) -> Backtest | None:
+    """Fit each form to the runs ``points`` without the largest fraction and forecast that
+    fraction's mean accuracy (refits only: no run is added); the intervals as
+    :func:`project`'s. None: fewer than :data:`BACKTEST_FRACTIONS` fractions with runs."""
+    points = sorted((n, list(accs)) for n, accs in points if accs)
+    if len(points) < BACKTEST_FRACTIONS:
+        return None
+    *rest, (held, accs) = points
+    rows = [float(n) for n, seeds in rest for _ in seeds]
+    forecasts = {}
+    for form in FORMS:
+        found = fit_power_law(rows, [a for _, seeds in rest for a in seeds], form)
+        if found is None:
+            continue
+        drawn = [again.at(held) for ys in _redrawn(rest, resamples)
+                 if (again := fit_power_law(rows, ys, form)) is not None]
+        low, high = (percentile_interval(np.asarray([drawn])) if drawn
+                     else ([math.nan], [math.nan]))
+        forecasts[form] = Forecast(found, found.at(held), (float(low[0]), float(high[0])))
+    return Backtest(held, float(np.mean(accs)), tuple(n for n, _ in rest), forecasts)
+
+
+def no_backtest(fractions: int, failed_largest: float | None) -> str:
+    """Why a curve has no backtest, in one line (its projection is then untested)."""
+    if failed_largest is not None:
+        return (f"no backtest: the largest fraction ({failed_largest:g}) has no run that "
+                "finished, so no run the fit did not see can check it; the projection is "
+                "untested")
+    return (f"no backtest: {fractions} fraction{'s' * (fractions != 1)} with runs, and a "
+            f"backtest needs {BACKTEST_FRACTIONS} (a fit on the smaller ones, checked on the "
+            "largest); the projection is untested")
 
 
 @dataclass(frozen=True)
@@ -303,33 +462,52 @@ def _signed(x: float) -> str:
     return f"{x:+.3f}"
 
 
-def _gain_text(p: Projection, k: int) -> str:
+def _gain_text(p: Projection, k: float) -> str:
     low, high = p.interval[k]
     return f"{_signed(p.gain[k])} [{_signed(low)}, {_signed(high)}]"
 
 
-def sentence(p: Projection | None, fractions: int, t: Trend | None = None) -> str:
+def sentence(p: Projection | None, fractions: int, t: Trend | None = None,
+             check: Backtest | str | None = None) -> str:
     """The answer in one sentence.
 
     - accuracy falls with more rows (``t``, :attr:`Trend.falls`): it says so
       (:func:`falling`), with no projection;
-    - fewer than :data:`FIT_PARAMS` fractions with runs: it cannot fit, no number;
+    - the backtest (``check``) found no fitted form closer than the last observation: more
+      labels are not shown to help (:func:`favours_last`);
+    - no projection (one fraction with runs, or no fit converged): no number;
+    - else :func:`answer`, then what the backtest says of the projection
+      (:func:`trust`), or why it has none (``check`` a string: :func:`no_backtest`).
+    """
+    if t is not None and t.falls:
+        return falling(t)
+    if isinstance(check, Backtest) and check.chosen == LAST and p is not None:
+        return favours_last(check, p)
+    if p is None:  # one fraction, or a fit that did not converge
+        return (f"no projection: no curve could be fitted to {fractions} "
+                f"fraction{'s' * (fractions != 1)} with runs"
+                + (f"; give at least {BACKTEST_FRACTIONS} (--fractions) for a projection and "
+                   "its backtest" if fractions < BACKTEST_FRACTIONS else ""))
+    said = answer(p)
+    if isinstance(check, Backtest):
+        return f"{said}; {trust(check)}"
+    return f"{said}; {check}" if check else said
+
+
+def answer(p: Projection) -> str:
+    """What doubling the labels is expected to add:
+
     - one seed at some fraction: no spread to tell noise from a gain;
     - the 2× gain's upper bound below :data:`FLAT_GAIN`: "the curve is flat: ...";
     - else its interval above 0 (:data:`ZERO_GAIN`): "doubling the labels is expected
-      to add ...", saying so when the fit's ceiling is at its bound (:attr:`Fit.at_bound`:
-      the gains are then the bound's, and larger ones cannot be ruled out);
+      to add ..." (and at ``--project-to``× when asked), saying so when the fit's ceiling
+      is at its bound (:attr:`Fit.at_bound`: the gains are then the bound's, and larger
+      ones cannot be ruled out) or another parameter is (:attr:`Fit.bounds`);
     - else "too noisy to tell", with the seeds per fraction that would narrow the
       interval to a side (a percentile interval's width shrinks as 1/√seeds:
       ``ceil(seeds · (half width / margin)²)``, the margin being the distance from the
       gain to 0 or to :data:`FLAT_GAIN`, whichever it can reach).
     """
-    if t is not None and t.falls:
-        return falling(t)
-    if p is None:
-        return (f"cannot fit accuracy = a − b·n^(−c) ({FIT_PARAMS} parameters) to {fractions} "
-                f"fraction{'s' * (fractions != 1)} with runs: give at least {FIT_PARAMS} "
-                "(--fractions) for a projection")
     if p.seeds < 2:
         return (f"too noisy to tell: a fraction with one run has no spread over seeds; "
                 f"{3 - p.seeds} more seeds per fraction would measure it (--seeds 3)")
@@ -342,14 +520,59 @@ def sentence(p: Projection | None, fractions: int, t: Trend | None = None) -> st
         bound = (f"; the fit's ceiling is at its bound, accuracy {A_MAX:g} (and in "
                  f"{p.refits_at_bound:,} of {p.resamples:,} refits): the runs show no levelling "
                  "off yet, so the bound, not the data, limits these gains"
-                 if p.fit.at_bound else "")
-        return f"{doubled} ({_gain_text(p, 4)} at 4×){bound}"
+                 if p.fit.at_bound else _bounds_text(p.fit))
+        further = "".join(f" ({_gain_text(p, k)} at {k:g}×)" for k in p.gain if k != 2)
+        return f"{doubled}{further}{bound}"
     half = (high - low) / 2
     margin = max(p.gain[2], FLAT_GAIN - p.gain[2])
     more = max(1, math.ceil(p.seeds * (half / margin) ** 2) - p.seeds)
     return (f"too noisy to tell: {doubled.replace('is expected to add', 'adds')}; about "
             f"{more} more seed{'s' * (more != 1)} per fraction would tell "
             f"(--seeds {p.seeds + more})")
+
+
+def _bounds_text(fit: Fit) -> str:
+    """``; the fit's c = 10 is at the fit's bound: ...`` (:attr:`Fit.bounds`), or empty."""
+    if not fit.bounds:
+        return ""
+    one = len(fit.bounds) == 1
+    return (f"; the fit's {' and '.join(fit.bounds)} {'is' if one else 'are'} at the fit's "
+            f"bound: the runs do not fix {'it' if one else 'them'}")
+
+
+def _others(b: Backtest, form: str) -> str:
+    """The other forms' errors: ``a − b·n^(−c) missed by 0.021, the last observation by
+    0.055``."""
+    return ", ".join(f"{FORMS[f]} {'missed ' if i == 0 else ''}by {abs(b.error(f)):.3f}"
+                     for i, f in enumerate(f for f in b.forecasts if f != form))
+
+
+def trust(b: Backtest) -> str:
+    """How far the projection can be trusted, from the backtest: the chosen form's error
+    at the largest fraction, whether the measured mean fell inside its interval, and the
+    other forms' errors (the last observation's among them). Within
+    :data:`ROUGH_ERROR` and inside: "predicted ... within 0.004"; else "... missed by
+    0.050 ...: treat the projection as rough"."""
+    form = b.chosen
+    error = abs(b.error(form))
+    what = (f"the fit ({FORMS[form]}, the closest of {len(b.forecasts)} forms in the "
+            f"backtest) predicted {b.rows:,} rows from the smaller runs")
+    where = "inside" if b.inside(form) else "outside"
+    if error <= ROUGH_ERROR and b.inside(form):
+        return f"{what} within {error:.3f} ({where} its interval; {_others(b, form)})"
+    return (f"{what} but missed by {error:.3f} ({where} its interval; {_others(b, form)}): "
+            "treat the projection as rough")
+
+
+def favours_last(b: Backtest, p: Projection) -> str:
+    """The sentence when no fitted form predicted the largest fraction from the smaller
+    ones better than the last observation did (Kielhöfer et al. 2024: a forecast hard to
+    beat): no gain is projected."""
+    return (f"more labels like these are not shown to help: from the smaller runs, no "
+            f"further gain (the last observation) predicted {b.rows:,} rows within "
+            f"{abs(b.error(LAST)):.3f}, closer than the fitted curves ({_others(b, LAST)}); "
+            f"the projection is no gain, accuracy {p.fit.a:.3f} at {p.full_rows:,} rows")
+
 
 
 # ------------------------------------------------------------------ the curve
@@ -366,16 +589,101 @@ class Point:
         return [float(getattr(run.evals, key)) for run in self.runs if run.evals is not None]
 
 
+@dataclass(frozen=True)
+class Analysis:
+    """What the runs say: the trend, the backtest (or why there is none: ``untested``),
+    the projection of the form the backtest chose, and the sentence (:func:`analyse`)."""
+
+    trend: Trend | None = None
+    backtest: Backtest | None = None
+    untested: str = ""
+    projection: Projection | None = None
+    sentence: str = ""
+
+    def record(self) -> dict[str, Any]:
+        """``learning_curve.json``'s ``trend``, ``backtest``, ``fit`` and ``sentence``."""
+        p, t, b = self.projection, self.trend, self.backtest
+        return {
+            "trend": None if t is None else {
+                "model": "accuracy = intercept + slope * log2(n), n = training rows",
+                "accuracy_per_doubling": t.slope, "ci95_low": t.interval[0],
+                "ci95_high": t.interval[1], "falls": t.falls},
+            "backtest": None if b is None else {
+                "held_out_train_rows": b.rows, "measured_accuracy_mean": b.measured,
+                "fitted_on_train_rows": list(b.fitted_on),
+                "forecasts": {form: {"model": FORM_MODELS[form], "predicted": f.predicted,
+                                     "ci95_low": f.interval[0], "ci95_high": f.interval[1],
+                                     "error": b.error(form), "inside": b.inside(form),
+                                     "at_bound": list(f.fit.bounds)}
+                              for form, f in b.forecasts.items()},
+                "chosen": b.chosen, "rough_error": ROUGH_ERROR},
+            "fit": None if p is None else {
+                "form": p.fit.form,
+                "model": FORM_MODELS[p.fit.form],
+                "a": p.fit.a, "b": p.fit.b, "c": p.fit.c,
+                "at_bound": list(p.fit.bounds),
+                "tested": b is not None,
+                "untested": self.untested or None,
+                "full_train_rows": p.full_rows,
+                "project_to": p.to,
+                "projected": {f"{k:g}x": {"train_rows": round(k * p.full_rows),
+                                          "accuracy": p.fit.at(k * p.full_rows),
+                                          "gain": p.gain[k], "gain_ci95_low": p.interval[k][0],
+                                          "gain_ci95_high": p.interval[k][1]} for k in p.gain},
+                "band": [{"train_rows": n, "accuracy_ci95_low": low, "accuracy_ci95_high": high}
+                         for n, low, high in p.band],
+                "a_at_bound": p.fit.at_bound,
+                "bootstrap": {"resamples": p.requested, "converged": p.resamples,
+                              "a_at_bound": p.refits_at_bound,
+                              "seed": BOOTSTRAP_SEED, "confidence": CONFIDENCE},
+            },
+            "sentence": self.sentence,
+        }
+
+
+def analyse(points: Sequence[tuple[int, Sequence[float]]], *,
+            failed_largest: float | None = None, resamples: int = FIT_RESAMPLES,
+            to: float = PROJECT_TO) -> Analysis:
+    """The :class:`Analysis` of the runs ``points`` (``(training rows, accuracy of each
+    seed)`` per fraction with runs). ``failed_largest``: the grid's largest fraction when
+    none of its runs finished (then no backtest, and the projection starts from the
+    largest fraction with runs).
+
+    A curve that falls (:attr:`Trend.falls`) gets no backtest and no projection. Else the
+    :func:`backtest` picks the form (:attr:`Backtest.chosen`); without one
+    (:func:`no_backtest`) the projection is :data:`POWER`'s, said to be untested.
+    """
+    points = sorted((n, list(accs)) for n, accs in points if accs)
+    t = trend(points, resamples)
+    if t is not None and t.falls:
+        # no projection: the forms only rise (b >= 0) and would call the fall flat
+        return Analysis(t, sentence=sentence(None, len(points), t))
+    check = None if failed_largest is not None else backtest(points, resamples)
+    untested = "" if check is not None else no_backtest(len(points), failed_largest)
+    p = project(points, resamples, check.chosen if check else POWER, to)
+    return Analysis(t, check, untested, p, sentence(p, len(points), t, check or untested))
+
+
 @dataclass
 class LearningCurve:
     points: list[Point]
     failed: list[SweepRun]
     sweep: SweepResult
-    projection: Projection | None = None
-    trend: Trend | None = None
-    summary_sentence: str = ""
+    analysis: Analysis = field(default_factory=Analysis)
     baselines: dict[str, float | None] = field(default_factory=dict)
     labels: int = 0
+
+    @property
+    def projection(self) -> Projection | None:
+        return self.analysis.projection
+
+    @property
+    def trend(self) -> Trend | None:
+        return self.analysis.trend
+
+    @property
+    def summary_sentence(self) -> str:
+        return self.analysis.sentence
 
     def record(self) -> dict[str, Any]:
         """``learning_curve.json``'s content."""
@@ -394,28 +702,10 @@ class LearningCurve:
                 "macro_f1_sd": float(np.std(f1, ddof=1)) if len(f1) > 1 else None,
                 **self._pooled_interval(point),
             })
-        p, t = self.projection, self.trend
         return {
             "fractions": fractions,
             "baselines": self.baselines,
-            "trend": None if t is None else {
-                "model": "accuracy = intercept + slope * log2(n), n = training rows",
-                "accuracy_per_doubling": t.slope, "ci95_low": t.interval[0],
-                "ci95_high": t.interval[1], "falls": t.falls},
-            "fit": None if p is None else {
-                "model": "accuracy = a - b * n^(-c), n = training rows",
-                "a": p.fit.a, "b": p.fit.b, "c": p.fit.c,
-                "full_train_rows": p.full_rows,
-                "projected": {f"{k}x": {"train_rows": k * p.full_rows,
-                                        "accuracy": p.fit.at(k * p.full_rows),
-                                        "gain": p.gain[k], "gain_ci95_low": p.interval[k][0],
-                                        "gain_ci95_high": p.interval[k][1]} for k in (2, 4)},
-                "a_at_bound": p.fit.at_bound,
-                "bootstrap": {"resamples": p.requested, "converged": p.resamples,
-                              "a_at_bound": p.refits_at_bound,
-                              "seed": BOOTSTRAP_SEED, "confidence": CONFIDENCE},
-            },
-            "sentence": self.summary_sentence,
+            **self.analysis.record(),
             "failed": [{"experiment": run.spec.name, "params": list(run.spec.sets),
                         "error": run.result.error or "no metrics/eval.json",
                         "log": log_place(run.result)} for run in self.failed],
@@ -435,8 +725,9 @@ class LearningCurve:
 
 
 def build(result: SweepResult, fractions: Sequence[float], rows: dict[float, int],
-          resamples: int = FIT_RESAMPLES) -> LearningCurve:
-    """The curve of a sweep's runs (grid order: fraction by fraction, seeds within)."""
+          resamples: int = FIT_RESAMPLES, to: float = PROJECT_TO) -> LearningCurve:
+    """The curve of a sweep's runs (grid order: fraction by fraction, seeds within),
+    analysed (:func:`analyse`) and projected to ``to``× the largest fraction's rows."""
     groups = list(result.groups().values())
     points = []
     for fraction, runs in zip(fractions, groups, strict=True):
@@ -453,11 +744,9 @@ def build(result: SweepResult, fractions: Sequence[float], rows: dict[float, int
                            "zero_shot": first.baseline.zero_shot_accuracy}
     fitted = [(p.train_rows, p.values("accuracy")) for p in points
               if p.train_rows and p.values("accuracy")]
-    curve.trend = trend(fitted, resamples)
-    # a curve that falls gets no projection: the power law's b >= 0 would call it flat
-    curve.projection = (None if curve.trend is not None and curve.trend.falls
-                        else project(fitted, resamples))
-    curve.summary_sentence = sentence(curve.projection, len(fitted), curve.trend)
+    top = max(points, key=lambda p: p.fraction)
+    curve.analysis = analyse(fitted, resamples=resamples, to=to, failed_largest=None
+                             if top.train_rows and top.values("accuracy") else top.fraction)
     return curve
 
 
@@ -465,18 +754,19 @@ def build(result: SweepResult, fractions: Sequence[float], rows: dict[float, int
 
 def plot_spec(record: dict[str, Any]) -> dict[str, Any]:
     """A Vega-Lite spec: each run's accuracy against training rows (log x), the mean's
-    test-row interval as a band, the mean as a line, the fit (to 4× the rows) dotted,
-    the baselines as rules."""
+    test-row interval as a band, the mean as a line, the chosen form's fit dotted from the
+    smallest fraction to the projection's end (``--project-to``× the largest fraction's
+    rows) with the projection's interval as a grey band, the baselines as rules."""
     runs = [{"rows": f["train_rows"], "accuracy": r["accuracy"]}
             for f in record["fractions"] for r in f["runs"] if f["train_rows"]]
     means = [{"rows": f["train_rows"], "accuracy": f["accuracy_mean"],
               "low": f["accuracy_ci95_low"], "high": f["accuracy_ci95_high"]}
              for f in record["fractions"] if f["train_rows"] and f["accuracy_mean"] is not None]
     fit = record["fit"] if means else None  # drawn from the smallest fraction's mean
-    # ticks at each fraction's rows and at the projections' 2x and 4x (a log axis's own
-    # ticks run together near its end: "5,0006,000")
+    # ticks at each fraction's rows and at the projections (a log axis's own ticks run
+    # together near its end: "5,0006,000")
     ticks = sorted({m["rows"] for m in means}
-                   | ({k * fit["full_train_rows"] for k in (2, 4)} if fit else set()))
+                   | ({p["train_rows"] for p in fit["projected"].values()} if fit else set()))
     x = {"field": "rows", "type": "quantitative", "title": "training rows",
          "scale": {"type": "log", "nice": False},
          "axis": {"format": ",d", **({"values": ticks} if ticks else {})}}
@@ -492,8 +782,17 @@ def plot_spec(record: dict[str, Any]) -> dict[str, Any]:
          "encoding": {"x": x, "y": y}},
     ]
     if fit:
-        # the fitted power law from the smallest fraction to 4x the full rows, dashed
-        grid = np.geomspace(min(m["rows"] for m in means), 4 * fit["full_train_rows"], 40)
+        band = [{"rows": b["train_rows"], "low": b["accuracy_ci95_low"],
+                 "high": b["accuracy_ci95_high"]} for b in fit["band"]
+                if b["accuracy_ci95_low"] is not None and math.isfinite(b["accuracy_ci95_low"])]
+        if band:  # the projection's interval, from the largest fraction's rows on
+            layers.append({"data": {"values": band}, "mark": {"type": "area", "opacity": 0.15,
+                                                               "color": "gray"},
+                           "encoding": {"x": x, "y": {**y, "field": "low"},
+                                        "y2": {"field": "high"}}})
+        # the fitted form from the smallest fraction to the projection's end, dashed
+        end = max(p["train_rows"] for p in fit["projected"].values())
+        grid = np.geomspace(min(m["rows"] for m in means), end, 40)
         fitted = [{"rows": float(n), "accuracy": float(power_law(n, fit["a"], fit["b"], fit["c"]))}
                   for n in grid]
         layers.append({"data": {"values": fitted}, "mark": {"type": "line", "strokeDash": [2, 2],
@@ -510,31 +809,64 @@ def plot_spec(record: dict[str, Any]) -> dict[str, Any]:
             "width": 480, "height": 300, "layer": layers}
 
 
+def _number(value: float | None, digits: int = 4) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def backtest_lines(record: dict[str, Any]) -> list[str]:
+    """The report's backtest: each form's forecast of the largest fraction against the
+    measured mean, or the line saying why there is none."""
+    b, fit = record.get("backtest"), record["fit"]
+    if b is None:
+        return ["", md_text(fit["untested"], None) + "."] if fit and fit["untested"] else []
+    shown = ", ".join(f"{n:,}" for n in b["fitted_on_train_rows"])
+    rows = [[FORMS[form] + (" (chosen)" if form == b["chosen"] else ""),
+             f"{_number(f['predicted'])} [{_number(f['ci95_low'])}, {_number(f['ci95_high'])}]",
+             f"{f['error']:+.4f}", "yes" if f["inside"] else "no",
+             ", ".join(f["at_bound"]) or "—"] for form, f in b["forecasts"].items()]
+    return ["", f"Backtest: each form fitted to the runs of {shown} rows, then its forecast of "
+            f"the mean accuracy at {b['held_out_train_rows']:,} rows against the measured "
+            f"{_number(b['measured_accuracy_mean'])}; the form that erred least is the "
+            "projection's:", "",
+            *table(["form", "forecast [95% interval]", "error", "measured inside",
+                    "parameters at a bound"], rows)]
+
+
+def fit_line(fit: dict[str, Any]) -> str:
+    """The fit in one line: its form, its parameters, its bootstrap, its bounds."""
+    how = "chosen by the backtest" if fit["tested"] else "untested"
+    refits = (f"{fit['bootstrap']['converged']} of {fit['bootstrap']['resamples']} bootstrap "
+              "refits converged")
+    if fit["form"] == LAST:
+        return (f"Forecast ({FORMS[LAST]}, {how}): accuracy stays {fit['a']:.4f} beyond "
+                f"{fit['full_train_rows']:,} rows ({refits}).")
+    bound = (f"; at a bound: {', '.join(fit['at_bound'])} (the runs do not fix "
+             f"{'it' if len(fit['at_bound']) == 1 else 'them'})" if fit["at_bound"] else "")
+    return (f"Fit ({FORMS[fit['form']]}, {how}): accuracy = {fit['a']:.4f} − "
+            f"{fit['b']:.4g}·n^(−{fit['c']:.4f}) (n: training rows; {refits}{bound}); "
+            f"projected to {fit['project_to']:g}× {fit['full_train_rows']:,} rows.")
+
+
 def markdown(record: dict[str, Any], image: str | None) -> str:
-    """The report section: the sentence, the table of fractions, the fit, the failures;
-    every value a run or a user controls escaped (:mod:`lorasent.review.markup`)."""
+    """The report section: the sentence, the table of fractions, the backtest, the fit,
+    the failures; every value a run or a user controls escaped
+    (:mod:`lorasent.review.markup`)."""
     lines = ["## Learning curve", "", md_text(record["sentence"], None), ""]
     if image:
         lines += [f"![{PLOT_TITLE}]({image})", ""]
-
-    def number(value: float | None, digits: int = 4) -> str:
-        return "—" if value is None else f"{value:.{digits}f}"
-
     rows = []
     for f in record["fractions"]:
         interval = ("—" if f["accuracy_ci95_low"] is None else
-                    f"[{number(f['accuracy_ci95_low'])}, {number(f['accuracy_ci95_high'])}]")
+                    f"[{_number(f['accuracy_ci95_low'])}, {_number(f['accuracy_ci95_high'])}]")
         rows.append([f"{f['fraction']:g}", str(f["train_rows"] or "—"), str(len(f["runs"])),
-                     number(f["accuracy_mean"]), number(f["accuracy_sd"]), interval,
-                     number(f["macro_f1_mean"]), number(f["macro_f1_sd"])])
+                     _number(f["accuracy_mean"]), _number(f["accuracy_sd"]), interval,
+                     _number(f["macro_f1_mean"]), _number(f["macro_f1_sd"])])
     lines += table(["fraction", "training rows", "seeds", "accuracy (mean)", "sd over seeds",
                     "95% test-row interval", "macro-F1 (mean)", "sd over seeds"], rows)
-    fit = record["fit"]
-    if fit:
-        lines += ["", f"Fit: accuracy = {fit['a']:.4f} − {fit['b']:.4g}·n^(−{fit['c']:.4f}) "
-                  f"(n: training rows; {fit['bootstrap']['converged']} of "
-                  f"{fit['bootstrap']['resamples']} bootstrap refits converged)."]
-    base = [f"{name.replace('_', ' ')} {number(v)}" for name, v in record["baselines"].items()
+    lines += backtest_lines(record)
+    if record["fit"]:
+        lines += ["", fit_line(record["fit"])]
+    base = [f"{name.replace('_', ' ')} {_number(v)}" for name, v in record["baselines"].items()
             if v is not None]
     if base:
         lines += ["", "Baselines (accuracy): " + md_text(", ".join(base), None) + "."]
@@ -551,12 +883,32 @@ def write_outputs(curve: LearningCurve, out: Path) -> dict[str, Any]:
     whole (:func:`lorasent.artifacts.output_dir`: the caller checked it with
     :func:`lorasent.artifacts.check_output_folder`); returns the record."""
     record = curve.record()
+    write_record(record, out)
+    return record
+
+
+def write_record(record: dict[str, Any], out: Path) -> None:
+    """:func:`write_outputs` of a record."""
     with output_dir(out, command=OUT_MARKER) as tmp:
         image = (_draw(plot_spec(record), tmp) if any(f["runs"] for f in record["fractions"])
                  else None)
         write_json(tmp / JSON_FILE, record)
         (tmp / MD_FILE).write_text(markdown(record, image), encoding="utf-8")
-    return record
+
+
+def refit(record: dict[str, Any], resamples: int = FIT_RESAMPLES,
+          to: float = PROJECT_TO) -> dict[str, Any]:
+    """``learning_curve.json``'s ``record`` analysed again (:func:`analyse`) from the
+    accuracies it holds, the runs not made again: its fractions, baselines and failed
+    runs as they are, the trend, backtest, fit and sentence of this code. How the
+    committed curve of docs/learning-curve-default/ is kept up to date with the code."""
+    points = [(f["train_rows"], [r["accuracy"] for r in f["runs"]])
+              for f in record["fractions"] if f["train_rows"] and f["runs"]]
+    top = max(record["fractions"], key=lambda f: f["fraction"])
+    found = analyse(points, resamples=resamples, to=to,
+                    failed_largest=None if top["train_rows"] and top["runs"] else top["fraction"])
+    return {"fractions": record["fractions"], "baselines": record["baselines"],
+            **found.record(), "failed": record["failed"]}
 
 
 # ------------------------------------------------------------------ resuming, the estimate
@@ -732,7 +1084,8 @@ def measured_for(repo: Path, sha256: Any) -> tuple[str, dict[str, Any]] | None:
 def learning_curve(*, name: str, fractions: Sequence[float] = FRACTIONS, seeds: int = 3,
                    repo: Path = Path("."), out: Path, progress: Callable[[str], None],
                    runner: Callable[..., RunResult] | None = None,
-                   resamples: int = FIT_RESAMPLES, **cluster: Any) -> LearningCurve:
+                   resamples: int = FIT_RESAMPLES, project_to: float = PROJECT_TO,
+                   **cluster: Any) -> LearningCurve:
     """Run (or reuse) the grid ``fractions`` × ``seeds`` through :func:`sweep` and write
     the curve to ``out`` (:func:`write_outputs`).
 
@@ -743,18 +1096,21 @@ def learning_curve(*, name: str, fractions: Sequence[float] = FRACTIONS, seeds: 
         out: the output folder (checked by the caller).
         progress: called with each line for the user (the plan, the estimate, each run).
         runner: :func:`sweep`'s (tests).
+        project_to: the projection's end, in multiples of the largest fraction's rows.
         cluster: :func:`sweep`'s ``address``, ``num_gpus``, ``cpus_per_run``,
             ``git_remote``, ``cache_dir``.
 
     Raises:
         LorasentError: bad fractions or seeds, a fraction whose subset misses a class,
-            a repo or settings :func:`sweep` refuses, an experiment of the grid's name
-            with other params; all before any run starts.
+            two fractions of the same training rows, a repo or settings :func:`sweep`
+            refuses, an experiment of the grid's name with other params; all before any
+            run starts.
     """
     from lorasent.review.sweep import _git, check_options, plan
 
     check_options("learning-curve", address=cluster.get("address"),
                   num_gpus=cluster.get("num_gpus"), cache_dir=cluster.get("cache_dir"))
+
     repo = repo.resolve()
     fractions = sorted(fractions)
     rows = check_classes(repo, fractions)
@@ -775,7 +1131,7 @@ def learning_curve(*, name: str, fractions: Sequence[float] = FRACTIONS, seeds: 
     result = sweep(name=name, sets=sets, seeds=seeds, repo=repo, progress=progress,
                    reuse=reuse, checked=checked, command="learning-curve",
                    runner=runner or run_one, **cluster)
-    curve = build(result, fractions, rows, resamples)
+    curve = build(result, fractions, rows, resamples, project_to)
     write_outputs(curve, out)
     progress(f"learning-curve: done in {time.monotonic() - started:.0f} s")
     return curve

@@ -13,7 +13,8 @@ From each side's committed metrics and predictions (:class:`Side`, read by
   verdict, and one sentence when the sets disagree (:func:`disagreement`);
 - scored on different rows, with other classes or other gold labels: no paired test, and
   why;
-- groups of runs (one per seed): Welch's t-test (:func:`group_review`);
+- groups of runs (one per seed): Welch's t-test (:func:`group_review`), on the test split
+  and on each extra test set every run has;
 - warnings (``lorasent.metrics.warnings_by_kind``): a kind only one side has is about the
   change; one both have is one note;
 - a stale side (:class:`Stale`) is said first, and then no verdict is called a result.
@@ -137,12 +138,15 @@ class Review:
     flagged: dict[str, str] = field(default_factory=dict)
     sets: dict[str, Review] = field(default_factory=dict)  # each extra test set's review
     unpaired: str = ""  # why there is no paired test, in a few words, for its set's line
+    # groups over seeds with extra test sets: each set's accuracy test, the test split first
+    group_sets: dict[str, GroupComparison] = field(default_factory=dict)
 
     def summary(self, notes: bool = True) -> str:
         """The verdict, one line per test set (:func:`set_lines`, with extra sets), the
         warnings about the change, then (with ``notes``) the notes true of both sides, as
         Markdown: the top of the report and of the pull request comment."""
-        lines = [f"**{self.verdict}**", ""] + (set_lines(self) + [""] if self.sets else [])
+        lines = [f"**{self.verdict}**", ""] + (set_lines(self) + [""]
+                                               if self.sets or self.group_sets else [])
         said = [f"- ⚠ {w}" for w in self.warnings] + [f"- Note: {n}" for n in self.notes
                                                       if notes]
         return "\n".join(lines + said + ([""] if said else []))
@@ -154,7 +158,14 @@ MAIN_SPLIT = "the test split"  # the main test set, as sentences name it
 def set_lines(review: Review) -> list[str]:
     """Markdown lines, one per test set (the test split first, then each extra set both
     sides have): ``- reviews-zh (400 rows): worse, Δ accuracy −0.050 [−0.090, −0.012]``,
-    the verdict in a word (:func:`outcome`); ``- reviews-zh: no paired test`` without one."""
+    the verdict in a word (:func:`outcome`); ``- reviews-zh: no paired test`` without one.
+    Groups over seeds (``group_sets``): ``- reviews-zh: worse over seeds, Δ accuracy
+    −0.045, Welch's t-test p = 0.012`` (:func:`group_outcome`)."""
+    if review.group_sets:
+        return [f"- {md_text(name.removeprefix('the '))}: {group_outcome(g)} over seeds, "
+                f"Δ accuracy {delta_text(g.delta)}"
+                + ("" if g.p_value is None else f", Welch's t-test {p_text(g.p_value)}")
+                for name, g in review.group_sets.items()]
 
     def line(name: str, r: Review) -> str:
         p = r.paired
@@ -218,6 +229,17 @@ def outcome(p: PairedComparison | None) -> str:
     low, high = p.delta_accuracy_ci
     return ("not settled" if low > 0 or high < 0 or p.p_value < ALPHA
             else "no detectable difference")
+
+
+def group_outcome(g: GroupComparison) -> str:
+    """:func:`group_verdict` in a word, as :func:`outcome` words a paired one: ``better``,
+    ``worse``, ``no detectable difference``; ``cannot be tested`` when neither group
+    varies over its seeds."""
+    if g.p_value is None:
+        return "cannot be tested"
+    if g.significant:
+        return "better" if g.delta > 0 else "worse"
+    return "no detectable difference"
 
 
 _ON = {"better": "better", "worse": "worse", "not settled": "not settled",
@@ -562,10 +584,14 @@ def class_order(params: dict[str, Any], evals: dict[str, Any]) -> list[str]:
 def group_review(a: Sequence[Side], b: Sequence[Side]) -> tuple[Review, dict[str, GroupComparison]]:
     """The verdict over seeds of group B against group A (each side one run per seed, every
     one with its metrics): Welch's t-test of accuracy (which decides) and of macro-F1,
-    each run's warnings, and a warning when a side has fewer than 3 runs.
+    and of accuracy on each extra test set every run has (eval.json's ``test_sets``: one
+    line each under the verdict, and the sentence of :func:`disagreement` ending it when
+    the sets' verdicts differ), each run's warnings, and a warning when a side has fewer
+    than 3 runs.
 
     Returns:
-        ``(review, {"accuracy": test, "macro_f1": test})``.
+        ``(review, {"accuracy": test, "macro_f1": test, "test_sets.<name>.accuracy":
+        test, ...})``.
 
     Raises:
         ValueError: a group has fewer than 2 runs, or a run has no metrics.
@@ -575,10 +601,23 @@ def group_review(a: Sequence[Side], b: Sequence[Side]) -> tuple[Review, dict[str
         raise ValueError("every run of a group needs its metrics")
     tests = {key: group_comparison(name, *([getattr(e, key) for e in evals[n]] for n in "AB"))
              for key, name in (("accuracy", "accuracy"), ("macro_f1", "macro-F1"))}
+    first = evals["A"][0]
+    assert first is not None
+    names = [name for name in first.test_sets
+             if all(e is not None and name in e.test_sets for runs in evals.values() for e in runs)]
+    sets = {MAIN_SPLIT: tests["accuracy"]}
+    for name in names:
+        sets[name] = tests[f"test_sets.{name}.accuracy"] = group_comparison(
+            f"accuracy on {md_text(name)}",
+            *([e.test_sets[name].accuracy for e in evals[n] if e is not None] for n in "AB"))
     warnings = [f"{name} {md_text(s.rev)}: {w}" for name, runs in (("A", a), ("B", b))
                 for s in runs for w in escaped_warnings(s.evals).values()]
     if min(len(a), len(b)) < 3:
         warnings.append(f"{min(len(a), len(b))} runs on a side give Welch's t-test "
                         "little power: only large differences can show; 3 to 5 seeds a side "
                         "tell more")
-    return Review(group_verdict(tests["accuracy"]), warnings, []), tests
+    if not names:
+        return Review(group_verdict(tests["accuracy"]), warnings, []), tests
+    split = disagreement({name: group_outcome(g) for name, g in sets.items()})
+    return Review(f"{group_verdict(tests['accuracy'])} {split}".strip(), warnings, [],
+                  group_sets=sets), tests

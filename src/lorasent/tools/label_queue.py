@@ -3,7 +3,7 @@
 Usage::
 
     lorasent queue unlabelled.csv --budget 200 [--strategy margin|entropy] [--relabel]
-        [--out to_label.csv] [--force]
+        [--random-share 0.2] [--seed 0] [--out to_label.csv] [--force]
 
 The pool is read as ``lorasent predict --input`` reads a file (:func:`lorasent.tools.
 predict.open_inputs`: the same ``--text-column``, ``--separator`` and ``--encoding``
@@ -31,6 +31,15 @@ their texts' uncertainty within the round), so no class fills the queue while an
 waits. A class that runs out of texts stops taking turns and the others fill the rest
 of the budget: the queue is full whenever the pool holds ``--budget`` texts.
 
+The hedge (:func:`hedged_order`): uncertainty sampling with transformers tends to pick
+hard-to-learn outliers, and can then do worse than random picks (Gonsior et al. 2024;
+margin sampling is the strong one for transformers, Schröder et al. 2022, and helps most
+when the labels so far are imbalanced, Ein-Dor et al. 2020). So the most uncertain
+:data:`SKIP_SHARE` of the pool is left out of the uncertain picks, and
+``--random-share`` of the budget (:data:`RANDOM_SHARE` by default) is drawn at random
+(``--seed``) from the rest of the pool, spread evenly along the ranks, its ``reason``
+starting ``random:``.
+
 ``--relabel`` adds, after the queue, the training rows that confident learning
 (:func:`lorasent.calibration.label_issues`, the audit the evaluate stage runs on the
 test split) flags, scored by the same adapter: their given label is likely wrong.
@@ -42,7 +51,8 @@ Output (:data:`header`): a CSV with the pool's other columns first (as predict w
 them, renamed ``input_<name>`` where a name is taken), then ``text``, ``label`` (empty:
 the labeller fills it in), ``predicted``, ``p_<class>`` per class, ``margin`` or
 ``entropy``, ``rank`` (1 = label first; the relabel rows follow the queue), the
-``given_label`` (relabel rows only) and ``reason`` (why the row is here). A text cell a
+``given_label`` (relabel rows only) and ``reason`` (why the row is here: ``uncertain:
+...``, ``random: ...`` or ``label audit ...``). A text cell a
 spreadsheet would run as a formula is written with a leading ``'``
 (:func:`lorasent.tables.spreadsheet_cell`, OWASP's rule), and taken off again wherever
 lorasent reads the file (:class:`lorasent.tables.Table` knows its header).
@@ -56,6 +66,8 @@ said to be degenerate (:func:`relabel_warnings`, the evaluate stage's warning).
 from __future__ import annotations
 
 import csv
+import math
+import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -75,6 +87,17 @@ from lorasent.tools.predict import CsvRows, Prediction, kept_names
 
 STRATEGIES = ("margin", "entropy")
 DEFAULT_OUT = "to_label.csv"
+# The share of the budget drawn at random from the pool (--random-share): a hedge against
+# the uncertain picks' outliers, so that a queue cannot do much worse than random picks.
+# A choice of lorasent's (issue 52).
+RANDOM_SHARE = 0.2
+# The most uncertain share of the pool left out of the uncertain picks: the texts with
+# the most extreme margins (or entropies) are more often hard-to-learn outliers than
+# informative ones (Gonsior et al. 2024, "Comparing and Improving Active Learning
+# Uncertainty Measures for Transformer Models by Discarding Outliers", Information
+# Systems Frontiers: Uncertainty-Clipping leaves the most uncertain texts out). The 5% is
+# a choice of lorasent's, not tuned here.
+SKIP_SHARE = 0.05
 
 
 class QueueError(LorasentError, ValueError):
@@ -218,6 +241,60 @@ def balanced_order(predicted: Sequence[int], values: npt.ArrayLike, strategy: st
     return order
 
 
+def random_picks(budget: int, share: float) -> int:
+    """How many of ``budget`` are drawn at random: ``share`` of it, rounded half up."""
+    return math.floor(share * budget + 0.5)
+
+
+def hedge_counts(pool: int, budget: int, random_share: float = RANDOM_SHARE,
+                 skip_share: float = SKIP_SHARE) -> tuple[int, int]:
+    """``(drawn, skipped)``: how many of the queue are drawn at random
+    (:func:`random_picks`), and how many of the pool's most uncertain texts are left out of
+    the uncertain picks: ``ceil(skip_share · pool)``, at most as many as the pool has
+    beyond those picks."""
+    drawn = min(random_picks(budget, random_share), pool)
+    wanted = min(budget, pool) - drawn
+    return drawn, max(0, min(math.ceil(skip_share * pool), pool - wanted))
+
+
+def skipped(values: npt.ArrayLike, strategy: str, count: int) -> list[int]:
+    """The ``count`` most uncertain rows (margin smallest, entropy largest; ties in row
+    order)."""
+    v = np.asarray(values, dtype=np.float64)
+    sign = 1.0 if strategy == "margin" else -1.0
+    return sorted(range(len(v)), key=lambda i: (sign * v[i], i))[:count]
+
+
+def hedged_order(predicted: Sequence[int], values: npt.ArrayLike, strategy: str, budget: int,
+                 random_share: float = RANDOM_SHARE, seed: int = 0,
+                 skip_share: float = SKIP_SHARE) -> list[tuple[int, int | None]]:
+    """The queue with its hedge: ``(row, round)`` pairs, ``budget`` of them at most, label
+    first first; round None for a random pick.
+
+    ``budget - random_picks(budget, random_share)`` rows are :func:`balanced_order`'s, the
+    :func:`skipped` rows (:func:`hedge_counts`) left out; the :func:`random_picks` are drawn
+    (``random.Random(seed).sample``) from every row not picked so far, the skipped ones
+    among them. The two are merged evenly: the ``i``-th of ``k`` picks of a kind sits at
+    ``(i + 1/2) / k`` along the queue (an uncertain pick first at a tie), so that a
+    labeller who stops early has labelled the same share of random picks.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    drawn_n, skip = hedge_counts(len(v), budget, random_share, skip_share)
+    wanted = min(budget, len(v)) - drawn_n
+    left_out = set(skipped(v, strategy, skip))
+    kept = [i for i in range(len(v)) if i not in left_out]
+    uncertain: list[tuple[int, int | None]] = [
+        (kept[row], round_) for row, round_ in balanced_order(
+            [predicted[i] for i in kept], v[kept], strategy, wanted)]
+    taken = {row for row, _ in uncertain}
+    rest = [i for i in range(len(v)) if i not in taken]
+    drawn: list[tuple[int, int | None]] = [
+        (row, None) for row in random.Random(seed).sample(rest, min(drawn_n, len(rest)))]
+    placed = [((i + 0.5) / len(picks), kind, pick) for kind, picks in enumerate((uncertain, drawn))
+              for i, pick in enumerate(picks)]
+    return [pick for _, _, pick in sorted(placed, key=lambda x: (x[0], x[1]))]
+
+
 def header(labels: Sequence[str], strategy: str) -> list[str]:
     """The queue's own columns, after the pool's kept ones."""
     return ["text", "label", "predicted", *(f"p_{label}" for label in labels), strategy,
@@ -235,6 +312,16 @@ def queue_reason(p: Prediction, value: float, strategy: str, round_: int) -> str
     what = (f"margin {value:.4f} between {_top_two(p.probabilities)}" if strategy == "margin"
             else f"entropy {value:.4f} nats (top: {_top_two(p.probabilities)})")
     return f"uncertain: {what}; round {round_} of predicted class {p.label}"
+
+
+def random_reason(p: Prediction, value: float, strategy: str, share: float, seed: int) -> str:
+    """Why a pool text is queued at random: the hedge, and its uncertainty for the record."""
+    assert p.probabilities is not None
+    what = (f"margin {value:.4f} between {_top_two(p.probabilities)}" if strategy == "margin"
+            else f"entropy {value:.4f} nats (top: {_top_two(p.probabilities)})")
+    return (f"random: drawn at random from the pool (--random-share {share:g}, --seed "
+            f"{seed}), a hedge against the uncertain picks' outliers; {what}; predicted "
+            f"class {p.label}")
 
 
 def relabel_reason(given: str, p_given: float, predicted: str, p_predicted: float) -> str:
@@ -256,16 +343,21 @@ class QueueRow:
 
 
 def rank_pool(predictions: Sequence[Prediction], labels: Sequence[str], strategy: str,
-              budget: int) -> list[QueueRow]:
-    """The queued pool rows, ranked from 1 (:func:`balanced_order` of ``predictions``)."""
+              budget: int, random_share: float = 0.0, seed: int = 0,
+              skip_share: float = 0.0) -> list[QueueRow]:
+    """The queued pool rows, ranked from 1 (:func:`hedged_order` of ``predictions``; with
+    no random share and nothing skipped, :func:`balanced_order`'s)."""
     probs = np.array([[p.probabilities[label] for label in labels] for p in predictions
                       if p.probabilities is not None])
     values = uncertainty(probs, strategy)
     predicted = [labels.index(p.label) for p in predictions if p.label is not None]
+    order = hedged_order(predicted, values, strategy, budget, random_share, seed, skip_share)
     return [QueueRow(predictions[row], float(values[row]), rank,
-                     queue_reason(predictions[row], float(values[row]), strategy, round_))
-            for rank, (row, round_) in enumerate(
-                balanced_order(predicted, values, strategy, budget), start=1)]
+                     queue_reason(predictions[row], float(values[row]), strategy, round_)
+                     if round_ is not None else
+                     random_reason(predictions[row], float(values[row]), strategy,
+                                   random_share, seed))
+            for rank, (row, round_) in enumerate(order, start=1)]
 
 
 def relabel_rows(predictions: Sequence[Prediction], given: Sequence[str],
@@ -396,6 +488,16 @@ def relabel_warnings(predictions: Sequence[Prediction], given: Sequence[str],
             "are its failures more than label errors: retrain it before relabelling (the "
             "evaluate stage warns of the same in metrics/eval.json)" for sentence in
             found.values()]
+
+
+def hedge_note(pool: int, budget: int, random_share: float, seed: int, strategy: str) -> str:
+    """One line for standard error: the hedge (:func:`hedge_counts`) in numbers."""
+    drawn, skip = hedge_counts(pool, budget, random_share)
+    extreme = "smallest margins" if strategy == "margin" else "largest entropies"
+    return (f"hedge: {drawn} of the {budget} drawn at random (--random-share "
+            f"{random_share:g}, --seed {seed}); the {skip} texts of the pool with the "
+            f"{extreme} ({SKIP_SHARE:.0%}) left out of the uncertain picks as likely outliers "
+            "(docs/active-learning.md)")
 
 
 def pool_note(pool: Pool, source: str) -> str:
