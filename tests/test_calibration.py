@@ -19,6 +19,7 @@ from sklearn.metrics import brier_score_loss, log_loss
 from conftest import REPO, monte_carlo_error
 from lorasent.calibration import (
     ECE_BINS,
+    PROB_FLOOR,
     CalibrationError,
     apply_temperature,
     brier,
@@ -175,7 +176,7 @@ def _per_row(y, p):
     onehot = np.zeros_like(p)
     onehot[n, y] = 1
     bins = np.maximum(np.searchsorted(np.linspace(0, 1, 16), confidence) - 1, 0)
-    return (-np.log(p[n, y]), ((p - onehot) ** 2).sum(axis=1),
+    return (-np.log(np.maximum(p[n, y], PROB_FLOOR)), ((p - onehot) ** 2).sum(axis=1),
             confidence - (p.argmax(axis=1) == y), bins)
 
 
