@@ -180,7 +180,7 @@ def _per_row(y, p):
             confidence - (p.argmax(axis=1) == y), bins)
 
 
-@pytest.mark.parametrize(("n", "paired"), [(300, False), (3000, False), (3000, True)])
+@pytest.mark.parametrize(("n", "paired"), [(300, False), (1000, False), (1000, True)])
 def test_the_exact_draws_are_the_row_bootstrap(n, paired):
     """The intervals drawn as counts of the distinct rows are the row bootstrap's
     quantiles within Monte Carlo error: the same distribution, drawn another way."""
@@ -231,7 +231,7 @@ def test_a_paired_delta_worse_on_3_of_2000_rows_never_reaches_below_zero():
         assert deltas[f"delta_{name}_ci95_high"] <= rows[i].max(), name
 
 
-@settings(max_examples=20, deadline=None,
+@settings(max_examples=12, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.integers(3, 60), st.integers(0, 2**32 - 1), st.floats(0.05, 8.0))
 def test_every_interval_lies_within_what_its_resamples_can_take(n, seed, spread):
@@ -261,17 +261,22 @@ def test_the_intervals_do_not_depend_on_the_blas_kernel():
     product took OpenBLAS's kernel's order of additions, which the CPU or
     ``OPENBLAS_CORETYPE`` chooses (Prescott's and Haswell's differed in the last bit).
     Two processes with other kernels now write the same bytes."""
+    import json
+
+    rng = np.random.default_rng(1)
+    z, y = rng.normal(size=(600, 3)) * 2, rng.integers(0, 3, 600)
+    a, b = apply_temperature(z, 1.0), apply_temperature(z, 0.7)
+    here = json.dumps([calibration_metrics(y, a), calibration_deltas(y, a, b)])
     code = ("import json, numpy as np; from lorasent.calibration import calibration_metrics, "
             "calibration_deltas, apply_temperature; rng = np.random.default_rng(1); "
-            "z = rng.normal(size=(600, 3)) * 2; y = rng.integers(0, 3, 600); "
+            "z, y = rng.normal(size=(600, 3)) * 2, rng.integers(0, 3, 600); "
             "a, b = apply_temperature(z, 1.0), apply_temperature(z, 0.7); "
             "print(json.dumps([calibration_metrics(y, a), calibration_deltas(y, a, b)]))")
-    outputs = {}
-    for kernel in ("Prescott", "Haswell"):
-        env = {**os.environ, "OPENBLAS_CORETYPE": kernel}
-        outputs[kernel] = subprocess.run([sys.executable, "-c", code], env=env, check=True,
-                                         capture_output=True, text=True).stdout
-    assert outputs["Prescott"] == outputs["Haswell"] != ""
+    # this process: the CPU's own kernel (Haswell's here); another with the oldest x86-64 one
+    env = {**os.environ, "OPENBLAS_CORETYPE": "Prescott"}
+    prescott = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                              capture_output=True, text=True).stdout.strip()
+    assert prescott == here
 
 
 def test_the_committed_run_s_calibration_intervals_move_less_than_0_005():

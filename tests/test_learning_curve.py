@@ -139,7 +139,7 @@ def test_a_ceiling_at_its_bound_is_said_with_the_gains():
 
 
 def test_a_flat_curve_says_more_labels_like_these_do_not_help():
-    p = project(_curve(0.7, 0.0, 0.5, ROWS, noise=[-0.004, 0.0, 0.004]), resamples=60)
+    p = project(_curve(0.7, 0.0, 0.5, ROWS, noise=[-0.004, 0.0, 0.004]), resamples=30)
     assert p is not None and p.interval[2][1] < FLAT_GAIN
     assert sentence(p, 4).startswith("the curve is flat: doubling the labels is expected to "
                                      "add +0.000 [")
@@ -148,7 +148,7 @@ def test_a_flat_curve_says_more_labels_like_these_do_not_help():
 
 
 def test_a_noisy_curve_says_how_many_more_seeds_would_tell():
-    p = project(_curve(0.8, 2.0, 0.5, ROWS, noise=[-0.06, 0.0, 0.06]), resamples=60)
+    p = project(_curve(0.8, 2.0, 0.5, ROWS, noise=[-0.06, 0.0, 0.06]), resamples=30)
     assert p is not None
     low, high = p.interval[2]
     assert low < ZERO_GAIN and high >= FLAT_GAIN  # b >= 0: no gain is below 0
