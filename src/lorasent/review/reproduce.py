@@ -65,7 +65,6 @@ from lorasent.paths import (
     ADAPTER_DIR,
     BASE_MODEL_DIR,
     EVAL_PREDICTIONS,
-    EVAL_TEST_SETS,
     PROVENANCE_DIR,
     RAW_DIR,
     SPLIT_DIR,
@@ -366,10 +365,10 @@ def judge_set(name: str, old: Predictions, new: Predictions, tolerance: float) -
 
 
 def _predictions_sets(files: dict[str, tuple[bytes, bytes]]) -> list[str]:
-    """The predictions files of the test sets, the split's first."""
+    """The predictions files among ``files``: the test split's first (the verdict's own
+    paired test), then the extra test sets' and the baselines'."""
     main = EVAL_PREDICTIONS.as_posix()
-    others = sorted(p for p in files if p.startswith(f"{EVAL_TEST_SETS.as_posix()}/")
-                    and p.endswith("/predictions.csv"))
+    others = sorted(p for p in files if p != main and p.endswith("predictions.csv"))
     return [p for p in [main, *others] if p in files]
 
 
@@ -519,15 +518,21 @@ def verdict_of(pairs: dict[str, tuple[bytes, bytes]], *, rev: str, commit: str =
                        + ("; ".join(s.problem or s.name for s in sets) or "no predictions"),
                        files, sets, machines)
     significant = any(s.paired is None or s.paired.significant for s in sets)
-    sentence = (paired_verdict(main.paired).replace("B is", "this run is")
-                .replace("than A", f"than {visible(rev)}"))
     line = (f"{len(main.flipped)} of {main.rows} predictions differ from {where}; "
-            + sentence[0].lower() + sentence[1:])
+            + _paired_said(main.paired, rev))
     notes = [f"  {visible(s.name)}: {len(s.flipped)} of {s.rows} predictions differ; "
-             + (paired_verdict(s.paired) if s.paired else f"not paired: {s.problem}")
+             + (_paired_said(s.paired, rev) if s.paired else f"not paired: {s.problem}")
              for s in sets[1:]]
     return Verdict("different" if significant else "consistent", rev, commit, line, files,
                    sets, machines, notes)
+
+
+def _paired_said(paired: PairedComparison, rev: str) -> str:
+    """``lorasent compare``'s paired verdict, B this run and A REV, in the line's case."""
+    said = (paired_verdict(paired).replace("B is", "this run is")
+            .replace("than A", f"than {visible(rev)}")
+            .replace("A and B are right", f"this run and {visible(rev)} are right"))
+    return said[0].lower() + said[1:]
 
 
 def _flagged(audit: bytes) -> set[str]:
