@@ -52,6 +52,7 @@ from container_tier import (
     started_engine,
     step_error,
 )
+from lorasent.artifacts import read_provenance
 from lorasent.environment import CONTAINER_MARKERS
 from tiny_repo import GIT, TINY, copy_repo, run, set_params
 
@@ -235,13 +236,17 @@ def test_the_run_in_the_container_writes_the_venvs_bytes(
     assert verdict.tier == "identical", verdict.text()
     written = root / "metrics" / "eval.json"
     assert f"{written.stat().st_uid}:{written.stat().st_gid}" == user
-    container = json.loads((root / "metrics/provenance/train.json").read_text())["device"][
-        "container"]
+    # The image is a machine fact (artifacts.MACHINE_FACTS): the tracked record says only
+    # that the run was in a container; the git-ignored machine record names the image.
+    record = "metrics/provenance/train.json"
+    tracked = json.loads((root / record).read_text())["device"]["container"]
+    assert tracked == {"in_container": True}
+    container = read_provenance(root / record)["device"]["container"]
     assert container == {"in_container": True, "image_id": cpu_image.image_id,
                          "image_revision": cpu_image.revision,
                          "base_digest": container["base_digest"]}
     # The venv's run names no image (in_container: whether this machine is a container).
-    venv = json.loads((tiny_run / "metrics/provenance/train.json").read_text())["device"]
+    venv = read_provenance(tiny_run / record)["device"]
     assert venv["container"] == {"in_container": any(m.exists() for m in CONTAINER_MARKERS),
                                  "image_id": None, "image_revision": None, "base_digest": None}
     say(request, f"the run in the container: {seconds:.0f} s")

@@ -83,7 +83,14 @@ def test_make_run_with_a_remote_pulls_instead_of_training(origin, tmp_path):
     for stage in ("fetch", "split", "train"):  # the stages with DVC-cached outputs
         assert f"Pulling data for stage: '{stage}'" in out, out
     assert "Unable to pull data" not in out and "DVC remote does not hold" not in out, out
-    assert out.splitlines()[-1] == UNCHANGED, out  # all pulled: nothing to commit
+    ran, verdict = _run_and_verdict(out)
+    assert ran[-1] == UNCHANGED, out  # all pulled: nothing to commit
+    # pulled, not made here: nothing was reproduced, and the verdict says so
+    assert verdict == [
+        "run: not judged as a reproduction of HEAD: HEAD's outputs were not made here (no "
+        "machine record of its evaluate stage: they were pulled or checked out, or the stage "
+        "ran elsewhere): run the pipeline (make run), or `lorasent reproduce` without "
+        "--workspace"], out
     assert json.loads(run(clone, "dvc", "status", "--json")) == {}
     assert _outputs(clone) == origin.outputs
 
@@ -93,7 +100,9 @@ def _damaged_store(origin: Origin, tmp_path: Path) -> tuple[Path, str, bytes]:
     ``(store, the weights' md5 in dvc.lock, their damaged bytes)``."""
     store = tmp_path / "damaged-store"
     shutil.copytree(origin.root.parent / "dvc-store", store)
-    lock = yaml.safe_load((origin.root / "dvc.lock").read_text(encoding="utf-8"))
+    # the committed lock: an experiment run in the origin (another test) leaves its own
+    # dvc.lock in the workspace, and a clone checks out HEAD's
+    lock = yaml.safe_load(run(origin.root, "git", "show", "HEAD:dvc.lock"))
     adapter = next(o for o in lock["stages"]["train"]["outs"] if o["path"] == "models/adapter")
     listing = json.loads((store / "files/md5" / adapter["md5"][:2] / adapter["md5"][2:])
                          .read_text(encoding="utf-8"))
@@ -146,7 +155,11 @@ def test_make_run_without_a_remote_runs_the_stages(tmp_path):
     out = _make_run(tmp_path, "-f", str(REPO / "Makefile"))
     assert "Running stage 'hello'" in out, out
     assert (tmp_path / "out.txt").read_text() == "hello\n"
-    assert out.splitlines()[-1] == COMMIT, out  # dvc.lock is new; no remote, so no push
+    ran, verdict = _run_and_verdict(out)
+    assert ran[-1] == COMMIT, out  # dvc.lock is new; no remote, so no push
+    # no commit to judge against: said in one line, and make run still succeeds
+    assert len(verdict) == 1 and verdict[0].startswith(
+        "run: could not be judged against HEAD: unknown revision 'HEAD'"), out
 
 
 # make run's own lines (lorasent.repro), spelled out.
@@ -203,14 +216,16 @@ def test_make_run_on_an_empty_remote_says_once_what_dvcs_warnings_mean(tmp_path)
     assert lines.count(NOT_ON_REMOTE) == 1, out  # once, for both stages
     assert (lines.index("Unable to pull data for stage: 'hello'") < lines.index(NOT_ON_REMOTE)
             < lines.index("Running stage 'hello':")), out
-    assert lines[-1] == f"{COMMIT}; then {PUSH}", out  # metrics/run.txt and dvc.lock changed
+    ran, _ = _run_and_verdict(out)
+    assert ran[-1] == f"{COMMIT}; then {PUSH}", out  # metrics/run.txt and dvc.lock changed
 
     run(root, "dvc", "push")
     run(root, "git", "add", "-A")
     run(root, *GIT, "commit", "-q", "-m", "the run, pushed")
     out = _make_run(root, "-f", str(REPO / "Makefile"))
     assert "Unable to pull data" not in out and NOT_ON_REMOTE not in out, out
-    assert out.splitlines()[-2:] == ["Data and pipelines are up to date.", UNCHANGED], out
+    ran, _ = _run_and_verdict(out)
+    assert ran[-2:] == ["Data and pipelines are up to date.", UNCHANGED], out
 
 
 def test_the_closing_hint_tells_to_commit_only_what_changed():
@@ -229,6 +244,14 @@ def _make_run(root: Path, *args: str) -> str:
                "run", logs=True)
 
 
+def _run_and_verdict(out: str) -> tuple[list[str], list[str]]:
+    """make run's output in two: the run's lines (lorasent.repro's), and what the
+    reproduction verdict after it printed (`lorasent reproduce --after-run`)."""
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.endswith("reproduce --after-run"))
+    return lines[:at], lines[at + 1:]
+
+
 def test_an_experiment_travels_through_the_remotes_and_is_compared_there(origin, tmp_path):
     root = origin.root
     run(root, "dvc", "exp", "run", "-n", "lr-up", "-S", "train.learning_rate=0.0004")
@@ -238,7 +261,7 @@ def test_an_experiment_travels_through_the_remotes_and_is_compared_there(origin,
     run(clone, "dvc", "exp", "pull", "origin", "lr-up")
     assert "lr-up" in run(clone, "dvc", "exp", "list", "--name-only")
     out = run(clone, "lorasent", "compare", "HEAD", "lr-up", "--out", str(tmp_path / "report"))
-    assert out.startswith("**") and "accuracy" in out.splitlines()[0], out
+    assert "accuracy" in out.splitlines()[0] and not out.startswith("**"), out  # plain text
     assert (tmp_path / "report" / "report.md").is_file()
     # the experiment's adapter came with it: applied, it needs no training
     run(clone, "dvc", "exp", "apply", "lr-up")

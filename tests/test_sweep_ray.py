@@ -111,6 +111,7 @@ def test_a_two_by_two_sweep_lands_four_named_experiments(swept):
 
 def test_the_groups_compare_over_seeds(swept, tmp_path):
     """`lorasent compare` of the sweep's two groups: mean ± sd and Welch's t-test."""
+    from lorasent.review.render import terminal_text
     from lorasent.review.verdict import group_verdict
     from lorasent.statistics import group_comparison
 
@@ -123,7 +124,8 @@ def test_the_groups_compare_over_seeds(swept, tmp_path):
         "data"]["accuracy"] for name in NAMES}
     expected = group_comparison("accuracy", [accuracy[n] for n in NAMES[:2]],
                                 [accuracy[n] for n in NAMES[2:]])
-    assert printed.startswith(f"**{group_verdict(expected)}**")
+    # the terminal's plain text of verdict.md's bold line
+    assert printed.startswith(terminal_text(f"**{group_verdict(expected)}**") + "\n")
     assert "over seeds" in printed and "(2 seeds)" in printed
     assert ("A is **lc-fraction0.5-seed42, lc-fraction0.5-seed43**, B is "
             "**lc-fraction1.0-seed42, lc-fraction1.0-seed43**") in text

@@ -943,7 +943,8 @@ def compare(rev_a: str, rev_b: str, out_dir: Path | None, force: bool) -> None:
               help="Judge two groups of runs over seeds instead (experiments, e.g. 'ref-seed*' "
               "'here-seed*', as lorasent seeds names them): Welch's t-test, olympic means.")
 @click.option("--after-run", is_flag=True, hidden=True,
-              help="make run's call: a workspace that is no reproduction is said, not refused.")
+              help="make run's call: a workspace that is no reproduction, or cannot be "
+              "judged, is said in one line, never a failure.")
 @_user_errors
 def reproduce(rev: str, workspace: bool, no_train: bool, tolerance: float | None,
               seed_groups: tuple[str, str] | None, after_run: bool) -> None:
@@ -964,10 +965,15 @@ def reproduce(rev: str, workspace: bool, no_train: bool, tolerance: float | None
                                     no_train=no_train,
                                     tolerance=TOLERANCE if tolerance is None else tolerance,
                                     progress=lambda line: click.echo(line, err=True))
-        except NotAReproduction as err:
+        except (LorasentError, FileNotFoundError) as err:
+            # make run's call never fails the run: a workspace that is no reproduction (a
+            # preset's params), or one that cannot be judged (no commit yet, no
+            # lorasent outputs), is said in one line
             if not after_run:
                 raise
-            click.echo(f"run: not judged as a reproduction of {rev}: {err}")
+            what = "not judged as a reproduction of" if isinstance(
+                err, NotAReproduction) else "could not be judged against"
+            click.echo(f"run: {what} {rev}: {str(err).removeprefix('compare: ')}")
             return
     click.echo(verdict.text())
     if not verdict.ok and not after_run:
