@@ -167,8 +167,10 @@ class Verdict:
                       for d in self.files]
         if self.machines:
             width = max(len(name) for name, _, _ in self.machines)
-            lines.append(f"  {'':{width}}  {self.rev[:24]:<28}this run")
-            lines += [f"  {name:{width}}  {a:<28}{b}{'' if a == b else '   ≠'}"
+            # REV's column as wide as its longest value (CPU flags run long), 2 spaces after
+            column = max(28, *(len(a) + 2 for _, a, _ in self.machines))
+            lines.append(f"  {'':{width}}  {self.rev[:24]:<{column}}this run")
+            lines += [f"  {name:{width}}  {a:<{column}}{b}{'' if a == b else '   ≠'}"
                       for name, a, b in self.machines]
         return "\n".join(lines)
 
