@@ -404,3 +404,14 @@ def test_a_row_on_an_ece_bin_s_edge_lets_the_ece_follow_the_predictions():
     away = {PREDICTIONS: (csv_bytes(ids, gold, probs), csv_bytes(ids, gold, probs + 1e-6)),
             "metrics/eval.json": (old_eval, new_eval)}
     assert verdict_of(away, rev="HEAD").tier == "consistent"  # ECE moved with no row on an edge
+
+
+def test_the_paired_verdict_names_this_run_and_rev_in_sentence_case():
+    """The verdict line after "consistent: ...; " starts lower-case; its second sentence
+    ("This run and HEAD are right ...") upper-case, as a sentence does."""
+    from lorasent.statistics import paired_comparison
+
+    y = np.array([0, 1, 2, 0, 1, 2])
+    said = rp._paired_said(paired_comparison(y, y, y, LABELS), "HEAD")
+    assert said.startswith("no detectable difference: accuracy +0.000")
+    assert said.endswith(". This run and HEAD are right on exactly the same rows.")

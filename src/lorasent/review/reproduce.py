@@ -530,10 +530,11 @@ def verdict_of(pairs: dict[str, tuple[bytes, bytes]], *, rev: str, commit: str =
 
 
 def _paired_said(paired: PairedComparison, rev: str) -> str:
-    """``lorasent compare``'s paired verdict, B this run and A REV, in the line's case."""
+    """``lorasent compare``'s paired verdict, B this run and A REV, in the line's case (a
+    sentence after the first starts upper-case)."""
     said = (paired_verdict(paired).replace("B is", "this run is")
             .replace("than A", f"than {visible(rev)}")
-            .replace("A and B are right", f"this run and {visible(rev)} are right"))
+            .replace("A and B are right", f"This run and {visible(rev)} are right"))
     return said[0].lower() + said[1:]
 
 
