@@ -132,3 +132,25 @@ def test_the_workflows_pass_zizmor():
                           capture_output=True, text=True, timeout=120)
     assert json.loads(done.stdout) == [], done.stderr
     assert done.returncode == 0, done.stderr
+
+
+def test_the_committed_lock_records_the_committed_code():
+    """HEAD's dvc.lock records the MD5 of every file dependency as HEAD holds it: a commit
+    that changes a stage's code commits the lock of a run of that code too (a rerun, or
+    `dvc commit` when the change cannot move an output), so that `lorasent compare` and
+    `dvc status` do not call the committed run stale. Read from git, not the workspace (a
+    user's `make smoke` rewrites dvc.lock; a developer's edit is not committed yet)."""
+    import hashlib
+
+    def show(path: str) -> bytes:
+        return subprocess.run(["git", "show", f"HEAD:{path}"], cwd=REPO, capture_output=True,
+                              check=True).stdout
+
+    lock = read_yaml(show("dvc.lock").decode(), "dvc.lock")
+    tracked = set(subprocess.run(["git", "ls-tree", "-r", "--name-only", "HEAD"], cwd=REPO,
+                                 capture_output=True, text=True, check=True).stdout.split())
+    deps = {(d["path"], d["md5"]) for stage in lock["stages"].values()
+            for d in stage.get("deps", []) if d["path"] in tracked}
+    assert len(deps) > 20  # the code and configs, not only data
+    stale = sorted(path for path, md5 in deps if hashlib.md5(show(path)).hexdigest() != md5)
+    assert not stale, f"HEAD's dvc.lock records other bytes of {stale}"
