@@ -22,7 +22,7 @@ import argparse
 import json
 from pathlib import Path
 
-from lorasent.review.learning_curve import BACKTEST_FRACTIONS, FORMS, backtest
+from lorasent.review.learning_curve import FORMS, backtest, record_points
 
 
 def main() -> None:
@@ -32,22 +32,17 @@ def main() -> None:
                         help="the largest training rows the projection was fitted on")
     args = parser.parse_args()
     record = json.loads(args.record.read_text(encoding="utf-8"))
-    points = sorted((f["train_rows"], [r["accuracy"] for r in f["runs"]])
-                    for f in record["fractions"] if f["train_rows"] and f["runs"])
+    points = sorted(record_points(record))
     print("| fitted on (rows) | forecast of (rows) | form | forecast [95% interval] "
           "| measured mean (seeds) | error | held |")
     print("|---|---|---|---|---|---|---|")
     held = total = 0
-    for k in range(BACKTEST_FRACTIONS - 1, len(points)):
+    for k, target in enumerate(points):
         # fit on every size below the target up to --fit-up-to, or on all sizes below it
         # when the target is itself within the fitted range (the curve's own backtests)
-        target = points[k]
-        below = [p for p in points[:k] if p[0] <= args.fit_up_to] \
-            if target[0] > args.fit_up_to else points[:k]
-        if len(below) < BACKTEST_FRACTIONS - 1:
-            continue
+        below = [p for p in points[:k] if p[0] <= args.fit_up_to or target[0] <= args.fit_up_to]
         check = backtest([*below, target])
-        if check is None:
+        if check is None:  # too few sizes below it
             continue
         for form in FORMS:
             if form not in check.forecasts:

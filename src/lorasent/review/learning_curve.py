@@ -896,14 +896,20 @@ def write_record(record: dict[str, Any], out: Path) -> None:
         (tmp / MD_FILE).write_text(markdown(record, image), encoding="utf-8")
 
 
+def record_points(record: dict[str, Any]) -> list[tuple[int, list[float]]]:
+    """``learning_curve.json``'s runs as :func:`analyse` takes them: ``(training rows,
+    each seed's accuracy)`` for every fraction with rows and runs, in the record's order."""
+    return [(f["train_rows"], [r["accuracy"] for r in f["runs"]])
+            for f in record["fractions"] if f["train_rows"] and f["runs"]]
+
+
 def refit(record: dict[str, Any], resamples: int = FIT_RESAMPLES,
           to: float = PROJECT_TO) -> dict[str, Any]:
     """``learning_curve.json``'s ``record`` analysed again (:func:`analyse`) from the
     accuracies it holds, the runs not made again: its fractions, baselines and failed
     runs as they are, the trend, backtest, fit and sentence of this code. How the
     committed curve of docs/learning-curve-default/ is kept up to date with the code."""
-    points = [(f["train_rows"], [r["accuracy"] for r in f["runs"]])
-              for f in record["fractions"] if f["train_rows"] and f["runs"]]
+    points = record_points(record)
     top = max(record["fractions"], key=lambda f: f["fraction"])
     found = analyse(points, resamples=resamples, to=to,
                     failed_largest=None if top["train_rows"] and top["runs"] else top["fraction"])
