@@ -183,7 +183,7 @@ def split(params: Params) -> str:
                        sizes={"train": params.split.train_size,
                               "validation": params.split.validation_size,
                               "test": params.split.test_size},
-                       seed=params.base.seed)
+                       seed=params.split.seed)
     rows = result.report["split_rows"]
     return (f"split {result.report['rows_kept']} of {result.report['rows_read']} rows: "
             + ", ".join(f"{k} {v}" for k, v in rows.items())
@@ -235,7 +235,8 @@ def evaluate(params: Params) -> str:
 
     _check_inputs(params)
     result = run_evaluate(base=params.base, prompt=params.prompt, evaluate=params.evaluate,
-                          mode=params.train.mode, params_record=_record(params))
+                          split_seed=params.split.seed, mode=params.train.mode,
+                          params_record=_record(params))
     return result.summary()
 
 
@@ -1000,7 +1001,7 @@ def _input_problems(params: Params) -> list[str]:
     from lorasent.stages.test_sets import check_test_sets
 
     problems = check_test_sets(params.evaluate.test_sets, labels=params.base.labels,
-                               aliases=params.base.label_aliases, seed=params.base.seed)
+                               aliases=params.base.label_aliases, seed=params.split.seed)
     for stage, files in (("fetch", {"data.source": params.data.source}),
                          ("train", {"train.accelerate_config": params.train.accelerate_config}
                           if params.train.accelerate_config else {}),

@@ -52,10 +52,25 @@ from lorasent.tables import (
 )
 
 PositiveInt = Annotated[int, Field(gt=0)]
-# The seeds numpy takes (``np.random.seed``: 0 to 2**32 - 1). ``base.seed`` seeds
-# scikit-learn's split (``random_state``) and transformers' ``set_seed``, which pass it
-# to numpy; torch would take more, numpy fails on anything outside.
+# The seeds numpy takes (``np.random.seed``: 0 to 2**32 - 1). ``split.seed`` seeds
+# scikit-learn's split (``random_state``) and ``base.seed`` transformers' ``set_seed``,
+# which pass them to numpy; torch would take more, numpy fails on anything outside.
 SEED_RANGE = (0, 2**32 - 1)
+
+
+def _check_seed(value: int, key: str, what: str) -> int:
+    """``value`` if numpy takes it as a seed (:data:`SEED_RANGE`).
+
+    Raises:
+        ValueError: out of range, naming ``key``.
+    """
+    low, high = SEED_RANGE
+    if not low <= value <= high:
+        raise ValueError(
+            f"{key}: {value} is out of range: a seed is an integer from {low} to {high} "
+            f"(2**32 - 1, what numpy takes; {what} seeds numpy with it); set one in that "
+            "range")
+    return value
 PositiveFloat = Annotated[float, Field(gt=0)]
 # A split size: a count of rows (int >= 0) or a fraction of the deduplicated rows.
 SplitSize = Annotated[int, Field(ge=0)] | Annotated[float, Field(gt=0, lt=1)]
@@ -166,13 +181,7 @@ class BaseParams(_Section):
     @field_validator("seed")
     @classmethod
     def _seed_in_range(cls, value: int) -> int:
-        low, high = SEED_RANGE
-        if not low <= value <= high:
-            raise ValueError(
-                f"base.seed: {value} is out of range: a seed is an integer from {low} to "
-                f"{high} (2**32 - 1, what numpy takes; the split and the training seed "
-                "numpy with it); set one in that range")
-        return value
+        return _check_seed(value, "base.seed", "the training")
 
     @model_validator(mode="after")
     def _labels_consistent(self) -> BaseParams:
@@ -221,11 +230,20 @@ class DataParams(_Section):
 
 
 class SplitParams(_Section):
-    """Split sizes: an int is a row count, a float in (0, 1) a fraction of the rows."""
+    """The split's seed and sizes: an int is a row count, a float in (0, 1) a fraction of
+    the rows. ``seed`` draws the split and the extra test sets (``evaluate.test_sets``),
+    apart from ``base.seed`` (the training's), so that runs over training seeds share
+    their test rows and no seed's training rows hold another's test rows."""
 
+    seed: int
     train_size: SplitSize
     validation_size: SplitSize
     test_size: SplitSize
+
+    @field_validator("seed")
+    @classmethod
+    def _seed_in_range(cls, value: int) -> int:
+        return _check_seed(value, "split.seed", "the split")
 
 
 class PromptParams(_Section):
@@ -297,7 +315,7 @@ class TestSetParams(_Section):
     __test__: ClassVar[bool] = False  # a params type, not a pytest class
 
     source: str = Field(min_length=1)
-    # rows drawn (stratified by class, base.seed) after cleaning; 0: every row
+    # rows drawn (stratified by class, split.seed) after cleaning; 0: every row
     size: Annotated[int, Field(ge=0)]
     text_column: str = "text"
     label_column: str = "label"

@@ -1,9 +1,10 @@
 """Nested stratified subsets of the training split (``train.fraction``), for learning curves.
 
 A fraction ``f`` of the training split keeps, of each class ``k`` with ``n_k`` training
-rows, the first ``ceil(f * n_k)`` rows of a per-class order drawn once from the split's
-seed (``base.seed``, which also draws the split itself: scikit-learn's
-``train_test_split(random_state=base.seed)``). The order does not depend on ``f``, so the
+rows, the first ``ceil(f * n_k)`` rows of a per-class order drawn once from the training
+seed (``base.seed``; the split itself is drawn by ``split.seed``, so runs over training
+seeds share one split and differ in which of its rows a fraction keeps). The order does
+not depend on ``f``, so the
 rows of a smaller fraction are among those of every larger one (nested), and each class
 keeps its share of the rows (stratified, rounded up: every class of the split keeps at
 least one row). The rows kept stay in the split's order, so ``f = 1`` is the split itself,

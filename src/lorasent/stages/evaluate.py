@@ -181,7 +181,7 @@ class ScoredSet:
 
 
 def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluateParams,
-                 params_record: dict[str, Any], mode: str = DEFAULT_MODE,
+                 split_seed: int, params_record: dict[str, Any], mode: str = DEFAULT_MODE,
                  model_dir: Path = BASE_MODEL_DIR,
                  adapter_dir: Path = ADAPTER_DIR, split_dir: Path = SPLIT_DIR,
                  baseline_path: Path = BASELINE_METRICS,
@@ -197,6 +197,7 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
     the label issues, the reliability records and the extra sets' folder are written
     beside ``metrics_path`` (the names of :mod:`lorasent.paths`).
 
+    ``split_seed`` (``split.seed``) draws the extra sets' rows, as it drew the split.
     Every extra set is read and checked (:func:`lorasent.stages.test_sets.load_test_sets`)
     before the model loads, and nothing is written before everything is scored.
 
@@ -214,7 +215,7 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
     test_path = split_dir / "test.jsonl"
     test = read_jsonl(test_path)
     extra = load_test_sets(evaluate.test_sets, labels=labels, aliases=base.label_aliases,
-                           seed=base.seed, split_dir=split_dir)
+                           seed=split_seed, split_dir=split_dir)
     baseline = read_json(baseline_path)
     majority = labels.index(baseline["majority_class"])
 

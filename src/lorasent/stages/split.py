@@ -19,7 +19,8 @@ The rules, in order:
    *before* splitting, so no text can land in two splits. Copies that agree on the label
    keep the first row (``duplicate`` counts the others); a text whose copies disagree is
    dropped entirely (``conflicting_label``), since no rule can tell which label is right.
-4. A stratified split (scikit-learn ``train_test_split``) by ``base.seed``: the test
+4. A stratified split (scikit-learn ``train_test_split``) by ``split.seed`` (not
+   ``base.seed``, the training's: runs over training seeds share one split): the test
    split first, then validation from the rest, then the training rows. Sizes are row
    counts (int) or fractions (float) of the deduplicated rows.
 """

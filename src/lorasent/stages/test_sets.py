@@ -16,7 +16,7 @@ means the same in every set:
 3. Duplicates (on the normalised text) are dropped and counted, and a text whose copies
    disagree on the label is dropped entirely.
 4. ``size`` rows are drawn, stratified by class with scikit-learn's
-   ``train_test_split(random_state=base.seed)`` as the split stage draws its test split;
+   ``train_test_split(random_state=split.seed)`` as the split stage draws its test split;
    ``size: 0`` (or the number of rows left) keeps every row.
 
 A class of ``base.labels`` that the set lacks is fine (its support is 0). A text that is
@@ -113,7 +113,7 @@ def load_test_set(name: str, spec: TestSetParams, *, labels: Sequence[str],
         spec: its params (source, size and the reading keys).
         labels: ``base.labels``; a label's index is its ``label_id``.
         aliases: ``base.label_aliases``.
-        seed: ``base.seed``, the draw's ``random_state``.
+        seed: ``split.seed``, the draw's ``random_state``.
         split_dir: the split stage's output folder, whose ``train.jsonl`` and
             ``test.jsonl`` the overlap counts compare with.
 
