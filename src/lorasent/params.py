@@ -68,7 +68,7 @@ def _check_seed(value: int, key: str, what: str) -> int:
     if not low <= value <= high:
         raise ValueError(
             f"{key}: {value} is out of range: a seed is an integer from {low} to {high} "
-            f"(2**32 - 1, what numpy takes; {what} seeds numpy with it); set one in that "
+            f"(2**32 - 1, what numpy takes: {what} passes it to numpy); set one in that "
             "range")
     return value
 PositiveFloat = Annotated[float, Field(gt=0)]
