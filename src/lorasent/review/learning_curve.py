@@ -272,31 +272,41 @@ def _redrawn(points: Sequence[tuple[int, Sequence[float]]],
 @dataclass(frozen=True)
 class Projection:
     """The chosen form fitted to every run and the projected gains in accuracy at 2× the
-    largest fraction's training rows (and at ``to``× when asked), each with its bootstrap
-    interval over the runs; ``band``: ``(rows, low, high)``, the interval of the projected
-    accuracy from those rows to ``to``× them (the plot's band)."""
+    largest fraction's training rows (and at ``to``× when asked), each with its interval:
+    the bootstrap interval over the runs (``seed_interval``: the seeds' spread alone)
+    widened on each side by the backtest's error scaled to the reach (``margin``,
+    :meth:`Backtest.margin`; 0 when untested); ``band``: ``(rows, low, high)``, the
+    widened interval of the projected accuracy from those rows to ``to``× them (the
+    plot's band), ``seed_band`` the same unwidened."""
 
     fit: Fit
     full_rows: int
     gain: dict[float, float]                    # {2: f(2N) - f(N), to: f(to·N) - f(N)}
-    interval: dict[float, tuple[float, float]]  # their 95% percentile intervals
+    interval: dict[float, tuple[float, float]]  # their intervals, widened by ``margin``
     seeds: int                                  # the fewest runs of a fraction
     resamples: int                              # bootstrap refits that converged
     requested: int = FIT_RESAMPLES              # bootstrap refits tried
     refits_at_bound: int = 0                    # converged refits whose a is at A_MAX
     to: float = PROJECT_TO
     band: tuple[tuple[float, float, float], ...] = ()
+    seed_interval: dict[float, tuple[float, float]] = field(default_factory=dict)
+    margin: dict[float, float] = field(default_factory=dict)  # accuracy, to each side
+    seed_band: tuple[tuple[float, float, float], ...] = ()
 
 
 def project(points: Sequence[tuple[int, Sequence[float]]], resamples: int = FIT_RESAMPLES,
-            form: str = SATURATING, to: float = PROJECT_TO) -> Projection | None:
+            form: str = SATURATING, to: float = PROJECT_TO,
+            check: Backtest | None = None) -> Projection | None:
     """Fit ``form`` to the runs ``points`` (``(training rows, accuracy of each seed)`` per
     fraction, the largest fraction's rows N the base) and project 2N and ``to``·N.
 
     The interval: ``resamples`` refits on :func:`_redrawn` runs, their
-    :data:`lorasent.statistics.CONFIDENCE` percentile interval; the band the same at
-    :data:`BAND_POINTS` row counts from N to ``to``·N. None: fewer fractions with runs than
-    the form needs (:data:`FORM_FRACTIONS`), or the fit over every run failed.
+    :data:`lorasent.statistics.CONFIDENCE` percentile interval (the seeds' spread), widened
+    on each side by the backtest ``check``'s error scaled to the reach
+    (:meth:`Backtest.margin`: the form's own error, which no redraw of the seeds shows;
+    none without a backtest); the band the same at :data:`BAND_POINTS` row counts from N
+    to ``to``·N. None: fewer fractions with runs than the form needs
+    (:data:`FORM_FRACTIONS`), or the fit over every run failed.
     """
     points = [(n, list(accs)) for n, accs in points if accs]
     rows = [float(n) for n, accs in points for _ in accs]
@@ -319,11 +329,18 @@ def project(points: Sequence[tuple[int, Sequence[float]]], resamples: int = FIT_
     else:
         low = high = [math.nan] * (len(multiples) + len(grid))
     k = len(multiples)
+    reach = [*multiples, *(float(n) / full for n in grid)]
+    margin = [check.margin(r) if check is not None else 0.0 for r in reach]
+    seeds = {m: (low[i], high[i]) for i, m in enumerate(multiples)}
+    seed_band = tuple((float(n), lo, hi) for n, lo, hi in zip(grid, low[k:], high[k:],
+                                                                strict=True))
     return Projection(fit, full, {m: fit.at(m * full) - fit.at(full) for m in multiples},
-                      {m: (low[i], high[i]) for i, m in enumerate(multiples)},
+                      {m: (low[i] - margin[i], high[i] + margin[i])
+                       for i, m in enumerate(multiples)},
                       min(len(accs) for _, accs in points), len(drawn), resamples, at_bound,
-                      float(to), tuple((float(n), lo, hi) for n, lo, hi
-                                       in zip(grid, low[k:], high[k:], strict=True)))
+                      float(to), tuple((n, lo - d, hi + d) for (n, lo, hi), d
+                                       in zip(seed_band, margin[k:], strict=True)),
+                      seeds, {m: margin[i] for i, m in enumerate(multiples)}, seed_band)
 
 
 @dataclass(frozen=True)
@@ -354,6 +371,22 @@ class Backtest:
         """The measured mean within the forecast's interval."""
         low, high = self.forecasts[form].interval
         return bool(low <= self.measured <= high)
+
+    @property
+    def step(self) -> float:
+        """The backtest's reach: the held-out rows over the largest fitted fraction's."""
+        return self.rows / max(self.fitted_on)
+
+    def margin(self, reach: float) -> float:
+        """The chosen form's backtest error (absolute) scaled to a forecast ``reach``× the
+        largest fraction's rows, in proportion to log(reach) / log(:attr:`step`): the error
+        it made one step ahead, made once per such step (0 at ``reach`` 1). Added to each
+        side of a projection's interval. Forecast errors that grow with the horizon as
+        the past ones did: empirical prediction intervals (Williams and Goodman 1971,
+        "A Simple Method for the Construction of Empirical Confidence Limits for Economic
+        Forecasts", JASA 66(336)), on one past error here; issue 52's study
+        (docs/learning-curve-study.md) checked them against runs the fit did not see."""
+        return abs(self.error(self.chosen)) * max(math.log(reach), 0.0) / math.log(self.step)
 
     @property
     def chosen(self) -> str:
@@ -505,29 +538,42 @@ def answer(p: Projection) -> str:
       ones cannot be ruled out) or another parameter is (:attr:`Fit.bounds`);
     - else "too noisy to tell", with the seeds per fraction that would narrow the
       interval to a side (a percentile interval's width shrinks as 1/√seeds:
-      ``ceil(seeds · (half width / margin)²)``, the margin being the distance from the
-      gain to 0 or to :data:`FLAT_GAIN`, whichever it can reach).
+      ``ceil(seeds · (half width / room)²)``, the room being the distance from the gain to
+      0 or to :data:`FLAT_GAIN`, whichever it can reach, less the backtest's
+      :attr:`Projection.margin`, which no seed narrows), or that no number of seeds
+      would, when the margin alone reaches that far.
+
+    The interval is the seeds' spread widened by the backtest's error
+    (:attr:`Projection.margin`), and the sentence says so when it is.
     """
     if p.seeds < 2:
         return (f"too noisy to tell: a fraction with one run has no spread over seeds; "
                 f"{3 - p.seeds} more seeds per fraction would measure it (--seeds 3)")
     low, high = p.interval[2]
+    widened = (f" (each interval: the seeds' spread widened by the backtest's error, "
+               f"±{p.margin[2]:.3f} at 2×)" if p.margin.get(2) else "")
     doubled = f"doubling the labels is expected to add {_gain_text(p, 2)} accuracy"
     if high < FLAT_GAIN:
-        return (f"the curve is flat: {doubled}, under {FLAT_GAIN:g}; more labels like these are "
-                "not expected to help; look at the test-label audit (metrics/label_issues.csv)")
+        return (f"the curve is flat: {doubled}, under {FLAT_GAIN:g}{widened}; more labels like "
+                "these are not expected to help; look at the test-label audit "
+                "(metrics/label_issues.csv)")
     if low >= ZERO_GAIN:
         bound = (f"; the fit's ceiling is at its bound, accuracy {A_MAX:g} (and in "
                  f"{p.refits_at_bound:,} of {p.resamples:,} refits): the runs show no levelling "
                  "off yet, so the bound, not the data, limits these gains"
                  if p.fit.at_bound else _bounds_text(p.fit))
-        further = "".join(f" ({_gain_text(p, k)} at {k:g}×)" for k in p.gain if k != 2)
-        return f"{doubled}{further}{bound}"
-    half = (high - low) / 2
-    margin = max(p.gain[2], FLAT_GAIN - p.gain[2])
-    more = max(1, math.ceil(p.seeds * (half / margin) ** 2) - p.seeds)
-    return (f"too noisy to tell: {doubled.replace('is expected to add', 'adds')}; about "
-            f"{more} more seed{'s' * (more != 1)} per fraction would tell "
+        further = "".join(f", {_gain_text(p, k)} at {k:g}×" for k in p.gain if k != 2)
+        return f"{doubled}{further}{widened}{bound}"
+    seeds_low, seeds_high = p.seed_interval.get(2, (low, high))
+    half = (seeds_high - seeds_low) / 2
+    form = p.margin.get(2, 0.0)
+    room = max(p.gain[2], FLAT_GAIN - p.gain[2]) - form
+    noisy = f"too noisy to tell: {doubled.replace('is expected to add', 'adds')}{widened}"
+    if room <= 0:
+        return (f"{noisy}; more seeds would not tell: the backtest's error alone spans it; "
+                "runs at a larger fraction would")
+    more = max(1, math.ceil(p.seeds * (half / room) ** 2) - p.seeds)
+    return (f"{noisy}; about {more} more seed{'s' * (more != 1)} per fraction would tell "
             f"(--seeds {p.seeds + more})")
 
 
@@ -626,12 +672,21 @@ class Analysis:
                 "untested": self.untested or None,
                 "full_train_rows": p.full_rows,
                 "project_to": p.to,
-                "projected": {f"{k:g}x": {"train_rows": round(k * p.full_rows),
-                                          "accuracy": p.fit.at(k * p.full_rows),
-                                          "gain": p.gain[k], "gain_ci95_low": p.interval[k][0],
-                                          "gain_ci95_high": p.interval[k][1]} for k in p.gain},
-                "band": [{"train_rows": n, "accuracy_ci95_low": low, "accuracy_ci95_high": high}
-                         for n, low, high in p.band],
+                "projected": {f"{k:g}x": {
+                    "train_rows": round(k * p.full_rows), "accuracy": p.fit.at(k * p.full_rows),
+                    "gain": p.gain[k], "gain_ci95_low": p.interval[k][0],
+                    "gain_ci95_high": p.interval[k][1],
+                    "gain_seeds_ci95_low": p.seed_interval[k][0],
+                    "gain_seeds_ci95_high": p.seed_interval[k][1],
+                    "backtest_margin": p.margin[k]} for k in p.gain},
+                "interval": ("the seeds' bootstrap interval widened on each side by the "
+                             "backtest's error x log(reach) / log(the backtest's step)"
+                             if b is not None else "the seeds' bootstrap interval (untested: "
+                             "no backtest to widen it by)"),
+                "band": [{"train_rows": n, "accuracy_ci95_low": low, "accuracy_ci95_high": high,
+                          "accuracy_seeds_ci95_low": s_low, "accuracy_seeds_ci95_high": s_high}
+                         for (n, low, high), (_, s_low, s_high)
+                         in zip(p.band, p.seed_band, strict=True)],
                 "a_at_bound": p.fit.at_bound,
                 "bootstrap": {"resamples": p.requested, "converged": p.resamples,
                               "a_at_bound": p.refits_at_bound,
@@ -660,7 +715,7 @@ def analyse(points: Sequence[tuple[int, Sequence[float]]], *,
         return Analysis(t, sentence=sentence(None, len(points), t))
     check = None if failed_largest is not None else backtest(points, resamples)
     untested = "" if check is not None else no_backtest(len(points), failed_largest)
-    p = project(points, resamples, check.chosen if check else POWER, to)
+    p = project(points, resamples, check.chosen if check else POWER, to, check)
     return Analysis(t, check, untested, p, sentence(p, len(points), t, check or untested))
 
 
