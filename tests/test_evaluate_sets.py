@@ -233,6 +233,7 @@ def evaluated(tiny_base, tmp_path_factory):
                  provenance_dir=root / "provenance")
     train_in(root, params, tiny_base, split)
     result = run_evaluate(base=params.base, prompt=params.prompt, evaluate=params.evaluate,
+                          split_seed=params.split.seed,
                           params_record=record, model_dir=tiny_base,
                           adapter_dir=root / "adapter", split_dir=split,
                           baseline_path=metrics / "baseline.json",

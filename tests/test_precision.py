@@ -142,6 +142,7 @@ def bf16_run(tmp_path_factory, tiny_base):
                          provenance_dir=folder / "provenance")
             train_in(folder, params, tiny_base, split)
             run_evaluate(base=params.base, prompt=params.prompt, evaluate=params.evaluate,
+                         split_seed=params.split.seed,
                          params_record=record, model_dir=tiny_base,
                          adapter_dir=folder / "adapter", split_dir=split,
                          baseline_path=metrics / "baseline.json",

@@ -46,7 +46,7 @@ def trained(tmp_path_factory, packaged_model_dir, repo_params_raw):
     fetch_dataset(params.data.source, text_column="text", label_column="label",
                   encoding="utf-8", hf_split="train", out_dir=root / "raw")
     run_split(labels=params.base.labels, aliases=params.base.label_aliases,
-              sizes={"train": 12, "validation": 0, "test": 12}, seed=params.base.seed,
+              sizes={"train": 12, "validation": 0, "test": 12}, seed=params.split.seed,
               raw_dir=root / "raw", out_dir=paths["split_dir"], report_path=root / "data.json")
     run_baseline(base=params.base, prompt=params.prompt, batch_size=12, params_record=record,
                  metrics_path=root / "baseline.json",
@@ -57,6 +57,7 @@ def trained(tmp_path_factory, packaged_model_dir, repo_params_raw):
               adapter_dir=root / "adapter", live_dir=root / "train",
               checkpoint_dir=root / "checkpoints", **paths)
     run_evaluate(base=params.base, prompt=params.prompt, evaluate=params.evaluate,
+                 split_seed=params.split.seed,
                  params_record=record, adapter_dir=root / "adapter",
                  baseline_path=root / "baseline.json",
                  baseline_predictions_path=root / "baseline_predictions.csv",
