@@ -9,10 +9,10 @@ HEAD's params are trained on nested stratified fractions of the training split
 (``train.fraction``, :mod:`lorasent.subsets`: each larger subset holds the smaller, for a
 given ``base.seed``), each over ``--seeds`` seeds, through ``lorasent sweep``
 (:mod:`lorasent.review.sweep`: each run a DVC experiment ``<name>-fraction<f>-seed<S>``,
-spread over the GPUs and machines of a Ray cluster). ``base.seed`` draws the split too,
-so a seed's runs share one test split (and one order of the training rows) whatever the
-fraction, and the spread over seeds holds both the training's noise and the test rows'
-draw. Runs that landed before as experiments of HEAD, with the same params, seed and
+spread over the GPUs and machines of a Ray cluster). ``split.seed`` draws the split, so
+every run shares one test split and none trains on another's test rows; a seed's runs
+share one order of the training rows whatever the fraction, and the spread over seeds
+holds the training's noise and which rows each fraction keeps. Runs that landed before as experiments of HEAD, with the same params, seed and
 fraction, are reused, not retrained (the command resumes).
 
 It writes to ``--out`` (default ``reports/learning-curve-<name>``):

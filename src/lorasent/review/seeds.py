@@ -2,8 +2,9 @@
 
 Usage: ``lorasent seeds -n 3 --name NAME [-S key=value ...] [-j 1]`` (or ``make seeds``)
 
-A LoRA run moves with its random seed (LoRA initialisation, dropout, data order and,
-since ``base.seed`` also draws the split, the test rows). One run cannot tell a change
+A LoRA run moves with its random seed ``base.seed`` (LoRA initialisation, dropout, data
+order; the split is ``split.seed``'s, so every seed scores the same test rows). One run
+cannot tell a change
 from that noise; N runs can. This queues the workspace's params (committed or not, plus
 the ``-S`` changes) once per seed ``base.seed``, ``base.seed + 1``, ... with
 ``dvc exp run --queue``, runs the queue with ``dvc queue start -j J``, waits, and reports
