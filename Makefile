@@ -223,7 +223,7 @@ doctor: $(STAMP)  ## Report torch, the GPU and the libraries; check params.yaml'
 lock:  ## Re-resolve requirements.lock (with hashes, without torch); needs the package index
 	rm -rf build/lockvenv && $(PYTHON) -m venv build/lockvenv
 	build/lockvenv/bin/python -m pip install -q "$(TORCH_SPEC)"
-	build/lockvenv/bin/python -m pip install -q -e '.[dev]'
+	build/lockvenv/bin/python -m pip install -q -e '.[dev,ssh,s3]'
 	build/lockvenv/bin/python -m pip freeze --exclude-editable \
 		| grep -v -E '^torch==' > build/pins.txt
 	build/lockvenv/bin/python -m pip install -q uv
