@@ -97,9 +97,10 @@ class Sshd:
     client (``dvc exp push``/``pull``) use ``key``.
 
     DVC's git client (scmrepo 3.6's dulwich) runs the system's ssh only when
-    GIT_SSH_COMMAND is set, and then takes the command from the global git config's
-    core.sshCommand (not from the variable, nor the repository's config): so both, the
-    global config a file of the fixture's (GIT_CONFIG_GLOBAL), nothing in ~/.gitconfig."""
+    GIT_SSH_COMMAND is set, and then the command of core.sshCommand in git's global
+    config (dulwich is given the global and system config only, and no longer reads the
+    variable): so both, the global config a file of the fixture's (GIT_CONFIG_GLOBAL),
+    nothing written to ~/.gitconfig."""
 
     port: int
     user: str
