@@ -2,8 +2,9 @@
 sshd this module starts with its own config and keys) and one over S3 (dvc-s3, against
 moto's S3 server, which checks the request signatures against an IAM user's keys). For
 each: the tiny run pushed, a fresh clone (over SSH for the first) whose ``make run``
-pulls every stage and trains none, and a remote that refuses the key or the secret:
-``make run`` stops in one line naming the remote and what to fix, before any stage.
+(its ``python -m lorasent.repro --pull``) pulls every stage and trains none, and a remote
+that refuses the key or the secret: ``make run`` stops in one line naming the remote and
+what to fix, before any stage.
 Nothing is mocked; each fixture removes what it made (its server by pid, its folders).
 
 The local-folder remote, experiments and damaged objects: tests/test_remote.py."""
@@ -69,11 +70,6 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-
-
-def remove(folder: Path) -> None:
-    """``folder`` and everything in it, once its server stopped."""
-    shutil.rmtree(folder)
 
 
 def wait_until(answers: Callable[[], bool], what: str, proc: subprocess.Popen[bytes],
@@ -168,7 +164,7 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
         finally:
             stop(proc)
     finally:
-        remove(folder)
+        shutil.rmtree(folder)
 
 
 @dataclass(frozen=True)
@@ -225,7 +221,7 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3]:
         finally:
             stop(proc)
     finally:
-        remove(folder)
+        shutil.rmtree(folder)
 
 
 # ------------------------------------------------------------ push, clone, pull
@@ -340,7 +336,7 @@ def over_ssh(sshd: Sshd, tiny_run: Path,
                        sshd.git_env)
         yield folder, shared
     finally:
-        remove(folder)
+        shutil.rmtree(folder)
 
 
 def test_over_ssh_a_clone_pulls_every_stage_and_trains_none(over_ssh, sshd, request):
@@ -411,7 +407,7 @@ def over_s3(s3: S3, tiny_run: Path,
                        str(folder / "origin.git"))
         yield folder, shared
     finally:
-        remove(folder)
+        shutil.rmtree(folder)
 
 
 def test_over_s3_a_clone_pulls_every_stage_and_trains_none(over_s3, s3, request):
