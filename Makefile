@@ -26,7 +26,7 @@ PYTEST_ARGS ?=
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run reproduce smoke test test-fast test-integration test-e2e test-container bench device-check exp exp-show metrics seeds sweep queue-trial compare browser lint lock lock-check \
+.PHONY: help setup run reproduce smoke test test-fast test-integration test-e2e test-container bench device-check exp exp-show metrics seeds sweep queue-trial compare browser sshd lint lock lock-check \
 	doctor clean \
 	docker-build docker-run docker-build-cpu docker-run-cpu
 
@@ -87,8 +87,8 @@ INTEGRATION := -m "integration and not slow"
 # side by side (the end-to-end tests wait on dvc and git half the time, the container
 # tier mostly on the disk and the Docker engine), each one's output printed whole when it
 # ends (--output-sync); make waits for both and fails if either fails. `browser` comes
-# first so that its apt-get never runs beside the container tier's.
-test: test-fast test-integration browser  ## Set up if needed, then the fast and integration tiers (stopping at the first that fails), then the end-to-end and container tiers side by side
+# first (and `sshd`) so that its apt-get never runs beside the container tier's.
+test: test-fast test-integration browser sshd  ## Set up if needed, then the fast and integration tiers (stopping at the first that fails), then the end-to-end and container tiers side by side
 	$(MAKE) -j2 --output-sync=target test-e2e test-container
 
 # Two pytest processes, each test file in one of them (its module fixtures built once):
@@ -108,7 +108,7 @@ E2E_PROCESSES ?= 2
 # Without this make's MAKEFLAGS: under `make test`'s -j2 it names a jobserver that the
 # `make` a test runs cannot reach ("jobserver unavailable" on its first line).
 NO_MAKEFLAGS := env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL
-test-e2e: $(STAMP) browser  ## The end-to-end tier: dvc, make and Chromium in subprocesses on a tiny repo
+test-e2e: $(STAMP) browser sshd  ## The end-to-end tier: dvc, make and Chromium in subprocesses on a tiny repo
 	$(NO_MAKEFLAGS) $(BIN)/python -m pytest -m slow -n $(E2E_PROCESSES) --dist loadfile $(PYTEST_ARGS)
 
 # Builds docker/cpu/Dockerfile (and docker/rocm/Dockerfile against a stand-in base) in a
@@ -129,6 +129,17 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 browser:  ## Install Chromium from Debian's apt if no Chromium or Chrome is on PATH
 	@$(if $(CHROMIUM),echo "browser: $(CHROMIUM)",$(SUDO) apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends chromium)
+
+# The SSH remote test (tests/test_cloud_remotes.py) starts an sshd of its own on 127.0.0.1,
+# with its own config, keys and authorized_keys. Debian's openssh-server when no sshd is
+# found (as root or through sudo; on a machine with systemd, Debian also starts its ssh
+# service on port 22, which the test never uses), and sshd's privilege separation folder
+# /run/sshd, which that service makes when it starts and a container never starts it.
+SSHD := $(firstword $(shell command -v sshd /usr/sbin/sshd 2>/dev/null))
+sshd:  ## Install Debian's openssh-server if no sshd is found (the SSH remote test runs its own)
+	@$(if $(SSHD),echo "sshd: $(SSHD)",$(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends openssh-server)
+	@test -d /run/sshd || $(SUDO) install -d -m 0755 /run/sshd
 
 BENCH_ARGS ?=
 bench: $(STAMP)  ## Measure train and eval speed against the seeds' ways; writes bench/results.{json,md}
@@ -223,7 +234,7 @@ doctor: $(STAMP)  ## Report torch, the GPU and the libraries; check params.yaml'
 lock:  ## Re-resolve requirements.lock (with hashes, without torch); needs the package index
 	rm -rf build/lockvenv && $(PYTHON) -m venv build/lockvenv
 	build/lockvenv/bin/python -m pip install -q "$(TORCH_SPEC)"
-	build/lockvenv/bin/python -m pip install -q -e '.[dev]'
+	build/lockvenv/bin/python -m pip install -q -e '.[dev,ssh,s3]'
 	build/lockvenv/bin/python -m pip freeze --exclude-editable \
 		| grep -v -E '^torch==' > build/pins.txt
 	build/lockvenv/bin/python -m pip install -q uv

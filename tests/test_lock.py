@@ -72,7 +72,9 @@ def test_every_import_of_the_package_is_pinned():
 
 def test_every_declared_dependency_is_pinned():
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    declared = project["dependencies"] + project["optional-dependencies"]["dev"]
+    extras = project["optional-dependencies"]
+    assert set(extras) == {"dev", "ssh", "s3"}
+    declared = project["dependencies"] + [d for extra in extras.values() for d in extra]
     names = {normalise(re.split(r"[<>=!~ ;\[]", d, maxsplit=1)[0]) for d in declared}
     assert names - {"torch"} - set(LOCKED) == set()
 

@@ -154,3 +154,55 @@ def test_a_damaged_checkout_stops_the_run_and_is_removed(tmp_path, monkeypatch):
 def test_a_stage_dvc_lock_lacks_is_nothing_to_check(tmp_path, stages):
     objects = _project(tmp_path)
     assert damaged_outputs(tmp_path, stages, objects) == []
+
+
+# Before `dvc repro --pull`, make run asks the default remote whether it lets this machine
+# in (lorasent.repro.remote_problem); over SSH and S3, refused: tests/test_cloud_remotes.py.
+
+def _dvc_project(root: Path, remote: str | None) -> Path:
+    (root / ".dvc").mkdir(parents=True)
+    config = "[core]\n    no_scm = True\n"
+    if remote is not None:
+        config += f"    remote = store\n['remote \"store\"']\n    url = {remote}\n"
+    (root / ".dvc/config").write_text(config, encoding="utf-8")
+    return root
+
+
+def test_a_remote_that_answers_is_no_problem_even_empty(tmp_path):
+    from lorasent.repro import remote_problem
+
+    assert remote_problem(_dvc_project(tmp_path / "none", None)) is None
+    (tmp_path / "store").mkdir()
+    assert remote_problem(_dvc_project(tmp_path / "folder", str(tmp_path / "store"))) is None
+    assert remote_problem(_dvc_project(tmp_path / "new", str(tmp_path / "not-yet"))) is None
+
+
+def test_a_default_remote_that_is_not_defined_is_named(tmp_path):
+    from lorasent.repro import remote_problem
+
+    root = _dvc_project(tmp_path, None)
+    (root / ".dvc/config").write_text("[core]\n    no_scm = True\n    remote = gone\n")
+    assert remote_problem(root) == (
+        "the default DVC remote 'gone' (core.remote) is not defined: dvc remote add gone "
+        "<url>, or dvc remote default <another remote>")
+
+
+def test_a_remote_whose_plugin_is_missing_names_what_to_install(tmp_path):
+    from lorasent.repro import remote_problem
+
+    said = remote_problem(_dvc_project(tmp_path, "gs://bucket/store"))
+    assert said == ("DVC remote 'store' (gs://bucket/store) cannot be used here: gs is "
+                    "supported, but requires 'dvc-gs' to be installed; pip install dvc-gs "
+                    "(docs/sharing.md#cloud-remotes)")
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("ssh://user:s3cret@host:2222/srv/store", "ssh://user@host:2222/srv/store"),
+    ("https://:tok@example.com/x", "https://example.com/x"),
+    ("ssh://user@host/srv/store", "ssh://user@host/srv/store"),
+    ("/srv/store", "/srv/store"),
+])
+def test_a_remotes_url_is_shown_without_its_password(url, shown):
+    from lorasent.repro import shown_url
+
+    assert shown_url(url) == shown

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +42,15 @@ def env() -> dict[str, str]:
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
 
 
-def run(cwd: Path, *argv: str, timeout_s: float = 1800, logs: bool = False) -> str:
+def run(cwd: Path, *argv: str, timeout_s: float = 1800, logs: bool = False,
+        extra_env: Mapping[str, str] | None = None) -> str:
     """``argv``'s stdout (with ``logs``, its stderr too, interleaved); fails on a non-zero
     exit, and on a command still running after ``timeout_s`` seconds, so that a hang
-    costs one test, not the CI run's time limit."""
+    costs one test, not the CI run's time limit. ``extra_env``: variables added to
+    :func:`env`'s (``GIT_SSH_COMMAND``, say)."""
     try:
-        done = subprocess.run(argv, cwd=cwd, env=env(), stdout=subprocess.PIPE,
+        done = subprocess.run(argv, cwd=cwd, env={**env(), **(extra_env or {})},
+                              stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT if logs else subprocess.PIPE,
                               text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired as exc:

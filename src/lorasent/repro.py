@@ -27,6 +27,14 @@ MD5 of each file). A file that does not match stops the run in one line naming i
 the stage and the remote (:func:`damage_message`), and is removed, so that nothing
 uses it (``lorasent predict`` the adapter, for one) and ``dvc status`` no longer
 calls it up to date.
+
+Before all that, with ``--pull``, the default remote is asked whether its folder exists
+(:func:`remote_problem`, through the remote's own DVC filesystem: dvc-ssh, dvc-s3, a
+folder). A remote that refuses this machine (a key file the SSH server does not take,
+credentials S3 refuses) or that cannot be reached would otherwise end ``dvc repro
+--pull`` in DVC's "unexpected error - Permission denied ..."; the run stops instead, in
+one line naming the remote (its URL without a password) and what to fix, and nothing is
+pulled or trained.
 """
 
 from __future__ import annotations
@@ -260,6 +268,94 @@ def check_checked_out(stages: Iterable[str], pull: bool, root: Path = Path("."))
     return damage_message(damaged, remote)
 
 
+# What to fix when a remote refuses this machine, by its URL's scheme ({name}: the
+# remote's name, {keyfile}: its key file, as .dvc/config or .dvc/config.local give it).
+REFUSED_FIX = {
+    "ssh": "check its key file ({keyfile}; dvc remote modify --local {name} keyfile "
+           "<private key>) and that the server's authorized_keys holds its public key",
+    "s3": "check its credentials: dvc remote modify --local {name} access_key_id <id> and "
+          "secret_access_key <secret> (or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
+          "AWS_PROFILE, in the environment)",
+    "local": "check that this user may read and write that folder",
+}
+OTHER_FIX = ("check its credentials (docs/sharing.md#credentials: .dvc/config.local or the "
+             "environment, never .dvc/config)")
+
+
+def shown_url(url: str) -> str:
+    """``url`` with any password taken out (``ssh://user:pw@host`` -> ``ssh://user@host``)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    netloc = f"{parts.username}@{host}" if parts.username else host
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def remote_problem(root: Path = Path(".")) -> str | None:
+    """Whether ``root``'s default DVC remote lets this machine in: its fs (the remote's
+    DVC plugin, with the credentials DVC would use) asked whether the remote's folder
+    exists. None when it answers (yes or no: a new, empty remote is fine) or no default
+    remote is set; else one line naming the remote (its URL without a password, and an
+    S3 ``endpointurl``), what it said, and what to fix: a refusal (PermissionError, DVC's
+    AuthError) names the key file or the credentials (:data:`REFUSED_FIX`), an address
+    that does not answer (any other error of the plugin's) says so, and so do a plugin (or
+    a library it needs) that is missing and a setting DVC rejects."""
+    from urllib.parse import urlsplit
+
+    from dvc.config import ConfigError
+    from dvc.exceptions import DvcException
+    from dvc.fs import AuthError, RemoteMissingDepsError
+    from dvc.fs import ConfigError as FsConfigError
+    from dvc.repo import Repo
+
+    try:
+        repo = Repo(str(root))
+    except DvcException:  # no DVC project here, or a config file DVC rejects: DVC says so
+        return None
+    with repo:
+        name = repo.config["core"].get("remote")
+        if not name:
+            return None
+        if name not in repo.config["remote"]:
+            return (f"the default DVC remote '{name}' (core.remote) is not defined: dvc remote "
+                    f"add {name} <url>, or dvc remote default <another remote>")
+        config = dict(repo.config["remote"][name])
+        url = str(config.get("url", ""))
+        scheme = urlsplit(url).scheme if "://" in url else "local"
+        where = shown_url(url) + (f" at {config['endpointurl']}"
+                                  if config.get("endpointurl") else "")
+        said = f"DVC remote '{name}' ({where})"
+        try:
+            remote = repo.cloud.get_remote(name)
+            remote.fs.exists(remote.path)
+        except (RemoteMissingDepsError, ImportError) as err:  # DVC's plugin, or its deps
+            install = (f"make setup (requirements.lock pins dvc-{scheme}), or pip install -e "
+                       f"'.[{scheme}]'" if scheme in ("ssh", "s3")
+                       else f"pip install dvc-{scheme} (docs/sharing.md#cloud-remotes)")
+            return f"{said} cannot be used here: {_one_line(err)}; {install}"
+        except (ConfigError, FsConfigError) as err:
+            return (f"{said} is not set up right: {_one_line(err)}; fix it with dvc remote "
+                    f"modify {name} (--local for credentials)")
+        except (PermissionError, AuthError) as err:
+            fix = REFUSED_FIX.get(scheme, OTHER_FIX).format(
+                name=name, keyfile=config.get("keyfile") or "none set")
+            return f"{said} refused this machine: {_one_line(err)}; {fix}"
+        except Exception as err:  # each plugin raises its own: botocore's
+            # EndpointConnectionError is no OSError; all of them end make run in one line
+            return (f"{said} did not answer: {_one_line(err)}; check its URL (port, "
+                    "endpointurl) and that the server runs")
+    return None
+
+
+def _one_line(err: BaseException) -> str:
+    """The error's message on one line (its type's name when it has none)."""
+    text = " ".join(str(err).split())
+    return text or type(err).__name__
+
+
 def reproduce(pull: bool) -> int:
     """``dvc repro`` (``--pull``) in this process, :data:`NOT_ON_REMOTE` after DVC's
     first warning that the remote lacks a stage's outputs, the check of what DVC pulled
@@ -267,10 +363,15 @@ def reproduce(pull: bool) -> int:
     succeeded (none when git cannot tell what changed).
 
     Returns:
-        1 when a file DVC pulled or checked out is damaged (after saying which); else
-        DVC's exit status.
+        1 when the default remote refuses this machine or does not answer
+        (:func:`remote_problem`, before anything runs) or a file DVC pulled or checked
+        out is damaged (after saying which); else DVC's exit status.
     """
     from dvc.cli import main as dvc_main
+
+    if pull and (problem := remote_problem()):
+        print(f"run: {problem}; nothing was pulled or trained", file=sys.stderr, flush=True)
+        return 1
 
     watch = PullWarnings()
     loggers = [logging.getLogger(name) for name in DVC_LOGGERS]

@@ -389,9 +389,14 @@ def pulled_and_checked(clone: Path, out: Any) -> str | None:
     """``dvc pull`` in a run's clone (what the remote lacks, the run makes), then every
     output it gave hashed against the commit's dvc.lock before the run uses it
     (``lorasent.repro.check_checked_out``, as ``make run`` does): the line that fails the
-    run when one is damaged, also written to its log ``out``; None when all match."""
-    from lorasent.repro import check_checked_out
+    run when one is damaged, also written to its log ``out``; None when all match. First
+    the remote is asked whether it lets this machine in (``lorasent.repro.remote_problem``:
+    each machine has its own key or credentials): when not, that line fails the run."""
+    from lorasent.repro import check_checked_out, remote_problem
 
+    if problem := remote_problem(clone):
+        out.write(f"{problem}\n")
+        return problem
     _step([program("dvc"), "pull"], clone, out)
     stages = list(read_lock(clone, "workspace").get("stages") or {})
     damage = check_checked_out(stages, True, clone)
@@ -621,9 +626,12 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
         every run, in grid order, with its metrics when it landed.
 
     Raises:
-        LorasentError: bad settings or repo state (before anything runs), no Ray cluster
+        LorasentError: bad settings or repo state, or a default DVC remote that refuses
+            this machine or does not answer (before anything runs), no Ray cluster
             at ``address``, or Ctrl-C (after stopping the runs; landed ones stay).
     """
+    from lorasent.repro import remote_problem
+
     repo = repo.resolve()
     check_options(command, address=address, num_gpus=num_gpus, cache_dir=cache_dir)
     params_text = _git(repo, "show", "HEAD:params.yaml")
@@ -631,6 +639,8 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
     runs = plan(name, sets, seeds, base_seed, command=command)
     check_params(params_text, runs, command=command)
     commit, url = _check_repo(repo, runs, git_remote, reuse, command)
+    if problem := remote_problem(repo):  # the runs pull from it, and this command too
+        raise LorasentError(f"{command}: {problem}; no run was started")
     todo = [run for run in runs if run.name not in reuse]
     if checked is not None:
         checked(commit, todo)

@@ -1,0 +1,442 @@
+"""Sharing runs over the network, on loopback: a DVC remote over SSH (dvc-ssh, against an
+sshd this module starts with its own config and keys) and one over S3 (dvc-s3, against
+moto's S3 server, which checks the request signatures against an IAM user's keys). For
+each: the tiny run pushed, a fresh clone (over SSH for the first) whose ``make run``
+(its ``python -m lorasent.repro --pull``) pulls every stage and trains none, and a remote
+that refuses the key or the secret: ``make run`` stops in one line naming the remote and
+what to fix, before any stage.
+Nothing is mocked; each fixture removes what it made (its server by pid, its folders).
+
+The local-folder remote, experiments and damaged objects: tests/test_remote.py."""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+import psutil
+import pytest
+
+from tiny_repo import GIT, clone_run, env, run
+
+pytestmark = pytest.mark.slow
+
+# The outputs of the stages that pull (fetch's data/raw and models/base are compared
+# through dvc status; these are the ones predict reads).
+COMPARED = ("data/split", "models/adapter")
+PULLED = ("fetch", "split", "train")  # the stages with DVC-cached outputs
+REPRO = "python -m lorasent.repro --pull"
+
+
+def cannot_run(reason: str) -> NoReturn:
+    """A skip in one line; under ``CI=true`` a failure instead."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"the network remote tests cannot run under CI=true: {reason}",
+                    pytrace=False)
+    pytest.skip(f"the network remote tests cannot run: {reason}")
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop ``proc`` and the processes it started (sshd's per-connection children), by
+    pid: SIGTERM, then SIGKILL after 10 s."""
+    with contextlib.suppress(psutil.NoSuchProcess):
+        children = psutil.Process(proc.pid).children(recursive=True)
+        for child in children:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.terminate()
+        psutil.wait_procs(children, timeout=10)
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def wait_until(answers: Callable[[], bool], what: str, proc: subprocess.Popen[bytes],
+               log: Path, timeout_s: float = 30) -> None:
+    """Poll ``answers()`` until it is true; fail naming ``what`` and its log when ``proc``
+    ends first or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while not answers():
+        assert proc.poll() is None, f"{what} ended ({proc.returncode}):\n{log.read_text()}"
+        assert time.monotonic() < deadline, f"{what} did not answer in {timeout_s:.0f} s:\n" \
+                                            f"{log.read_text()}"
+        time.sleep(0.2)
+
+
+# ------------------------------------------------------------------ the two servers
+
+@dataclass(frozen=True)
+class Sshd:
+    """An sshd on 127.0.0.1:``port`` that takes ``key`` for ``user`` and nothing else;
+    ``wrong``: a key it refuses; ``git_env``: the variables that make git and DVC's git
+    client (``dvc exp push``/``pull``) use ``key``.
+
+    DVC's git client (scmrepo 3.6's dulwich) runs the system's ssh only when
+    GIT_SSH_COMMAND is set, and then the command of core.sshCommand in git's global
+    config (dulwich is given the global and system config only, and no longer reads the
+    variable): so both, the global config a file of the fixture's (GIT_CONFIG_GLOBAL),
+    nothing written to ~/.gitconfig."""
+
+    port: int
+    user: str
+    key: Path
+    wrong: Path
+    git_env: dict[str, str]
+
+    def url(self, path: Path) -> str:
+        return f"ssh://{self.user}@127.0.0.1:{self.port}{path}"
+
+
+SSHD_CONFIG = """\
+ListenAddress 127.0.0.1
+Port {port}
+HostKey {folder}/host_key
+PidFile none
+AuthorizedKeysFile {folder}/authorized_keys
+AuthenticationMethods publickey
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+UsePAM no
+StrictModes no
+Subsystem sftp internal-sftp
+"""
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    """Debian's sshd (``make sshd`` installs it) on a free port of 127.0.0.1, with its
+    own config, host key and authorized_keys in a folder of this fixture; key
+    authentication only. Stopped by pid at the end, its folder removed."""
+    binary = shutil.which("sshd") or shutil.which("sshd", path="/usr/sbin:/usr/local/sbin")
+    if binary is None:
+        cannot_run("no sshd: run `make sshd` (Debian's openssh-server)")
+    if not Path("/run/sshd").is_dir():
+        cannot_run("no /run/sshd, sshd's privilege separation folder: run `make sshd`")
+    folder = tmp_path_factory.mktemp("sshd")
+    try:
+        for key in ("host_key", "user_key", "wrong_key"):
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", key, "-f",
+                            str(folder / key)], check=True)
+        shutil.copy(folder / "user_key.pub", folder / "authorized_keys")
+        port = free_port()
+        (folder / "sshd_config").write_text(SSHD_CONFIG.format(port=port, folder=folder))
+        log = folder / "sshd.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen([binary, "-D", "-e", "-f", str(folder / "sshd_config")],
+                                    stdout=out, stderr=subprocess.STDOUT)
+        try:
+            def answers() -> bool:
+                with contextlib.suppress(OSError), socket.create_connection(
+                        ("127.0.0.1", port), timeout=1) as sock:
+                    return sock.recv(4).startswith(b"SSH-")
+                return False
+
+            wait_until(answers, "sshd", proc, log)
+            git_ssh = (f"ssh -i {folder / 'user_key'} -o IdentitiesOnly=yes -o BatchMode=yes "
+                       f"-o StrictHostKeyChecking=no -o UserKnownHostsFile={folder / 'known'}")
+            (folder / "gitconfig").write_text(f"[core]\n\tsshCommand = {git_ssh}\n")
+            yield Sshd(port, getpass.getuser(), folder / "user_key", folder / "wrong_key",
+                       {"GIT_SSH_COMMAND": git_ssh,
+                        "GIT_CONFIG_GLOBAL": str(folder / "gitconfig")})
+        finally:
+            stop(proc)
+    finally:
+        shutil.rmtree(folder)
+
+
+@dataclass(frozen=True)
+class S3:
+    """moto's S3 server at ``endpoint`` with the bucket ``bucket``, taking requests signed
+    with ``key_id`` and ``secret`` (an IAM user's, allowed s3:*) and no others."""
+
+    endpoint: str
+    bucket: str
+    key_id: str
+    secret: str
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3]:
+    """``moto_server`` on a free port of 127.0.0.1: a bucket and an IAM user with an
+    access key are made, then every request is authenticated (moto's reset-auth,
+    ``INITIAL_NO_AUTH_ACTION_COUNT`` 0). Stopped by pid at the end, its folder removed."""
+    import boto3
+
+    folder = tmp_path_factory.mktemp("moto")
+    try:
+        port = free_port()
+        endpoint = f"http://127.0.0.1:{port}"
+        log = folder / "moto.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H",
+                                     "127.0.0.1", "-p", str(port)], stdout=out,
+                                    stderr=subprocess.STDOUT)
+        try:
+            def answers() -> bool:
+                with contextlib.suppress(OSError), urllib.request.urlopen(
+                        f"{endpoint}/moto-api/data.json", timeout=1) as response:
+                    return bool(response.status == 200)
+                return False
+
+            wait_until(answers, "moto_server", proc, log)
+            setup = {"endpoint_url": endpoint, "region_name": "us-east-1",
+                     "aws_access_key_id": "setup", "aws_secret_access_key": "setup"}
+            boto3.client("s3", **setup).create_bucket(Bucket="lorasent")
+            iam = boto3.client("iam", **setup)
+            iam.create_user(UserName="lorasent")
+            iam.put_user_policy(UserName="lorasent", PolicyName="s3", PolicyDocument=json.dumps(
+                {"Version": "2012-10-17",
+                 "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+            key = iam.create_access_key(UserName="lorasent")["AccessKey"]
+            # from here on, every request is checked against the IAM user's keys
+            request = urllib.request.Request(f"{endpoint}/moto-api/reset-auth", data=b"0",
+                                             method="POST",
+                                             headers={"Content-Type": "text/plain"})
+            with urllib.request.urlopen(request, timeout=10) as response:
+                assert response.status == 200
+            yield S3(endpoint, "lorasent", key["AccessKeyId"], key["SecretAccessKey"])
+        finally:
+            stop(proc)
+    finally:
+        shutil.rmtree(folder)
+
+
+# ------------------------------------------------------------ push, clone, pull
+
+@dataclass(frozen=True)
+class Shared:
+    """The tiny run pushed to a DVC remote and a git remote: its outputs, and the seconds
+    ``dvc push`` took."""
+
+    git_url: str
+    outputs: dict[str, bytes]
+    push_s: float
+
+
+def _outputs(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes()
+            for folder in COMPARED for p in (root / folder).rglob("*") if p.is_file()}
+
+
+def share(tiny_run: Path, folder: Path, url: str, settings: dict[str, str],
+          local: dict[str, str], git_url: str, git_env: dict[str, str] | None = None
+          ) -> Shared:
+    """A clone of the tiny run in ``folder`` with the DVC remote ``store`` at ``url`` (its
+    ``settings`` committed in .dvc/config, ``local`` ones in .dvc/config.local), pushed
+    to it, and to the bare git repository ``folder/origin.git`` through ``git_url``
+    (``git_env``: what git needs to reach it, :attr:`Sshd.git_env`)."""
+    root = clone_run(tiny_run, folder / "origin")
+    run(root, "dvc", "remote", "add", "--default", "store", url)
+    for key, value in settings.items():
+        run(root, "dvc", "remote", "modify", "store", key, value)
+    for key, value in local.items():
+        run(root, "dvc", "remote", "modify", "--local", "store", key, value)
+    assert not set(local.values()) & set((root / ".dvc/config").read_text().split())
+    run(root, "git", "add", ".dvc/config")
+    run(root, *GIT, "commit", "-q", "-m", "a run, with its DVC remote")
+    started = time.monotonic()
+    run(root, "dvc", "push")
+    push_s = time.monotonic() - started
+    run(folder, "git", "init", "-q", "--bare", str(folder / "origin.git"))
+    run(root, "git", "remote", "set-url", "origin", git_url)  # was the tiny run
+    run(root, "git", "push", "-q", "origin", "HEAD:refs/heads/main",
+        extra_env=git_env)
+    return Shared(git_url, _outputs(root), push_s)
+
+
+def fresh_clone(shared: Shared, dest: Path, local: dict[str, str],
+                git_env: dict[str, str] | None = None) -> Path:
+    """A fresh ``git clone`` of ``shared`` with ``local`` set in its .dvc/config.local:
+    no DVC output, its own empty DVC cache."""
+    run(dest.parent, "git", "clone", "-q", "-b", "main", shared.git_url, str(dest),
+        extra_env=git_env)
+    for key, value in local.items():
+        run(dest, "dvc", "remote", "modify", "--local", "store", key, value)
+    assert not (dest / "models/adapter").exists()
+    return dest
+
+
+def make_run(clone: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["make", "LORASENT_SYSTEM_PYTHON=1", f"PYTHON={sys.executable}",
+                           "run"], cwd=clone, env=env(), capture_output=True, text=True,
+                          timeout=600)
+
+
+def pull_and_check(shared: Shared, clone: Path) -> float:
+    """``make run``'s ``dvc repro --pull`` in ``clone`` (lorasent.repro, as make run runs
+    it): every stage pulled, none run, the outputs the origin's byte for byte and as
+    dvc.lock records them; returns its seconds."""
+    started = time.monotonic()
+    out = run(clone, sys.executable, "-m", "lorasent.repro", "--pull", logs=True)
+    seconds = time.monotonic() - started
+    for stage in PULLED:
+        assert f"Pulling data for stage: '{stage}'" in out, out
+    assert "Running stage" not in out and "Unable to pull data" not in out, out
+    assert not (clone / "checkpoints").exists(), out  # train never started
+    assert json.loads(run(clone, "dvc", "status", "--json")) == {}
+    assert _outputs(clone) == shared.outputs
+    return seconds
+
+
+def refused(clone: Path) -> str:
+    """``make run`` in ``clone``, which must fail before any stage: its one ``run:``
+    line."""
+    done = make_run(clone)
+    assert done.returncode != 0, done.stdout
+    assert "Traceback" not in done.stderr and "Running stage" not in done.stdout, done
+    assert "[Makefile" in done.stderr and "run] Error 1" in done.stderr, done.stderr
+    said = [line for line in done.stderr.splitlines() if line.startswith("run: ")]
+    assert len(said) == 1, done.stderr
+    nothing = [p for p in ("data/raw", "models/base", "data/split", "models/adapter",
+                           "checkpoints") if (clone / p).exists()]
+    assert nothing == [], done.stdout  # nothing pulled, nothing trained
+    return said[0]
+
+
+def say(request: pytest.FixtureRequest, line: str) -> None:
+    """``line`` on the terminal (pytest's capture set aside): the times and the lines
+    docs/sharing.md quotes."""
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print(f"\n{line}", flush=True)
+
+
+# ------------------------------------------------------------------------- SSH
+
+@pytest.fixture(scope="module")
+def over_ssh(sshd: Sshd, tiny_run: Path,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Shared]]:
+    folder = tmp_path_factory.mktemp("over-ssh")
+    try:
+        shared = share(tiny_run, folder, sshd.url(folder / "dvc-store"), {},
+                       {"keyfile": str(sshd.key)}, sshd.url(folder / "origin.git"),
+                       sshd.git_env)
+        yield folder, shared
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_over_ssh_a_clone_pulls_every_stage_and_trains_none(over_ssh, sshd, request):
+    folder, shared = over_ssh
+    clone = fresh_clone(shared, folder / "clone", {"keyfile": str(sshd.key)}, sshd.git_env)
+    pull_s = pull_and_check(shared, clone)
+    size = sum(p.stat().st_size for p in (folder / "dvc-store").rglob("*") if p.is_file())
+    say(request, f"ssh remote: dvc push {shared.push_s:.1f} s, {REPRO} {pull_s:.1f} s "
+                    f"({size / 1e6:.1f} MB)")
+
+
+def test_over_ssh_an_experiment_travels_both_ways(over_ssh, sshd, request):
+    """`dvc exp push` of an experiment (only evaluate reruns) to the git remote over SSH
+    and its outputs to the SSH remote; `dvc exp pull` into a fresh clone."""
+    folder, shared = over_ssh
+    origin = folder / "origin"
+    run(origin, "dvc", "exp", "run", "-n", "ref-zero", "-S", "evaluate.reference=zero_shot")
+    started = time.monotonic()
+    run(origin, "dvc", "exp", "push", "origin", "ref-zero", extra_env=sshd.git_env)
+    push_s = time.monotonic() - started
+    clone = fresh_clone(shared, folder / "exp-clone", {"keyfile": str(sshd.key)}, sshd.git_env)
+    started = time.monotonic()
+    run(clone, "dvc", "exp", "pull", "origin", "ref-zero", extra_env=sshd.git_env)
+    pull_s = time.monotonic() - started
+    assert "ref-zero" in run(clone, "dvc", "exp", "list", "--name-only").split()
+    run(clone, "dvc", "exp", "apply", "ref-zero")
+    run(clone, "dvc", "checkout")
+    assert json.loads(run(clone, "dvc", "status", "--json")) == {}
+    assert (clone / "metrics/eval.json").read_bytes() == (origin / "metrics/eval.json").read_bytes()
+    say(request, f"ssh remote: dvc exp push {push_s:.1f} s, dvc exp pull {pull_s:.1f} s")
+
+
+def test_over_ssh_a_refused_key_stops_make_run_in_one_line(over_ssh, sshd, request):
+    """The key file the remote names is one the server refuses: make run says which
+    remote and what to fix, exits 1 (make: Error 1), pulls and trains nothing; a sweep
+    refuses before any run, and a sweep's run in one line too."""
+    from lorasent.errors import LorasentError
+    from lorasent.review.sweep import pulled_and_checked, sweep
+
+    folder, shared = over_ssh
+    clone = fresh_clone(shared, folder / "wrong-key", {"keyfile": str(sshd.wrong)},
+                        sshd.git_env)
+    said = (f"DVC remote 'store' ({sshd.url(folder / 'dvc-store')}) refused this machine: "
+            f"Permission denied for user {sshd.user} on host 127.0.0.1; check its key file "
+            f"({sshd.wrong}; dvc remote modify --local store keyfile <private key>) and that "
+            "the server's authorized_keys holds its public key")
+    line = refused(clone)
+    say(request, line)
+    assert line == f"run: {said}; nothing was pulled or trained"
+    with pytest.raises(LorasentError) as err:
+        sweep(name="refused", repo=clone, seeds=1)
+    assert str(err.value) == f"sweep: {said}; no run was started"
+    with (folder / "run.log").open("w") as log:
+        assert pulled_and_checked(clone, log) == said
+    assert not (clone / "models/base").exists()
+
+
+# -------------------------------------------------------------------------- S3
+
+@pytest.fixture(scope="module")
+def over_s3(s3: S3, tiny_run: Path,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Shared]]:
+    folder = tmp_path_factory.mktemp("over-s3")
+    try:
+        shared = share(tiny_run, folder, f"s3://{s3.bucket}/dvc-store",
+                       {"endpointurl": s3.endpoint},
+                       {"access_key_id": s3.key_id, "secret_access_key": s3.secret},
+                       str(folder / "origin.git"))
+        yield folder, shared
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_over_s3_a_clone_pulls_every_stage_and_trains_none(over_s3, s3, request):
+    import boto3
+
+    folder, shared = over_s3
+    clone = fresh_clone(shared, folder / "clone",
+                        {"access_key_id": s3.key_id, "secret_access_key": s3.secret})
+    pull_s = pull_and_check(shared, clone)
+    objects = boto3.client("s3", endpoint_url=s3.endpoint, region_name="us-east-1",
+                           aws_access_key_id=s3.key_id, aws_secret_access_key=s3.secret
+                           ).list_objects_v2(Bucket=s3.bucket, Prefix="dvc-store/")
+    size = sum(o["Size"] for o in objects["Contents"])
+    say(request, f"s3 remote: dvc push {shared.push_s:.1f} s, {REPRO} {pull_s:.1f} s "
+                    f"({size / 1e6:.1f} MB)")
+
+
+def test_over_s3_a_refused_secret_stops_make_run_in_one_line(over_s3, s3, request):
+    """The remote's access key with a wrong secret: S3 answers 403 (moto checks the
+    signature); make run says which remote and what to fix, exits 1, trains nothing."""
+    folder, shared = over_s3
+    clone = fresh_clone(shared, folder / "wrong-secret",
+                        {"access_key_id": s3.key_id, "secret_access_key": "not-the-secret"})
+    line = refused(clone)
+    say(request, line)
+    assert line == (
+        f"run: DVC remote 'store' (s3://{s3.bucket}/dvc-store at {s3.endpoint}) refused this "
+        "machine: Forbidden; check its credentials: dvc remote modify --local store "
+        "access_key_id <id> and secret_access_key <secret> (or AWS_ACCESS_KEY_ID and "
+        "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, in the environment); nothing was pulled or "
+        "trained")
+    assert "not-the-secret" not in line and s3.secret not in line
