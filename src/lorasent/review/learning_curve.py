@@ -40,8 +40,9 @@ power laws fit at all). The backtest fits each form without the largest fraction
 compares their forecasts of that fraction's mean accuracy with the measured one; the
 form that erred least is projected, to 2× the largest fraction's rows (``--project-to``
 further), with a percentile bootstrap interval over the runs (each fraction's seeds
-drawn with replacement, refitted :data:`FIT_RESAMPLES` times). The backtest refits only:
-it adds no run.
+drawn with replacement, refitted :data:`FIT_RESAMPLES` times) widened on each side by the
+backtest's error scaled to the reach (:meth:`Backtest.margin`). The backtest refits
+only: it adds no run.
 """
 
 from __future__ import annotations
