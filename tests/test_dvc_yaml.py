@@ -132,8 +132,9 @@ def test_a_seed_out_of_numpys_range_names_the_range(seed, section):
 
 
 @pytest.mark.parametrize(("section", "key", "value"), [
-    ("base", "seed", True), ("split", "seed", True), ("base", "num_processes", False), ("train", "learning_rate", True),
-    ("split", "test_size", True), ("train", "num_train_epochs", True)])
+    ("base", "seed", True), ("split", "seed", True), ("base", "num_processes", False),
+    ("train", "learning_rate", True), ("split", "test_size", True),
+    ("train", "num_train_epochs", True)])
 def test_a_boolean_where_a_number_goes_is_refused_not_read_as_1_or_0(section, key, value):
     raw = read_yaml((REPO / "params.yaml").read_text(encoding="utf-8"), "params.yaml")
     raw[section][key] = value

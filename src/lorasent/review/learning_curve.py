@@ -12,8 +12,9 @@ given ``base.seed``), each over ``--seeds`` seeds, through ``lorasent sweep``
 spread over the GPUs and machines of a Ray cluster). ``split.seed`` draws the split, so
 every run shares one test split and none trains on another's test rows; a seed's runs
 share one order of the training rows whatever the fraction, and the spread over seeds
-holds the training's noise and which rows each fraction keeps. Runs that landed before as experiments of HEAD, with the same params, seed and
-fraction, are reused, not retrained (the command resumes).
+holds the training's noise and which rows each fraction keeps. Runs that landed before
+as experiments of HEAD, with the same params, seed and fraction, are reused, not
+retrained (the command resumes).
 
 It writes to ``--out`` (default ``reports/learning-curve-<name>``):
 
