@@ -568,8 +568,7 @@ def answer(p: Projection) -> str:
         return f"{doubled}{further}{widened}{bound}"
     seeds_low, seeds_high = p.seed_interval.get(2, (low, high))
     half = (seeds_high - seeds_low) / 2
-    form = p.margin.get(2, 0.0)
-    room = max(p.gain[2], FLAT_GAIN - p.gain[2]) - form
+    room = max(p.gain[2], FLAT_GAIN - p.gain[2]) - p.margin.get(2, 0.0)
     noisy = f"too noisy to tell: {doubled.replace('is expected to add', 'adds')}{widened}"
     if room <= 0:
         return (f"{noisy}; more seeds would not tell: the backtest's error alone spans it; "
