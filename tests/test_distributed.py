@@ -14,7 +14,7 @@ import pytest
 from lorasent.errors import LorasentError
 from lorasent.launch import launch_command, needs_launch, wait_for_main_machine
 from lorasent.params import parse_params
-from tiny_repo import kill_after_checkpoint, run, set_params
+from tiny_repo import clone_run, kill_after_checkpoint, run, set_params
 
 
 def test_one_process_runs_in_place(params):
@@ -87,10 +87,11 @@ def _predictions(root, name):
 
 
 @pytest.mark.slow
-def test_two_gloo_processes_train_and_score_as_one(tiny_copy):
-    root = tiny_copy  # fetch and split are the tiny run's; the rest reruns in 2 processes
-    set_params(root, {"base": {"num_processes": 2}})
-    for stage in ("baseline", "train", "evaluate"):  # processes change no dep: forced
+def test_two_gloo_processes_train_and_score_as_one(tiny_two_processes, tmp_path):
+    # fetch and split are the tiny run's, train ran in 2 processes (the session's
+    # tiny_two_processes); baseline and evaluate rerun in 2 here
+    root = clone_run(tiny_two_processes, tmp_path / "repo")
+    for stage in ("baseline", "evaluate"):  # processes change no dep: forced
         run(root, "dvc", "repro", "--force", "--single-item", stage)
     for stage in ("baseline", "train", "evaluate"):
         record = _read(root, f"metrics/provenance/{stage}.json")
