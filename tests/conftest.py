@@ -76,7 +76,8 @@ TIERS = ("fast", "integration", "slow", "container")
 TIME_LIMIT_S = {"fast": 60, "integration": 300, "slow": 1200, "container": 1500}
 # The fixtures that belong to a later tier than the fast one.
 FIXTURE_TIER = {"packaged_model_dir": "integration", "gemma": "integration",
-                "minilm_dir": "integration", "tiny_run": "slow", "tiny_copy": "slow"}
+                "minilm_dir": "integration", "tiny_run": "slow", "tiny_copy": "slow",
+                "tiny_two_processes": "slow"}
 
 
 def tier(item: pytest.Item) -> str:
@@ -206,6 +207,22 @@ def tiny_copy(tiny_run: Path, tmp_path: Path) -> Path:
     from tiny_repo import clone_run
 
     return clone_run(tiny_run, tmp_path / "repo")
+
+
+@pytest.fixture(scope="session")
+def tiny_two_processes(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A clone of :func:`tiny_run` whose train stage ran again in 2 CPU processes on one
+    machine (``base.num_processes: 2``, gloo), committed: trained once for the tests that
+    compare with it (tests/test_distributed.py, tests/test_two_nodes.py). Read it, never
+    change it; clone it (tiny_repo's ``clone_run``) to change it."""
+    from tiny_repo import GIT, clone_run, run, set_params
+
+    root = clone_run(tiny_run, tmp_path_factory.mktemp("tiny-two-processes") / "repo")
+    set_params(root, {"base": {"num_processes": 2}})
+    run(root, "dvc", "repro", "--force", "--single-item", "train")  # processes: no dep changed
+    run(root, "git", "add", "-A")
+    run(root, *GIT, "commit", "-q", "-m", "train in 2 processes")
+    return root
 
 
 # ------------------------------------------------- small real training runs (MiniLM)

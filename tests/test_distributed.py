@@ -5,14 +5,16 @@ import csv
 import io
 import json
 import re
+import socket
 import sys
+import time
 
 import pytest
 
 from lorasent.errors import LorasentError
-from lorasent.launch import launch_command, needs_launch
+from lorasent.launch import launch_command, needs_launch, wait_for_main_machine
 from lorasent.params import parse_params
-from tiny_repo import kill_after_checkpoint, run, set_params
+from tiny_repo import clone_run, kill_after_checkpoint, run, set_params
 
 
 def test_one_process_runs_in_place(params):
@@ -48,6 +50,34 @@ def test_launch_command_with_a_config_file(params_raw, tmp_path, monkeypatch):
     assert cmd[3:5] == ["--config_file", str(config)] and "--num_processes" not in cmd
 
 
+def test_a_second_machine_that_cannot_reach_the_main_one_fails_in_one_line(monkeypatch):
+    from conftest import REPO
+
+    config = str(REPO / "configs/accelerate/two-nodes-cpu.yaml")
+    monkeypatch.delenv("LORASENT_ACCELERATE_ARGS", raising=False)
+    cmd = launch_command("train", "params.yaml", 1, config)
+    assert cmd[cmd.index("--rdzv_conf") + 1] == "timeout=60"  # torchrun's rendezvous timeout
+    with socket.socket() as listening:  # a port of this host; nobody listens once it closes
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        monkeypatch.setenv("LORASENT_ACCELERATE_ARGS", "--machine_rank=1 --rdzv_conf=timeout=1 "
+                           f"--main_process_ip=127.0.0.1 --main_process_port={port}")
+        wait_for_main_machine(launch_command("train", "params.yaml", 1, config))  # at once
+    second = launch_command("train", "params.yaml", 1, config)
+    started = time.monotonic()
+    with pytest.raises(LorasentError) as err:
+        wait_for_main_machine(second)
+    assert time.monotonic() - started < 10
+    assert str(err.value) == (
+        f"machine rank 1: nobody listens at the main machine's 127.0.0.1:{port} after 1 s; "
+        "start the train stage on the main machine (rank 0) first, and check "
+        "main_process_ip, main_process_port and that the port is open between the machines")
+    monkeypatch.setenv("LORASENT_ACCELERATE_ARGS", "--rdzv_conf=timeout=1 "
+                       f"--main_process_ip=127.0.0.1 --main_process_port={port}")
+    wait_for_main_machine(launch_command("train", "params.yaml", 1, config))  # the main one
+
+
 def _read(root, name):
     return json.loads((root / name).read_text(encoding="utf-8"))
 
@@ -57,10 +87,11 @@ def _predictions(root, name):
 
 
 @pytest.mark.slow
-def test_two_gloo_processes_train_and_score_as_one(tiny_copy):
-    root = tiny_copy  # fetch and split are the tiny run's; the rest reruns in 2 processes
-    set_params(root, {"base": {"num_processes": 2}})
-    for stage in ("baseline", "train", "evaluate"):  # processes change no dep: forced
+def test_two_gloo_processes_train_and_score_as_one(tiny_two_processes, tmp_path):
+    # fetch and split are the tiny run's, train ran in 2 processes (the session's
+    # tiny_two_processes); baseline and evaluate rerun in 2 here
+    root = clone_run(tiny_two_processes, tmp_path / "repo")
+    for stage in ("baseline", "evaluate"):  # processes change no dep: forced
         run(root, "dvc", "repro", "--force", "--single-item", stage)
     for stage in ("baseline", "train", "evaluate"):
         record = _read(root, f"metrics/provenance/{stage}.json")
@@ -114,7 +145,8 @@ def test_two_gloo_processes_train_and_score_as_one(tiny_copy):
 
 @pytest.mark.parametrize("name, kind, machines", [("multi-gpu", "MULTI_GPU", 1),
                                                   ("fsdp", "FSDP", 1),
-                                                  ("two-nodes", "MULTI_GPU", 2)])
+                                                  ("two-nodes", "MULTI_GPU", 2),
+                                                  ("two-nodes-cpu", "MULTI_GPU", 2)])
 def test_accelerate_configs_load(name, kind, machines):
     from accelerate.commands.config.config_args import load_config_from_file
 

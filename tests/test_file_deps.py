@@ -58,7 +58,7 @@ def test_the_folder_of_local_files_is_a_dep_of_each_stage_that_reads_one():
         assert deps is not None and (REPO / folder).resolve() in deps, (key, stage)
     assert (REPO / "data/sources/README.md").is_file()
     assert sorted(p.name for p in (REPO / "configs/accelerate").iterdir()) == [
-        "fsdp.yaml", "multi-gpu.yaml", "two-nodes.yaml"]
+        "fsdp.yaml", "multi-gpu.yaml", "two-nodes-cpu.yaml", "two-nodes.yaml"]
 
 
 def test_an_accelerate_config_outside_trains_deps_is_refused_before_any_launch(tmp_path,

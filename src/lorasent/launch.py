@@ -19,7 +19,10 @@ In the launched processes:
 Baseline and evaluate score with the whole model in each process (data parallel on one
 machine); ``train.accelerate_config`` is for training only. ``LORASENT_ACCELERATE_ARGS``
 adds arguments to ``accelerate launch`` on one machine, such as ``--machine_rank=1`` on
-the second machine of a multi-machine training.
+the second machine of a multi-machine training. Under a config file the rendezvous gives
+up after :data:`RENDEZVOUS_TIMEOUT_S` (torchrun's ``--rdzv_conf timeout=``; one in
+``LORASENT_ACCELERATE_ARGS`` replaces it), and a machine other than the main one first
+waits that long for the main machine's port, failing in one line if nobody listens.
 """
 
 from __future__ import annotations
@@ -29,12 +32,16 @@ import shlex
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 from lorasent.errors import LorasentError
 
 EXTRA_ARGS_ENV = "LORASENT_ACCELERATE_ARGS"
+# seconds a machine waits for the others to meet (torch's static rendezvous: 600 unless
+# told); a machine other than the main one waits as long for the main one's port first
+RENDEZVOUS_TIMEOUT_S = 60
 
 
 def is_launched() -> bool:
@@ -68,7 +75,7 @@ def launch_command(stage: str, params_path: str | Path, num_processes: int,
         if not Path(config).is_file():
             raise LorasentError(f"train.accelerate_config: {config} is not a file; name an "
                                 "accelerate config (see configs/accelerate/) or set it to null")
-        cmd += ["--config_file", str(config)]
+        cmd += ["--config_file", str(config), "--rdzv_conf", f"timeout={RENDEZVOUS_TIMEOUT_S}"]
     else:
         cmd += ["--multi_gpu", "--num_machines", "1", "--mixed_precision", "no",
                 "--dynamo_backend", "no", "--main_process_port", str(_free_port())]
@@ -82,9 +89,48 @@ def launch(stage: str, params_path: str | Path, num_processes: int,
            config: str | None = None) -> int:
     """Run ``lorasent <stage>`` under ``accelerate launch``; returns its exit status."""
     cmd = launch_command(stage, params_path, num_processes, config)
+    if config is not None:
+        wait_for_main_machine(cmd)
     print(f"lorasent {stage}: {' '.join(shlex.quote(c) for c in cmd)}", file=sys.stderr,
           flush=True)
     return subprocess.run(cmd).returncode
+
+
+def wait_for_main_machine(cmd: list[str]) -> None:
+    """On a machine other than the main one (``machine_rank`` > 0) of a multi-machine
+    ``accelerate launch`` command line ``cmd``: wait until the main machine's
+    ``main_process_ip:main_process_port`` accepts a connection, for the rendezvous
+    timeout of ``cmd`` at most (no-op on the main machine and on one machine).
+
+    Raises:
+        LorasentError: nobody listened there in time (one line: where, and what to do).
+    """
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.commands.launch import launch_command_parser
+    from torch.distributed.elastic.rendezvous.utils import _parse_rendezvous_config
+
+    args = launch_command_parser().parse_args(cmd[3:])  # accelerate's reading of its args
+    config = load_config_from_file(args.config_file)
+    rank, machines, ip, port = (
+        getattr(args, name) if getattr(args, name) is not None else getattr(config, name)
+        for name in ("machine_rank", "num_machines", "main_process_ip", "main_process_port"))
+    if machines <= 1 or rank == 0:
+        return
+    timeout = int(_parse_rendezvous_config(args.rdzv_conf or "").get(
+        "timeout", RENDEZVOUS_TIMEOUT_S))
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((ip, int(port)), timeout=2):
+                return
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise LorasentError(
+                    f"machine rank {rank}: nobody listens at the main machine's "
+                    f"{ip}:{port} after {timeout} s; start the train stage on the main "
+                    "machine (rank 0) first, and check main_process_ip, main_process_port "
+                    "and that the port is open between the machines") from None
+            time.sleep(0.5)
 
 
 def init_processes(device: str) -> None:
