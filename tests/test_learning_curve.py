@@ -23,7 +23,9 @@ from lorasent.review.learning_curve import (
     FLAT_GAIN,
     ZERO_GAIN,
     Analysis,
+    Backtest,
     Fit,
+    Forecast,
     Projection,
     analyse,
     answer,
@@ -561,16 +563,21 @@ def test_an_untested_projection_keeps_the_seeds_interval_and_says_so():
 def test_a_gain_inside_the_backtests_error_is_not_promised_to_more_seeds():
     """When the backtest's error alone reaches past 0, no number of seeds narrows the
     interval to a side: the sentence says what would (runs at a larger fraction)."""
-    p = Projection(Fit(0.8, 1.0, 0.5, "power"), 1600, {2.0: 0.02}, {2.0: (-0.02, 0.06)}, 3,
-                   100, seed_interval={2.0: (0.01, 0.03)}, margin={2.0: 0.03})
+    fit = Fit(0.8, 1.0, 0.5, "power")
+
+    def one_step_off_by(error: float) -> Backtest:  # 800 -> 1,600 rows: margin(2) = error
+        return Backtest(1600, 0.7, (800,), {"power": Forecast(fit, 0.7 + error, (0.0, 1.0))})
+
+    p = Projection(fit, 1600, {2.0: 0.02}, {2.0: (0.01, 0.03)}, 3, 100,
+                   check=one_step_off_by(0.03))
     assert answer(p) == (
         "too noisy to tell: doubling the labels adds +0.020 [-0.020, +0.060] accuracy (each "
         "interval: the seeds' spread widened by the backtest's error, ±0.030 at 2×); more "
         "seeds would not tell: the backtest's error alone spans it; runs at a larger fraction "
         "would")
     # the margin leaves room (0.02 - 0.005): seeds for the seeds' half width 0.01 to fit it
-    q = Projection(Fit(0.8, 1.0, 0.5, "power"), 1600, {2.0: 0.02}, {2.0: (-0.005, 0.045)}, 3,
-                   100, seed_interval={2.0: (0.0, 0.04)}, margin={2.0: 0.005})
+    q = Projection(fit, 1600, {2.0: 0.02}, {2.0: (0.0, 0.04)}, 3, 100,
+                   check=one_step_off_by(0.005))
     assert answer(q).endswith(f"about {math.ceil(3 * (0.02 / 0.015) ** 2) - 3} more seeds per "
                               f"fraction would tell (--seeds {math.ceil(3 * (0.02 / 0.015) ** 2)})")
 

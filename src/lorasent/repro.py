@@ -335,25 +335,26 @@ def remote_problem(root: Path = Path(".")) -> str | None:
             install = (f"make setup (requirements.lock pins dvc-{scheme}), or pip install -e "
                        f"'.[{scheme}]'" if scheme in ("ssh", "s3")
                        else f"pip install dvc-{scheme} (docs/sharing.md#cloud-remotes)")
-            return f"{said} cannot be used here: {_one_line(err)}; {install}"
+            return f"{said} cannot be used here: {one_line(err)}; {install}"
         except (ConfigError, FsConfigError) as err:
-            return (f"{said} is not set up right: {_one_line(err)}; fix it with dvc remote "
+            return (f"{said} is not set up right: {one_line(err)}; fix it with dvc remote "
                     f"modify {name} (--local for credentials)")
         except (PermissionError, AuthError) as err:
             fix = REFUSED_FIX.get(scheme, OTHER_FIX).format(
                 name=name, keyfile=config.get("keyfile") or "none set")
-            return f"{said} refused this machine: {_one_line(err)}; {fix}"
+            return f"{said} refused this machine: {one_line(err)}; {fix}"
         except Exception as err:  # each plugin raises its own: botocore's
             # EndpointConnectionError is no OSError; all of them end make run in one line
-            return (f"{said} did not answer: {_one_line(err)}; check its URL (port, "
+            return (f"{said} did not answer: {one_line(err)}; check its URL (port, "
                     "endpointurl) and that the server runs")
     return None
 
 
-def _one_line(err: BaseException) -> str:
-    """The error's message on one line (its type's name when it has none)."""
-    text = " ".join(str(err).split())
-    return text or type(err).__name__
+def one_line(value: Any) -> str:
+    """``value`` as one line of text, its whitespace runs one space each (an error's
+    message; an error's type name when its message is empty)."""
+    text = " ".join(str(value).split())
+    return text or (type(value).__name__ if isinstance(value, BaseException) else "")
 
 
 def reproduce(pull: bool) -> int:

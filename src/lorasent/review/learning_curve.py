@@ -65,6 +65,7 @@ from lorasent.artifacts import output_dir, read_machine_record, record_sha256, w
 from lorasent.errors import LorasentError
 from lorasent.params import ParamsError, parse_params, read_yaml
 from lorasent.programs import program
+from lorasent.repro import one_line
 from lorasent.review.collect import git_lines, read_at
 from lorasent.review.markup import md_text
 from lorasent.review.render import _draw, table
@@ -274,26 +275,47 @@ def _redrawn(points: Sequence[tuple[int, Sequence[float]]],
 @dataclass(frozen=True)
 class Projection:
     """The chosen form fitted to every run and the projected gains in accuracy at 2× the
-    largest fraction's training rows (and at ``to``× when asked), each with its interval:
-    the bootstrap interval over the runs (``seed_interval``: the seeds' spread alone)
-    widened on each side by the backtest's error scaled to the reach (``margin``,
-    :meth:`Backtest.margin`; 0 when untested); ``band``: ``(rows, low, high)``, the
-    widened interval of the projected accuracy from those rows to ``to``× them (the
-    plot's band), ``seed_band`` the same unwidened."""
+    largest fraction's training rows (and at ``to``× when asked), each with the bootstrap
+    interval over the runs (``seed_interval``: the seeds' spread alone); ``seed_band``:
+    ``(rows, low, high)``, that interval of the projected accuracy from those rows to
+    ``to``× them; ``check``: the backtest whose error widens both (None: untested). The
+    intervals reported (:attr:`interval`, :attr:`band`, the plot's) are the seeds'
+    widened on each side by :meth:`margin_at` the reach."""
 
     fit: Fit
     full_rows: int
     gain: dict[float, float]                    # {2: f(2N) - f(N), to: f(to·N) - f(N)}
-    interval: dict[float, tuple[float, float]]  # their intervals, widened by ``margin``
+    seed_interval: dict[float, tuple[float, float]]  # their 95% percentile intervals
     seeds: int                                  # the fewest runs of a fraction
     resamples: int                              # bootstrap refits that converged
     requested: int = FIT_RESAMPLES              # bootstrap refits tried
     refits_at_bound: int = 0                    # converged refits whose a is at A_MAX
     to: float = PROJECT_TO
-    band: tuple[tuple[float, float, float], ...] = ()
-    seed_interval: dict[float, tuple[float, float]] = field(default_factory=dict)
-    margin: dict[float, float] = field(default_factory=dict)  # accuracy, to each side
     seed_band: tuple[tuple[float, float, float], ...] = ()
+    check: Backtest | None = None
+
+    def margin_at(self, reach: float) -> float:
+        """Accuracy added to each side of the seeds' interval at ``reach``× the largest
+        fraction's rows (:meth:`Backtest.margin`; 0 without a backtest)."""
+        return self.check.margin(reach) if self.check is not None else 0.0
+
+    @property
+    def margin(self) -> dict[float, float]:
+        """:meth:`margin_at` each projected multiple."""
+        return {k: self.margin_at(k) for k in self.gain}
+
+    @property
+    def interval(self) -> dict[float, tuple[float, float]]:
+        """The gains' intervals: the seeds' widened by :attr:`margin`."""
+        return {k: (low - self.margin_at(k), high + self.margin_at(k))
+                for k, (low, high) in self.seed_interval.items()}
+
+    @property
+    def band(self) -> tuple[tuple[float, float, float], ...]:
+        """:attr:`seed_band` widened by :meth:`margin_at` each row count's reach."""
+        return tuple((n, low - self.margin_at(n / self.full_rows),
+                      high + self.margin_at(n / self.full_rows))
+                     for n, low, high in self.seed_band)
 
 
 def project(points: Sequence[tuple[int, Sequence[float]]], resamples: int = FIT_RESAMPLES,
@@ -331,18 +353,11 @@ def project(points: Sequence[tuple[int, Sequence[float]]], resamples: int = FIT_
     else:
         low = high = [math.nan] * (len(multiples) + len(grid))
     k = len(multiples)
-    reach = [*multiples, *(float(n) / full for n in grid)]
-    margin = [check.margin(r) if check is not None else 0.0 for r in reach]
-    seeds = {m: (low[i], high[i]) for i, m in enumerate(multiples)}
-    seed_band = tuple((float(n), lo, hi) for n, lo, hi in zip(grid, low[k:], high[k:],
-                                                                strict=True))
     return Projection(fit, full, {m: fit.at(m * full) - fit.at(full) for m in multiples},
-                      {m: (low[i] - margin[i], high[i] + margin[i])
-                       for i, m in enumerate(multiples)},
+                      {m: (low[i], high[i]) for i, m in enumerate(multiples)},
                       min(len(accs) for _, accs in points), len(drawn), resamples, at_bound,
-                      float(to), tuple((n, lo - d, hi + d) for (n, lo, hi), d
-                                       in zip(seed_band, margin[k:], strict=True)),
-                      seeds, {m: margin[i] for i, m in enumerate(multiples)}, seed_band)
+                      float(to), tuple((float(n), lo, hi) for n, lo, hi
+                                       in zip(grid, low[k:], high[k:], strict=True)), check)
 
 
 @dataclass(frozen=True)
@@ -553,7 +568,7 @@ def answer(p: Projection) -> str:
                 f"{3 - p.seeds} more seeds per fraction would measure it (--seeds 3)")
     low, high = p.interval[2]
     widened = (f" (each interval: the seeds' spread widened by the backtest's error, "
-               f"±{p.margin[2]:.3f} at 2×)" if p.margin.get(2) else "")
+               f"±{p.margin_at(2):.3f} at 2×)" if p.margin_at(2) else "")
     doubled = f"doubling the labels is expected to add {_gain_text(p, 2)} accuracy"
     if high < FLAT_GAIN:
         return (f"the curve is flat: {doubled}, under {FLAT_GAIN:g}{widened}; more labels like "
@@ -566,9 +581,9 @@ def answer(p: Projection) -> str:
                  if p.fit.at_bound else _bounds_text(p.fit))
         further = "".join(f", {_gain_text(p, k)} at {k:g}×" for k in p.gain if k != 2)
         return f"{doubled}{further}{widened}{bound}"
-    seeds_low, seeds_high = p.seed_interval.get(2, (low, high))
+    seeds_low, seeds_high = p.seed_interval[2]
     half = (seeds_high - seeds_low) / 2
-    room = max(p.gain[2], FLAT_GAIN - p.gain[2]) - p.margin.get(2, 0.0)
+    room = max(p.gain[2], FLAT_GAIN - p.gain[2]) - p.margin_at(2)
     noisy = f"too noisy to tell: {doubled.replace('is expected to add', 'adds')}{widened}"
     if room <= 0:
         return (f"{noisy}; more seeds would not tell: the backtest's error alone spans it; "
@@ -650,6 +665,7 @@ class Analysis:
     def record(self) -> dict[str, Any]:
         """``learning_curve.json``'s ``trend``, ``backtest``, ``fit`` and ``sentence``."""
         p, t, b = self.projection, self.trend, self.backtest
+        interval, margin = (p.interval, p.margin) if p is not None else ({}, {})
         return {
             "trend": None if t is None else {
                 "model": "accuracy = intercept + slope * log2(n), n = training rows",
@@ -675,11 +691,11 @@ class Analysis:
                 "project_to": p.to,
                 "projected": {f"{k:g}x": {
                     "train_rows": round(k * p.full_rows), "accuracy": p.fit.at(k * p.full_rows),
-                    "gain": p.gain[k], "gain_ci95_low": p.interval[k][0],
-                    "gain_ci95_high": p.interval[k][1],
+                    "gain": p.gain[k], "gain_ci95_low": interval[k][0],
+                    "gain_ci95_high": interval[k][1],
                     "gain_seeds_ci95_low": p.seed_interval[k][0],
                     "gain_seeds_ci95_high": p.seed_interval[k][1],
-                    "backtest_margin": p.margin[k]} for k in p.gain},
+                    "backtest_margin": margin[k]} for k in p.gain},
                 "interval": ("the seeds' bootstrap interval widened on each side by the "
                              "backtest's error x log(reach) / log(the backtest's step)"
                              if b is not None else "the seeds' bootstrap interval (untested: "
@@ -1042,7 +1058,7 @@ def estimate(repo: Path, runs: Sequence[RunSpec], fractions: dict[str, float]) -
         return f"about how long: unknown (no record of a training on this machine: {where})"
     if machine.get("status") == "failed":
         return ("about how long: unknown (the last training on this machine failed: "
-                f"{_one_line(machine.get('error'))}; {where})")
+                f"{one_line(machine.get('error'))}; {where})")
     seconds = machine.get("wall_time_s")
     if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds <= 0:
         return f"about how long: unknown ({where} holds no training time)"
@@ -1070,11 +1086,6 @@ def estimate(repo: Path, runs: Sequence[RunSpec], fractions: dict[str, float]) -
     return (f"about {total / 60:.0f} min of training one after the other (the last training "
             f"here took {seconds:.0f} s{note}; each run scaled by its share of the rows; "
             "evaluation not counted, runs side by side take less)")
-
-
-def _one_line(value: Any) -> str:
-    """``value`` as one line of text (a record's error may hold several)."""
-    return " ".join(str(value).split())
 
 
 def _json_object(text: str) -> dict[str, Any]:

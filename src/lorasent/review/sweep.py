@@ -60,6 +60,7 @@ from lorasent.contracts import EvalMetrics
 from lorasent.errors import LorasentError
 from lorasent.params import ParamsError, merge, parse_params, read_yaml
 from lorasent.programs import environment, program, visible_devices
+from lorasent.repro import one_line
 from lorasent.review.collect import read_lock, read_side, resolve_commits, run_dvc
 from lorasent.review.render import with_interval_of
 from lorasent.review.verdict import Side, group_review
@@ -807,7 +808,7 @@ def _result_of(ref: Any, spec: RunSpec) -> RunResult:
     except (ray.exceptions.RayError, OSError) as err:
         now = time.time()
         return RunResult(spec.name, "failed", "?", {}, "(none: the task died)", now, now,
-                         " ".join(str(err).split())[:300], here=True)
+                         one_line(err)[:300], here=True)
 
 
 def _pull(repo: Path, git_remote: str, result: RunResult) -> RunResult:
