@@ -26,7 +26,7 @@ PYTEST_ARGS ?=
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run reproduce smoke test test-fast test-integration test-e2e test-container bench device-check exp exp-show metrics seeds sweep queue-trial compare browser sshd lint lock lock-check \
+.PHONY: help setup run reproduce smoke test test-fast test-integration test-e2e test-container test-cluster test-containers bench device-check exp exp-show metrics seeds sweep queue-trial compare browser sshd lint lock lock-check \
 	doctor clean \
 	docker-build docker-run docker-build-cpu docker-run-cpu
 
@@ -80,16 +80,17 @@ smoke: $(STAMP)  ## A 2-minute run of all five stages on a tiny split (configs/s
 
 # The tiers (pyproject.toml's markers, tests/conftest.py): fast, then integration, then
 # end to end; make stops at the first tier that fails. PYTEST_ARGS goes to each.
-FAST := -m "not integration and not slow and not container"
+FAST := -m "not integration and not slow and not container and not cluster"
 INTEGRATION := -m "integration and not slow"
 # Prerequisites run in the order given (no -j), and make stops at the first that fails:
-# the fast tier, then the integration tier. Then the end-to-end and container tiers run
-# side by side (the end-to-end tests wait on dvc and git half the time, the container
-# tier mostly on the disk and the Docker engine), each one's output printed whole when it
-# ends (--output-sync); make waits for both and fails if either fails. `browser` comes
-# first (and `sshd`) so that its apt-get never runs beside the container tier's.
-test: test-fast test-integration browser sshd  ## Set up if needed, then the fast and integration tiers (stopping at the first that fails), then the end-to-end and container tiers side by side
-	$(MAKE) -j2 --output-sync=target test-e2e test-container
+# the fast tier, then the integration tier. Then the end-to-end tier runs beside the
+# container and cluster tiers (the end-to-end tests wait on dvc and git half the time,
+# the container tiers mostly on the disk and the Docker engine), each side's output
+# printed whole when it ends (--output-sync); make waits for both and fails if either
+# fails. `browser` comes first (and `sshd`) so that its apt-get never runs beside the
+# container tier's.
+test: test-fast test-integration browser sshd  ## Set up if needed, then the fast and integration tiers (stopping at the first that fails), then the end-to-end tier beside the container and cluster tiers
+	$(MAKE) -j2 --output-sync=target test-e2e test-containers
 
 # Two pytest processes, each test file in one of them (its module fixtures built once):
 # 1,231 tests take 77 s so against 104 s in one process on 2 idle cores (issue 50's
@@ -117,6 +118,17 @@ test-e2e: $(STAMP) browser sshd  ## The end-to-end tier: dvc, make and Chromium 
 # once; skips when it cannot, fails instead under CI=true (tests/container_tier.py).
 test-container: $(STAMP)  ## The container tier: the images built, checked and run; the run's bytes against the venv's
 	$(NO_MAKEFLAGS) $(BIN)/python -m pytest -m container $(PYTEST_ARGS)
+
+# Two containers of the CPU image as two machines on the host's network (loopback
+# addresses only): a Ray sweep across them, one lost mid-sweep, two-machine training,
+# the git and DVC remotes over SSH and S3 served from this host (tests/test_cluster.py).
+# Alone it builds the image first; `make test` runs it after the container tier in one
+# pytest process (test-containers), on that tier's engine and image.
+test-cluster: $(STAMP) sshd  ## The cluster tier: two containers as two machines (Ray sweep, a machine lost, two-machine training, SSH and S3 remotes)
+	$(NO_MAKEFLAGS) $(BIN)/python -m pytest -m cluster $(PYTEST_ARGS)
+
+test-containers: $(STAMP) sshd  ## The container tier, then the cluster tier on its engine and image (one pytest process)
+	$(NO_MAKEFLAGS) $(BIN)/python -m pytest -m "container or cluster" $(PYTEST_ARGS)
 
 # The report test opens report.html in headless Chromium. Debian's package; as root or
 # through sudo. CHROMIUM=/path/to/chrome uses another build instead. Looked up again when

@@ -32,9 +32,12 @@ import pytest
 from lorasent.params import Params, parse_params, read_yaml
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import torch
     from transformers import PreTrainedTokenizerBase
 
+    from container_tier import Built, Engine
     from lorasent.stages.train import TrainResult
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,28 +72,32 @@ def committed(path: str) -> str:
     return shown.stdout.decode("utf-8")
 
 
-TIERS = ("fast", "integration", "slow", "container")
+TIERS = ("fast", "integration", "slow", "container", "cluster")
 # Seconds a test of each tier may take, its fixtures' setup included (the first test of
 # a session fixture pays for it: the tiny repo's `dvc repro` takes minutes on 2 cores; the
 # container tier's first test starts an engine and builds the image).
-TIME_LIMIT_S = {"fast": 60, "integration": 300, "slow": 1200, "container": 1500}
+TIME_LIMIT_S = {"fast": 60, "integration": 300, "slow": 1200, "container": 1500,
+                "cluster": 1500}
 # The fixtures that belong to a later tier than the fast one.
 FIXTURE_TIER = {"packaged_model_dir": "integration", "gemma": "integration",
                 "minilm_dir": "integration", "tiny_run": "slow", "tiny_copy": "slow",
-                "tiny_two_processes": "slow"}
+                "tiny_two_processes": "slow", "tier_engine": "container",
+                "cpu_image": "container"}
 
 
 def tier(item: pytest.Item) -> str:
-    """``"container"``, ``"slow"``, ``"integration"`` or ``"fast"``: the tier of a
-    collected test."""
-    return next((name for name in ("container", "slow", "integration")
+    """``"cluster"``, ``"container"``, ``"slow"``, ``"integration"`` or ``"fast"``: the
+    tier of a collected test."""
+    return next((name for name in ("cluster", "container", "slow", "integration")
                  if item.get_closest_marker(name)), "fast")
 
 
 @pytest.hookimpl(trylast=True)  # after -m and -k: a test not selected stops nothing
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every selected test gets its tier's time limit; one that uses a fixture of a later
-    tier than its own stops the run at collection, naming the marker to add."""
+    tier than its own stops the run at collection, naming the marker to add. The cluster
+    tier's tests run last (after the container tier's, whose engine and image they use)."""
+    items.sort(key=lambda item: tier(item) == "cluster")  # stable: the order otherwise kept
     wrong = []
     for item in items:
         own = tier(item)
@@ -223,6 +230,56 @@ def tiny_two_processes(tiny_run: Path, tmp_path_factory: pytest.TempPathFactory)
     run(root, "git", "add", "-A")
     run(root, *GIT, "commit", "-q", "-m", "train in 2 processes")
     return root
+
+
+# ------------------------------------------- the container and cluster tiers' image
+
+@pytest.fixture(scope="session")
+def tier_engine(request: pytest.FixtureRequest,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    """The Docker engine (tests/container_tier.py's :func:`engine`), or a skip in one line
+    (a failure under ``CI=true``); at the end, one line naming what its cleanup left, if
+    anything. One per session: ``make test`` runs the container and cluster tiers in one
+    pytest process, the cluster's machines on the container tier's image."""
+    from container_tier import CannotRun, cannot_run, engine, say
+
+    log = tmp_path_factory.mktemp("container") / "tier.log"
+    found: Engine | None = None
+    try:
+        with engine(log) as found:
+            where = f"started here in {found.paths.root}" if found.paths else "found"
+            say(request, f"engine {where}; log {log}")
+            yield found
+    except CannotRun as err:
+        cannot_run(err, "container and cluster tiers")
+    if found is not None and found.left:
+        say(request, f"left after the tier: {'; '.join(found.left)}")
+
+
+@pytest.fixture(scope="session")
+def cpu_image(request: pytest.FixtureRequest, tier_engine: Engine) -> Built:
+    """``docker/cpu/Dockerfile`` built by ``make docker-build-cpu`` on its base, the
+    stand-in when the real one cannot be pulled (torch then from the package index pip
+    uses here, the CPU wheel from the stand-in's ``find-links``)."""
+    import time
+
+    from container_tier import CPU_DOCKERFILE, Built, base_image, build, git_revision, say
+
+    work = Path(tier_engine.log).parent
+    start = time.monotonic()
+    base = base_image(tier_engine, work)
+    say(request, f"{base.line} ({time.monotonic() - start:.0f} s)")
+    start = time.monotonic()
+    revision = git_revision()
+    tag = tier_engine.image_name("cpu")
+    output = build(tier_engine, CPU_DOCKERFILE, tag,
+                   ["--force-rm", *tier_engine.build_args, *base.build_args],
+                   work / "build-cpu.log", make_vars={"CPU_BASE": base.tag})
+    image_id = tier_engine.image_id(tag)
+    assert image_id
+    size = tier_engine.docker("image", "inspect", "--format", "{{.Size}}", tag).strip()
+    say(request, f"built {tag} in {time.monotonic() - start:.0f} s, {int(size) / 1e9:.2f} GB")
+    return Built(tier_engine, tag, image_id, revision, output, work)
 
 
 # ------------------------------------------------- small real training runs (MiniLM)

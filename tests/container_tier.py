@@ -41,6 +41,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
+
+import pytest
 
 from conftest import REPO
 from lorasent.review.reproduce import Verdict
@@ -67,6 +70,33 @@ STAND_IN_PACKAGES = "python3,python3-venv,ca-certificates"
 # folder to make it again): a fresh machine (CI's) has none and makes it.
 STAND_IN_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / \
     "lorasent" / "container-tier"
+
+
+@dataclass
+class Built:
+    """``docker/cpu/Dockerfile`` built in ``engine`` (conftest's ``cpu_image``): the
+    container tier and the cluster tier's machines run it."""
+
+    engine: Engine
+    tag: str  # lorasent-test-<run>:cpu
+    image_id: str
+    revision: str  # git_revision() when the build started
+    output: str
+    work: Path
+
+
+def say(request: pytest.FixtureRequest, line: str, tier: str = "container tier") -> None:
+    """``line`` on the terminal as the tier goes (pytest's capture set aside)."""
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print(f"\n{tier}: {line}", flush=True)
+
+
+def cannot_run(err: Exception, tier: str = "container tier") -> NoReturn:
+    """A skip in one line; under ``CI=true`` a failure instead."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"the {tier} cannot run under CI=true: {err}", pytrace=False)
+    pytest.skip(f"the {tier} cannot run: {err}")
 
 
 class TierError(Exception):

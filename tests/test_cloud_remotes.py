@@ -6,29 +6,26 @@ each: the tiny run pushed, a fresh clone (over SSH for the first) whose ``make r
 that refuses the key or the secret: ``make run`` stops in one line naming the remote and
 what to fix, before any stage.
 Nothing is mocked; each fixture removes what it made (its server by pid, its folders).
+The servers: tests/remote_servers.py.
 
 The local-folder remote, experiments and damaged objects: tests/test_remote.py."""
 
 from __future__ import annotations
 
-import contextlib
-import getpass
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-import psutil
 import pytest
 
+from remote_servers import S3, NoServer, Sshd, serve_s3, serve_sshd
 from tiny_repo import GIT, clone_run, env, run
 
 pytestmark = pytest.mark.slow
@@ -48,178 +45,26 @@ def cannot_run(reason: str) -> NoReturn:
     pytest.skip(f"the network remote tests cannot run: {reason}")
 
 
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """Stop ``proc`` and the processes it started (sshd's per-connection children), by
-    pid: SIGTERM, then SIGKILL after 10 s."""
-    with contextlib.suppress(psutil.NoSuchProcess):
-        children = psutil.Process(proc.pid).children(recursive=True)
-        for child in children:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                child.terminate()
-        psutil.wait_procs(children, timeout=10)
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def wait_until(answers: Callable[[], bool], what: str, proc: subprocess.Popen[bytes],
-               log: Path, timeout_s: float = 30) -> None:
-    """Poll ``answers()`` until it is true; fail naming ``what`` and its log when ``proc``
-    ends first or ``timeout_s`` passes."""
-    deadline = time.monotonic() + timeout_s
-    while not answers():
-        assert proc.poll() is None, f"{what} ended ({proc.returncode}):\n{log.read_text()}"
-        assert time.monotonic() < deadline, f"{what} did not answer in {timeout_s:.0f} s:\n" \
-                                            f"{log.read_text()}"
-        time.sleep(0.2)
-
-
-# ------------------------------------------------------------------ the two servers
-
-@dataclass(frozen=True)
-class Sshd:
-    """An sshd on 127.0.0.1:``port`` that takes ``key`` for ``user`` and nothing else;
-    ``wrong``: a key it refuses; ``git_env``: the variables that make git and DVC's git
-    client (``dvc exp push``/``pull``) use ``key``.
-
-    DVC's git client (scmrepo 3.6's dulwich) runs the system's ssh only when
-    GIT_SSH_COMMAND is set, and then the command of core.sshCommand in git's global
-    config (dulwich is given the global and system config only, and no longer reads the
-    variable): so both, the global config a file of the fixture's (GIT_CONFIG_GLOBAL),
-    nothing written to ~/.gitconfig."""
-
-    port: int
-    user: str
-    key: Path
-    wrong: Path
-    git_env: dict[str, str]
-
-    def url(self, path: Path) -> str:
-        return f"ssh://{self.user}@127.0.0.1:{self.port}{path}"
-
-
-SSHD_CONFIG = """\
-ListenAddress 127.0.0.1
-Port {port}
-HostKey {folder}/host_key
-PidFile none
-AuthorizedKeysFile {folder}/authorized_keys
-AuthenticationMethods publickey
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PermitRootLogin prohibit-password
-UsePAM no
-StrictModes no
-Subsystem sftp internal-sftp
-"""
-
-
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
-    """Debian's sshd (``make sshd`` installs it) on a free port of 127.0.0.1, with its
-    own config, host key and authorized_keys in a folder of this fixture; key
-    authentication only. Stopped by pid at the end, its folder removed."""
-    binary = shutil.which("sshd") or shutil.which("sshd", path="/usr/sbin:/usr/local/sbin")
-    if binary is None:
-        cannot_run("no sshd: run `make sshd` (Debian's openssh-server)")
-    if not Path("/run/sshd").is_dir():
-        cannot_run("no /run/sshd, sshd's privilege separation folder: run `make sshd`")
+    """tests/remote_servers.py's sshd, its folder removed at the end."""
     folder = tmp_path_factory.mktemp("sshd")
     try:
-        for key in ("host_key", "user_key", "wrong_key"):
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", key, "-f",
-                            str(folder / key)], check=True)
-        shutil.copy(folder / "user_key.pub", folder / "authorized_keys")
-        port = free_port()
-        (folder / "sshd_config").write_text(SSHD_CONFIG.format(port=port, folder=folder))
-        log = folder / "sshd.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen([binary, "-D", "-e", "-f", str(folder / "sshd_config")],
-                                    stdout=out, stderr=subprocess.STDOUT)
-        try:
-            def answers() -> bool:
-                with contextlib.suppress(OSError), socket.create_connection(
-                        ("127.0.0.1", port), timeout=1) as sock:
-                    return sock.recv(4).startswith(b"SSH-")
-                return False
-
-            wait_until(answers, "sshd", proc, log)
-            git_ssh = (f"ssh -i {folder / 'user_key'} -o IdentitiesOnly=yes -o BatchMode=yes "
-                       f"-o StrictHostKeyChecking=no -o UserKnownHostsFile={folder / 'known'}")
-            (folder / "gitconfig").write_text(f"[core]\n\tsshCommand = {git_ssh}\n")
-            yield Sshd(port, getpass.getuser(), folder / "user_key", folder / "wrong_key",
-                       {"GIT_SSH_COMMAND": git_ssh,
-                        "GIT_CONFIG_GLOBAL": str(folder / "gitconfig")})
-        finally:
-            stop(proc)
+        with serve_sshd(folder) as server:
+            yield server
+    except NoServer as err:
+        cannot_run(str(err))
     finally:
         shutil.rmtree(folder)
 
 
-@dataclass(frozen=True)
-class S3:
-    """moto's S3 server at ``endpoint`` with the bucket ``bucket``, taking requests signed
-    with ``key_id`` and ``secret`` (an IAM user's, allowed s3:*) and no others."""
-
-    endpoint: str
-    bucket: str
-    key_id: str
-    secret: str
-
-
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3]:
-    """``moto_server`` on a free port of 127.0.0.1: a bucket and an IAM user with an
-    access key are made, then every request is authenticated (moto's reset-auth,
-    ``INITIAL_NO_AUTH_ACTION_COUNT`` 0). Stopped by pid at the end, its folder removed."""
-    import boto3
-
+    """tests/remote_servers.py's S3 server, its folder removed at the end."""
     folder = tmp_path_factory.mktemp("moto")
     try:
-        port = free_port()
-        endpoint = f"http://127.0.0.1:{port}"
-        log = folder / "moto.log"
-        with log.open("wb") as out:
-            proc = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H",
-                                     "127.0.0.1", "-p", str(port)], stdout=out,
-                                    stderr=subprocess.STDOUT)
-        try:
-            def answers() -> bool:
-                with contextlib.suppress(OSError), urllib.request.urlopen(
-                        f"{endpoint}/moto-api/data.json", timeout=1) as response:
-                    return bool(response.status == 200)
-                return False
-
-            wait_until(answers, "moto_server", proc, log)
-            setup = {"endpoint_url": endpoint, "region_name": "us-east-1",
-                     "aws_access_key_id": "setup", "aws_secret_access_key": "setup"}
-            boto3.client("s3", **setup).create_bucket(Bucket="lorasent")
-            iam = boto3.client("iam", **setup)
-            iam.create_user(UserName="lorasent")
-            iam.put_user_policy(UserName="lorasent", PolicyName="s3", PolicyDocument=json.dumps(
-                {"Version": "2012-10-17",
-                 "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
-            key = iam.create_access_key(UserName="lorasent")["AccessKey"]
-            # from here on, every request is checked against the IAM user's keys
-            request = urllib.request.Request(f"{endpoint}/moto-api/reset-auth", data=b"0",
-                                             method="POST",
-                                             headers={"Content-Type": "text/plain"})
-            with urllib.request.urlopen(request, timeout=10) as response:
-                assert response.status == 200
-            yield S3(endpoint, "lorasent", key["AccessKeyId"], key["SecretAccessKey"])
-        finally:
-            stop(proc)
+        with serve_s3(folder) as server:
+            yield server
     finally:
         shutil.rmtree(folder)
 

@@ -23,10 +23,7 @@ import re
 import shutil
 import tarfile
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
 
 import pytest
 
@@ -34,20 +31,20 @@ from conftest import REPO
 from container_tier import (
     CPU_DOCKERFILE,
     ROCM_DOCKERFILE,
+    Built,
     CannotRun,
     Engine,
     TierError,
-    base_image,
     build,
+    cannot_run,
     container_verdict,
     context_bytes,
     cpu_base_tag,
-    engine,
     from_tag,
-    git_revision,
     lock_pins,
     lock_problems,
     plain,
+    say,
     sh,
     started_engine,
     step_error,
@@ -61,70 +58,6 @@ pytestmark = pytest.mark.container
 # The user the container's run is made as when the tier runs as root (CI): not root.
 RUN_AS = "1000:1000"
 TORCH = re.search(r"^ARG TORCH_VERSION=(\S+)$", CPU_DOCKERFILE.read_text(), re.M)
-
-
-@dataclass
-class Built:
-    engine: Engine
-    tag: str  # lorasent-test-<run>:cpu
-    image_id: str
-    revision: str  # git_revision() when the build started
-    output: str
-    work: Path
-
-
-def say(request: pytest.FixtureRequest, line: str) -> None:
-    """``line`` on the terminal as the tier goes (pytest's capture set aside)."""
-    capture = request.config.pluginmanager.getplugin("capturemanager")
-    with capture.global_and_fixture_disabled():
-        print(f"\ncontainer tier: {line}", flush=True)
-
-
-def cannot_run(err: CannotRun) -> NoReturn:
-    """A skip in one line; under ``CI=true`` a failure instead."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"the container tier cannot run under CI=true: {err}", pytrace=False)
-    pytest.skip(f"the container tier cannot run: {err}")
-
-
-@pytest.fixture(scope="module")
-def tier_engine(request: pytest.FixtureRequest,
-                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    """The engine (tests/container_tier.py's :func:`engine`), or :func:`cannot_run`; at
-    the end, one line naming what its cleanup left, if anything."""
-    log = tmp_path_factory.mktemp("container") / "tier.log"
-    found: Engine | None = None
-    try:
-        with engine(log) as found:
-            where = f"started here in {found.paths.root}" if found.paths else "found"
-            say(request, f"engine {where}; log {log}")
-            yield found
-    except CannotRun as err:
-        cannot_run(err)
-    if found is not None and found.left:
-        say(request, f"left after the tier: {'; '.join(found.left)}")
-
-
-@pytest.fixture(scope="module")
-def cpu_image(request: pytest.FixtureRequest, tier_engine: Engine) -> Built:
-    """``docker/cpu/Dockerfile`` built by ``make docker-build-cpu`` on its base, the
-    stand-in when the real one cannot be pulled (torch then from the package index pip
-    uses here, the CPU wheel from the stand-in's ``find-links``)."""
-    work = Path(tier_engine.log).parent
-    start = time.monotonic()
-    base = base_image(tier_engine, work)
-    say(request, f"{base.line} ({time.monotonic() - start:.0f} s)")
-    start = time.monotonic()
-    revision = git_revision()
-    tag = tier_engine.image_name("cpu")
-    output = build(tier_engine, CPU_DOCKERFILE, tag,
-                   ["--force-rm", *tier_engine.build_args, *base.build_args],
-                   work / "build-cpu.log", make_vars={"CPU_BASE": base.tag})
-    image_id = tier_engine.image_id(tag)
-    assert image_id
-    size = tier_engine.docker("image", "inspect", "--format", "{{.Size}}", tag).strip()
-    say(request, f"built {tag} in {time.monotonic() - start:.0f} s, {int(size) / 1e9:.2f} GB")
-    return Built(tier_engine, tag, image_id, revision, output, work)
 
 
 # The checks made in the image, in one container (each container costs seconds to start

@@ -261,3 +261,37 @@ def test_kept_stand_in_holds_a_shared_lock_while_importing(
         finally:
             os.close(other)
 
+
+
+@pytest.mark.parametrize("ci", [None, "true"])
+def test_a_tier_that_cannot_run_skips_in_one_line_and_fails_under_ci(
+        ci: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No engine (or no sshd for the cluster tier): a skip in one line; under CI=true a
+    failure, without a traceback."""
+    from container_tier import CannotRun, cannot_run
+
+    if ci is None:
+        monkeypatch.delenv("CI", raising=False)
+    else:
+        monkeypatch.setenv("CI", ci)
+    outcome = pytest.skip.Exception if ci is None else pytest.fail.Exception
+    with pytest.raises(outcome) as stopped:
+        cannot_run(CannotRun("no Docker engine answers and only root can start one here"),
+                   "container and cluster tiers")
+    assert stopped.value.msg == (
+        f"the container and cluster tiers cannot run{' under CI=true' if ci else ''}: no Docker "
+        "engine answers and only root can start one here")
+    if ci:
+        assert stopped.value.pytrace is False  # one line, no traceback
+
+
+def test_the_cluster_tier_without_sshd_says_what_to_install(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import remote_servers
+
+    monkeypatch.setattr("remote_servers.shutil.which", lambda *args, **kwargs: None)
+    with pytest.raises(remote_servers.NoServer) as missing:
+        with remote_servers.serve_sshd(tmp_path):
+            pass
+    assert str(missing.value) == "no sshd: run `make sshd` (Debian's openssh-server)"
+    assert list(tmp_path.iterdir()) == []  # nothing made

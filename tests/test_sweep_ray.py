@@ -176,7 +176,9 @@ def test_a_failed_run_is_reported_with_its_log_and_the_other_comes_back_from_the
     assert done.returncode == 1
     # one line of error, after the summary
     assert done.stderr.splitlines()[-1] == ("lorasent sweep: error: 1 of 2 runs failed: "
-                                            "far-model_nonexistent_model-seed42")
+                                            "far-model_nonexistent_model-seed42; the same "
+                                            "command again makes only the runs that did not "
+                                            "land")
     failed = re.search(r"^sweep: far-model_nonexistent_model-seed42 failed \(dvc exp run "
                        r"exited with \d+\): log (\S+) \(", done.stderr, re.M)
     assert failed, done.stderr

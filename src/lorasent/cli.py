@@ -832,7 +832,8 @@ def sweep(sets: tuple[str, ...], seeds: int, name: str, address: str | None,
     click.echo(result.summary())
     if result.failed:
         raise LorasentError(f"sweep: {len(result.failed)} of {len(result.runs)} runs failed: "
-                            + ", ".join(run.spec.name for run in result.failed))
+                            + ", ".join(run.spec.name for run in result.failed)
+                            + "; the same command again makes only the runs that did not land")
 
 
 @click.command("learning-curve")

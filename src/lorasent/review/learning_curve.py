@@ -63,7 +63,7 @@ import numpy as np
 
 from lorasent.artifacts import output_dir, read_machine_record, record_sha256, write_json
 from lorasent.errors import LorasentError
-from lorasent.params import ParamsError, parse_params, read_yaml
+from lorasent.params import parse_params, read_yaml
 from lorasent.programs import program
 from lorasent.repro import one_line
 from lorasent.review.collect import git_lines, read_at
@@ -77,7 +77,6 @@ from lorasent.review.sweep import (
     log_place,
     run_one,
     sweep,
-    with_sets,
 )
 from lorasent.statistics import BOOTSTRAP_SEED, CONFIDENCE, intervals, percentile_interval
 from lorasent.subsets import subset_counts
@@ -989,48 +988,7 @@ def refit(record: dict[str, Any], resamples: int = FIT_RESAMPLES,
             **found.record(), "failed": record["failed"]}
 
 
-# ------------------------------------------------------------------ resuming, the estimate
-
-def landed_on(repo: Path, commit: str) -> set[str]:
-    """The names of the experiments whose baseline is ``commit`` (their refs are
-    ``refs/exps/<2 hex>/<38 hex>/<name>``)."""
-    names = set()
-    for ref in git_lines(repo, "for-each-ref", "--format=%(refname)", "refs/exps") or []:
-        parts = ref.strip().split("/")
-        if len(parts) == 5 and parts[2] + parts[3] == commit:
-            names.add(parts[4])
-    return names
-
-
-def reusable(repo: Path, commit: str, runs: Sequence[RunSpec]) -> list[str]:
-    """The runs of the grid that landed before as experiments of ``commit`` (HEAD) with
-    the params that run would have (HEAD's params.yaml with its settings).
-
-    Raises:
-        LorasentError: an experiment of that name and commit with other params (one line
-            naming it and what to do).
-    """
-    landed = landed_on(repo, commit)
-    head = read_yaml(read_at(repo, commit, "params.yaml") or "", "params.yaml")
-    found = []
-    for run in runs:
-        if run.name not in landed:
-            continue
-        ref = next(iter(git_lines(repo, "for-each-ref", "--format=%(objectname)",
-                                  f"refs/exps/*/*/{run.name}") or []), "").strip()
-        try:
-            same = parse_params(read_yaml(read_at(repo, ref, "params.yaml") or "",
-                                          f"{run.name}:params.yaml"), run.name) == \
-                parse_params(with_sets(head, run.sets), run.name)
-        except ParamsError:
-            same = False
-        if not same:
-            raise LorasentError(f"learning-curve: experiment {run.name} of this commit has "
-                                "other params than that run would; remove it (dvc exp remove "
-                                f"{run.name}) or choose another --name")
-        found.append(run.name)
-    return found
-
+# ------------------------------------------------------------------ the estimate
 
 TRAIN_RECORD = "metrics/provenance/train.json"  # the tracked record of the train stage
 MACHINE_RECORD = "metrics/provenance/machine/train.json"  # its machine facts (git-ignored)
@@ -1191,19 +1149,17 @@ def learning_curve(*, name: str, fractions: Sequence[float] = FRACTIONS, seeds: 
     params_text = _git(repo, "show", "HEAD:params.yaml")
     base_seed = parse_params(read_yaml(params_text, "params.yaml"), "params.yaml").base.seed
     grid = plan(name, sets, seeds, base_seed, command="learning-curve")
-    commit = _git(repo, "rev-parse", "HEAD").strip()
-    reuse = reusable(repo, commit, grid)
     share = {run.group: f for run, f in zip(grid[::seeds], fractions, strict=True)}
 
     def checked(_commit: str, todo: list[RunSpec]) -> None:
         progress(f"learning-curve: {len(fractions)} fractions × {seeds} seeds = {len(grid)} "
-                 f"runs; {len(reuse)} landed before and are reused, {len(todo)} to run; "
-                 + (estimate(repo, todo, share) if todo else "nothing to train"))
+                 f"runs; {len(grid) - len(todo)} landed before and are reused, {len(todo)} to "
+                 "run; " + (estimate(repo, todo, share) if todo else "nothing to train"))
 
     started = time.monotonic()
     result = sweep(name=name, sets=sets, seeds=seeds, repo=repo, progress=progress,
-                   reuse=reuse, checked=checked, command="learning-curve",
-                   runner=runner or run_one, **cluster)
+                   checked=checked, command="learning-curve", runner=runner or run_one,
+                   **cluster)
     curve = build(result, fractions, rows, resamples, project_to)
     write_outputs(curve, out)
     progress(f"learning-curve: done in {time.monotonic() - started:.0f} s")

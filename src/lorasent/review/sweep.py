@@ -48,6 +48,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -60,8 +61,15 @@ from lorasent.contracts import EvalMetrics
 from lorasent.errors import LorasentError
 from lorasent.params import ParamsError, merge, parse_params, read_yaml
 from lorasent.programs import environment, program, visible_devices
-from lorasent.repro import one_line
-from lorasent.review.collect import read_lock, read_side, resolve_commits, run_dvc
+from lorasent.repro import one_line, shown_url
+from lorasent.review.collect import (
+    git_lines,
+    read_at,
+    read_lock,
+    read_side,
+    resolve_commits,
+    run_dvc,
+)
 from lorasent.review.render import with_interval_of
 from lorasent.review.verdict import Side, group_review
 from lorasent.statistics import GroupComparison
@@ -344,9 +352,10 @@ def run_one(spec: RunSpec, source: Source, events: Any = None) -> RunResult:
     devices = visible_devices()
     if events is not None:
         events.put.remote((spec.name, node, devices))  # no ray.get: see Events
-    here = ray.get_runtime_context().get_node_id() == source.local_node
+    node_id = ray.get_runtime_context().get_node_id()
+    here = node_id == source.local_node
     folder = Path(tempfile.gettempdir()) / SWEEP_FOLDER / source.sweep_id
-    clone, log = folder / "clones" / spec.name, folder / "logs" / f"{spec.name}.log"
+    clone, log = folder / "clones" / spec.name, run_log(source, spec)
     cache = source.cache_dir if here else (source.remote_cache_dir
                                            or str(folder.parent / "dvc-cache"))
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -358,6 +367,8 @@ def run_one(spec: RunSpec, source: Source, events: Any = None) -> RunResult:
 
     try:
         with log.open("w", encoding="utf-8") as out:
+            out.write(f"# {spec.name} of commit {source.commit[:7]} on {node} (host "
+                      f"{socket.gethostname()}, Ray node {node_id[:12]})\n")
             steps: list[tuple[str, list[str], Path]] = [
                 ("clone", [program("git"), "clone", "-q", "--no-checkout", source.url,
                            str(clone)], folder),
@@ -384,6 +395,12 @@ def run_one(spec: RunSpec, source: Source, events: Any = None) -> RunResult:
         return result("failed", f"{type(err).__name__}: {err}")
     finally:
         shutil.rmtree(clone, ignore_errors=True)
+
+
+def run_log(source: Source, spec: RunSpec) -> Path:
+    """The run's log on the machine it runs on (each machine's temp folder)."""
+    return Path(tempfile.gettempdir()) / SWEEP_FOLDER / source.sweep_id / "logs" / \
+        f"{spec.name}.log"
 
 
 def pulled_and_checked(clone: Path, out: Any) -> str | None:
@@ -531,6 +548,50 @@ PARAMS_EDIT = {"sweep": COMMIT_THEM + ", or give the params changes as -S",
                                  "committed; it takes no -S)"}
 
 
+def landed_on(repo: Path, commit: str) -> set[str]:
+    """The names of the experiments whose baseline is ``commit`` (their refs are
+    ``refs/exps/<2 hex>/<38 hex>/<name>``)."""
+    names = set()
+    for ref in git_lines(repo, "for-each-ref", "--format=%(refname)", "refs/exps") or []:
+        parts = ref.strip().split("/")
+        if len(parts) == 5 and parts[2] + parts[3] == commit:
+            names.add(parts[4])
+    return names
+
+
+def reusable(repo: Path, commit: str, runs: Sequence[RunSpec],
+             command: str = "sweep") -> list[str]:
+    """The runs of the grid that landed before as experiments of ``commit`` (HEAD) with
+    the params that run would have (HEAD's params.yaml with its settings): a sweep or a
+    learning curve run again under its name makes only the runs that are missing (a run
+    that failed, a machine lost).
+
+    Raises:
+        LorasentError: an experiment of that name and commit with other params (one line
+            naming it and what to do), prefixed ``command``.
+    """
+    landed = landed_on(repo, commit)
+    head = read_yaml(read_at(repo, commit, "params.yaml") or "", "params.yaml")
+    found = []
+    for run in runs:
+        if run.name not in landed:
+            continue
+        ref = next(iter(git_lines(repo, "for-each-ref", "--format=%(objectname)",
+                                  f"refs/exps/*/*/{run.name}") or []), "").strip()
+        try:
+            same = parse_params(read_yaml(read_at(repo, ref, "params.yaml") or "",
+                                          f"{run.name}:params.yaml"), run.name) == \
+                parse_params(with_sets(head, run.sets), run.name)
+        except ParamsError:
+            same = False
+        if not same:
+            raise LorasentError(f"{command}: experiment {run.name} of this commit has "
+                                "other params than that run would; remove it (dvc exp remove "
+                                f"{run.name}) or choose another --name")
+        found.append(run.name)
+    return found
+
+
 def _check_repo(repo: Path, runs: Sequence[RunSpec], git_remote: str | None,
                 reuse: Collection[str] = (), command: str = "sweep") -> tuple[str, str]:
     """``(commit, url)``: HEAD, which must be clean (the runs clone it) and, with a
@@ -555,9 +616,19 @@ def _check_repo(repo: Path, runs: Sequence[RunSpec], git_remote: str | None,
     if git_remote is None:
         return commit, str(repo.resolve())
     url = _git(repo, "remote", "get-url", git_remote).strip()
+    # the remote as it is now, not as this clone last saw it (another machine may have
+    # pushed, or a branch been reset there since)
+    fetched = subprocess.run([program("git"), "fetch", "--quiet", "--prune", git_remote],
+                             cwd=repo, capture_output=True, text=True, env=environment())
+    if fetched.returncode != 0:
+        said = fetched.stderr.strip().splitlines()
+        raise LorasentError(f"{command}: git remote {git_remote} ({shown_url(url)}) does not "
+                            f"answer ({one_line(said[-1] if said else fetched.returncode)}); "
+                            "the runs clone from it: check its address and this machine's key")
     if not _git(repo, "branch", "-r", "--contains", commit, "--list", f"{git_remote}/*").strip():
-        raise LorasentError(f"{command}: commit {commit[:7]} is not on {git_remote} ({url}), and "
-                            f"the runs clone it from there: git push {git_remote} HEAD")
+        raise LorasentError(f"{command}: commit {commit[:7]} is not on {git_remote} "
+                            f"({shown_url(url)}), and the runs clone it from there: git push "
+                            f"{git_remote} HEAD")
     return commit, url
 
 
@@ -595,7 +666,7 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
           address: str | None = None, num_gpus: int | None = None,
           cpus_per_run: int | None = None, git_remote: str | None = None,
           cache_dir: str | None = None, progress: Progress = lambda line: None,
-          runner: Callable[..., RunResult] = run_one, reuse: Collection[str] = (),
+          runner: Callable[..., RunResult] = run_one,
           checked: Callable[[str, list[RunSpec]], None] | None = None,
           command: str = "sweep") -> SweepResult:
     """Run the grid ``sets`` × ``seeds`` seeds as Ray tasks and wait for them.
@@ -615,19 +686,23 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
             None: one per machine, ``<temp>/lorasent-sweep/dvc-cache``.
         progress: called with a line at each run's change of state.
         runner: the task's function (:func:`run_one`; tests give one that records).
-        reuse: runs of the grid already landed as experiments of HEAD (the caller checked
-            their params): taken as they are (status ``reused``), not run again.
         checked: called with HEAD's commit and the runs to make once the settings and
             the repo are checked, before Ray starts (``lorasent learning-curve`` says
             there how many runs and about how long).
         command: the command the user ran, the prefix of the errors of the checks
             (``learning-curve`` runs a sweep).
 
+    Runs of the grid that landed before as experiments of HEAD with the same params
+    (:func:`reusable`) are taken as they are (status ``reused``), not run again: the
+    same command run again after a failure or a lost machine makes the missing runs.
+
     Returns:
         every run, in grid order, with its metrics when it landed.
 
     Raises:
-        LorasentError: bad settings or repo state, or a default DVC remote that refuses
+        LorasentError: bad settings or repo state (an experiment of a run's name with
+            other params among them), a git remote that does not answer or lacks HEAD,
+            or a default DVC remote that refuses
             this machine or does not answer (before anything runs), no Ray cluster
             at ``address``, or Ctrl-C (after stopping the runs; landed ones stay).
     """
@@ -639,6 +714,7 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
     base_seed = parse_params(read_yaml(params_text, "params.yaml"), "params.yaml").base.seed
     runs = plan(name, sets, seeds, base_seed, command=command)
     check_params(params_text, runs, command=command)
+    reuse = reusable(repo, _git(repo, "rev-parse", "HEAD").strip(), runs, command)
     commit, url = _check_repo(repo, runs, git_remote, reuse, command)
     if problem := remote_problem(repo):  # the runs pull from it, and this command too
         raise LorasentError(f"{command}: {problem}; no run was started")
@@ -647,6 +723,9 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
         checked(commit, todo)
     results = {exp: RunResult(exp, "reused", "", {}, "", 0.0, 0.0) for exp in reuse}
     if todo:
+        if reuse:
+            progress(f"{command}: {len(reuse)} of {len(runs)} runs landed before with these "
+                     f"params and are reused ({', '.join(reuse)}); {len(todo)} to run")
         results |= _sweep_runs(todo, name=name, repo=repo, commit=commit, url=url,
                                address=address, num_gpus=num_gpus, cpus_per_run=cpus_per_run,
                                git_remote=git_remote, cache_dir=cache_dir, progress=progress,
@@ -750,8 +829,12 @@ def _run_all(runs: Sequence[RunSpec], source: Source, resources: dict[str, float
              progress: Progress, runner: Callable[..., RunResult], git_remote: str | None,
              repo: Path) -> dict[str, RunResult]:
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    events: Any = ray.remote(num_cpus=0)(Events).remote()
+    # on this command's machine: an actor Ray put on another would die with it, and
+    # with it the progress of every run (found with a machine lost mid-sweep)
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    events: Any = ray.remote(num_cpus=0)(Events).options(scheduling_strategy=here).remote()
     task = ray.remote(max_retries=0)(runner)
     refs = {task.options(name=spec.name, **resources).remote(spec, source, events): spec
             for spec in runs}
@@ -763,19 +846,19 @@ def _run_all(runs: Sequence[RunSpec], source: Source, resources: dict[str, float
     for spec in runs:
         say(f"{spec.name} queued")
     results: dict[str, RunResult] = {}
-    started: set[str] = set()
+    started: dict[str, str] = {}  # run: the node it started on
     pending = list(refs)
     try:
         while pending:
             done, pending = ray.wait(pending, num_returns=1, timeout=POLL_S)
             for exp, node, devices in ray.get(events.take.remote()):
-                started.add(exp)
+                started[exp] = node
                 say(f"{exp} running on {node}" + (
                     f", {', '.join(f'{k}={v}' for k, v in devices.items())}"
                     if devices else ""))
             for ref in done:
                 spec = refs[ref]
-                result = _result_of(ref, spec)
+                result = _result_of(ref, spec, started.get(spec.name), source)
                 if result.status == "succeeded" and git_remote is not None:
                     result = _pull(repo, git_remote, result)
                 results[spec.name] = result
@@ -799,16 +882,23 @@ def _run_all(runs: Sequence[RunSpec], source: Source, resources: dict[str, float
     return results
 
 
-def _result_of(ref: Any, spec: RunSpec) -> RunResult:
-    """The task's result; a task that died (its worker or machine lost) as a failed run."""
+def _result_of(ref: Any, spec: RunSpec, node: str | None, source: Source) -> RunResult:
+    """The task's result; a task that died (its worker or machine lost) as a failed run
+    that names ``node``, the machine it started on, and its log there (None: it died
+    before it started, and wrote none), with the first sentence of Ray's reason. Ray
+    does not retry it (``max_retries=0``): the same sweep run again makes it."""
     import ray
 
     try:
         return ray.get(ref)
     except (ray.exceptions.RayError, OSError) as err:
         now = time.time()
-        return RunResult(spec.name, "failed", "?", {}, "(none: the task died)", now, now,
-                         one_line(err)[:300], here=True)
+        why = one_line(err).split(". ")[0][:200]
+        if node is None:
+            return RunResult(spec.name, "failed", "?", {}, "(none: the task died before it "
+                             "started)", now, now, f"the task died: {why}")
+        return RunResult(spec.name, "failed", node, {}, str(run_log(source, spec)), now, now,
+                         f"the task died on {node}: {why}", here=False)
 
 
 def _pull(repo: Path, git_remote: str, result: RunResult) -> RunResult:
