@@ -702,9 +702,9 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
     Raises:
         LorasentError: bad settings or repo state (an experiment of a run's name with
             other params among them), a git remote that does not answer or lacks HEAD,
-            or a default DVC remote that refuses
-            this machine or does not answer (before anything runs), no Ray cluster
-            at ``address``, or Ctrl-C (after stopping the runs; landed ones stay).
+            or a default DVC remote that refuses this machine or does not answer (all
+            before anything runs), no Ray cluster at ``address``, or Ctrl-C (after
+            stopping the runs; landed ones stay).
     """
     from lorasent.repro import remote_problem
 
