@@ -75,13 +75,11 @@ class Node:
     log: Path
     ports: dict[str, int] = field(default_factory=dict)
 
-    def exec(self, script: str, *, env: dict[str, str] | None = None, timeout_s: float = 600,
+    def exec(self, script: str, *, timeout_s: float = 600,
              check: bool = True) -> subprocess.CompletedProcess[str]:
         """``bash -c script`` in /work on this machine, its output appended to the log."""
-        argv = ["docker", "exec", "-w", "/work",
-                *(f"--env={k}={v}" for k, v in (env or {}).items()), self.cid, "bash", "-c",
-                script]
-        done = subprocess.run(argv, env=self.engine.env, capture_output=True, text=True,
+        done = subprocess.run(["docker", "exec", "-w", "/work", self.cid, "bash", "-c", script],
+                              env=self.engine.env, capture_output=True, text=True,
                               timeout=timeout_s)
         with self.log.open("a", encoding="utf-8") as out:
             out.write(f"\n[{self.name}]$ {script}\n{done.stdout}{done.stderr}"
@@ -92,7 +90,7 @@ class Node:
 
     def popen(self, script: str, out: Path) -> subprocess.Popen[bytes]:
         """``bash -c script`` in /work on this machine, started: its stdout to ``out``,
-        its stderr to ``out`` with the suffix ``.err``."""
+        its stderr to ``out`` with its suffix replaced by ``.err``."""
         with out.open("wb") as stdout, out.with_suffix(".err").open("wb") as stderr:
             return subprocess.Popen(["docker", "exec", "-w", "/work", self.cid, "bash", "-c",
                                      script], env=self.engine.env, stdout=stdout,
@@ -197,19 +195,18 @@ def start_node(cpu_image: Built, name: str, ip: str, folder: Path, sshd: Sshd,
 
 
 def start_ray(node: Node, head: str | None) -> None:
-    """``ray start`` on ``node``: the head (``head`` None) or a worker joining ``head``;
-    1 CPU, its own ports and its own address."""
+    """``ray start`` on ``node``: the head (``head`` None, its GCS port in
+    ``node.ports["port"]``) or a worker joining ``head``; 1 CPU, its own ports and its
+    own address."""
     node.ports = ray_ports()
     ports = " ".join(f"--{k} {v}" for k, v in node.ports.items())
-    role = f"--address {head}" if head else \
-        f"--head --port {head_port(node)} --include-dashboard false"
+    if head is None:
+        node.ports["port"] = free_port()
+        role = f"--head --port {node.ports['port']} --include-dashboard false"
+    else:
+        role = f"--address {head}"
     node.exec(f"ray start {role} --node-ip-address {node.ip} --num-cpus 1 "
               f"--object-store-memory 80000000 --disable-usage-stats {ports}")
-
-
-def head_port(node: Node) -> int:
-    node.ports.setdefault("port", free_port())
-    return node.ports["port"]
 
 
 def alive_nodes(node: Node, address: str) -> list[str]:
@@ -245,7 +242,10 @@ def cluster(request: pytest.FixtureRequest, cpu_image: Built, tiny_run: Path,
             start_ray(a, None)
             address = f"{HEAD_IP}:{a.ports['port']}"
             start_ray(b, address)
-            assert alive_nodes(a, address) == [HEAD_IP, WORKER_IP]
+            deadline = time.monotonic() + 60  # the worker's raylet registers with the head
+            while (alive := alive_nodes(a, address)) != [HEAD_IP, WORKER_IP]:
+                assert time.monotonic() < deadline, f"Ray's live nodes: {alive}"
+                time.sleep(1)
             say(request, f"two machines up, Ray on both, the tiny run on the remotes: "
                          f"{time.monotonic() - started:.0f} s; log {folder / 'machines.log'}",
                 TIER)
