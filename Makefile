@@ -148,7 +148,7 @@ browser:  ## Install Chromium from Debian's apt if no Chromium or Chrome is on P
 # service on port 22, which the test never uses), and sshd's privilege separation folder
 # /run/sshd, which that service makes when it starts and a container never starts it.
 SSHD := $(firstword $(shell command -v sshd /usr/sbin/sshd 2>/dev/null))
-sshd:  ## Install Debian's openssh-server if no sshd is found (the SSH remote test runs its own)
+sshd:  ## Install Debian's openssh-server if no sshd is found (the SSH remote test and the cluster tier run their own)
 	@$(if $(SSHD),echo "sshd: $(SSHD)",$(SUDO) apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends openssh-server)
 	@test -d /run/sshd || $(SUDO) install -d -m 0755 /run/sshd
@@ -206,13 +206,16 @@ seeds: $(STAMP)  ## Run over N seeds (N=3 NAME=seeds SET="train.lora.r=16" JOBS=
 # A grid (SET's settings, several values each: "train.lora.r=4,8 train.learning_rate=1e-4,2e-4")
 # times SEEDS seeds as Ray tasks, one GPU or CPUS_PER_RUN CPUs per run, each a DVC
 # experiment <NAME>-<key><value>...-seed<S>; ADDRESS=auto joins the Ray cluster that
-# `ray start --head` started (docs/scale-out.md).
+# `ray start --head` started, GIT_REMOTE=origin the git remote the other machines clone
+# from (docs/scale-out.md).
 SEEDS ?= 3
 ADDRESS ?=
 CPUS_PER_RUN ?=
+GIT_REMOTE ?=
 sweep: $(STAMP)  ## Grid x seeds on Ray, a GPU per run (SET="train.lora.r=4,8" SEEDS=3 NAME=sweep): mean ± sd, verdicts
 	$(BIN)/lorasent sweep --seeds $(SEEDS) --name $(or $(NAME),sweep) $(foreach s,$(SET),-S $(s)) \
-		$(if $(ADDRESS),--address $(ADDRESS)) $(if $(CPUS_PER_RUN),--cpus-per-run $(CPUS_PER_RUN))
+		$(if $(ADDRESS),--address $(ADDRESS)) $(if $(CPUS_PER_RUN),--cpus-per-run $(CPUS_PER_RUN)) \
+		$(if $(GIT_REMOTE),--git-remote $(GIT_REMOTE))
 
 # Does `lorasent queue` beat random picks? After `make run`: POOL texts of the fetched data
 # outside the split; at each of SEEDS seeds, BUDGET picked by the queue (RANDOM_SHARE of

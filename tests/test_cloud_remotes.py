@@ -285,3 +285,21 @@ def test_over_s3_a_refused_secret_stops_make_run_in_one_line(over_s3, s3, reques
         "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, in the environment); nothing was pulled or "
         "trained")
     assert "not-the-secret" not in line and s3.secret not in line
+
+
+def test_over_s3_a_sweep_on_this_machine_takes_the_credentials_set_with_local(
+        over_s3, s3, request):
+    """The credentials in .dvc/config.local (``dvc remote modify --local``, as above): a
+    sweep's run on this machine clones the commit, which holds none, and takes this
+    repo's config.local (at 2362f7d the run failed: the remote refused the clone)."""
+    folder, shared = over_s3
+    clone = fresh_clone(shared, folder / "sweeper",
+                        {"access_key_id": s3.key_id, "secret_access_key": s3.secret})
+    started = time.monotonic()
+    done = subprocess.run(["lorasent", "sweep", "-S", "evaluate.reference=zero_shot",
+                           "--seeds", "1", "--cpus-per-run", "1", "--name", "local"],
+                          cwd=clone, env=env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "sweep: local-seed42 succeeded in " in done.stderr, done.stderr
+    assert "local-seed42" in run(clone, "dvc", "exp", "list", "--name-only")
+    say(request, f"a sweep of one run on the S3 remote: {time.monotonic() - started:.0f} s")

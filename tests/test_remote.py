@@ -88,9 +88,9 @@ def test_make_run_with_a_remote_pulls_instead_of_training(origin, tmp_path):
     # pulled, not made here: nothing was reproduced, and the verdict says so
     assert verdict == [
         "run: not judged as a reproduction of HEAD: HEAD's outputs were not made here (no "
-        "machine record of its evaluate stage: they were pulled or checked out, or the stage "
-        "ran elsewhere): run the pipeline (make run), or `lorasent reproduce` without "
-        "--workspace"], out
+        "machine record of its train or evaluate stage: they were pulled or checked out, or "
+        "the stages ran elsewhere): run the pipeline (make run), or `lorasent reproduce` "
+        "without --workspace"], out
     assert json.loads(run(clone, "dvc", "status", "--json")) == {}
     assert _outputs(clone) == origin.outputs
 

@@ -262,6 +262,32 @@ def test_the_workspace_of_a_run_is_identical_then_refused_when_it_is_not_revs(
 
 
 @pytest.mark.slow
+def test_a_run_whose_training_made_revs_adapter_is_judged_without_an_evaluate_record(
+        tiny_copy, tiny_run):
+    """A fresh clone's ``make run`` on REV's kind of machine: train makes REV's adapter
+    byte for byte, so DVC skips evaluate and no machine record of it is written here. The
+    verdict is judged on what ran (train's record names the machines) and says that
+    evaluate kept the scores (at 2362f7d: "not judged", although the run reproduced the
+    adapter); with neither record, still not judged."""
+    repo = made_here(tiny_copy, tiny_run)
+    machine = repo / "metrics/provenance/machine"
+    (machine / "evaluate.json").unlink()
+    done = lorasent(repo, "--after-run")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("reproduce: identical: every output of HEAD ("), done.stdout
+    assert lines[1] == (
+        "  evaluate did not run here: DVC found its inputs (the adapter the train stage made "
+        "here, the split) unchanged and kept the scores in metrics/ as they were; `dvc repro "
+        "--force evaluate` scores them here")
+    (machine / "train.json").unlink()
+    done = lorasent(repo, "--after-run")
+    assert done.stdout.startswith("run: not judged as a reproduction of HEAD: HEAD's outputs "
+                                  "were not made here (no machine record of its train or "
+                                  "evaluate stage"), done.stdout
+
+
+@pytest.mark.slow
 def test_a_run_a_few_rows_from_rev_is_consistent_and_one_far_from_it_different(
         tiny_copy, tiny_run):
     repo = made_here(tiny_copy, tiny_run)

@@ -18,7 +18,10 @@ A run, on whichever machine Ray puts it (:func:`run_one`):
 1. clones the commit (this repo's HEAD, clean) into a folder of its own under that
    machine's temp folder, and points the clone's DVC cache at a shared one: this repo's
    cache on this machine, one cache per machine elsewhere (``--cache-dir`` names another).
-   Each clone has its own ``.dvc/tmp``, so runs never wait on each other's ``rw.lock``;
+   A clone on this machine gets a copy of this repo's ``.dvc/config.local`` (a remote's
+   credentials or key file); the other machines' runs take theirs from their
+   environment. Each clone has its own ``.dvc/tmp``, so runs never wait on each other's
+   ``rw.lock``;
 2. runs ``dvc exp run --temp -n <name> -S <key>=<value> ... -S base.seed=<S>`` there
    (``--pull`` when the commit configures a DVC remote), all output in its log;
 3. pushes the experiment with ``dvc exp push origin <name>`` (``--no-cache`` without a
@@ -104,7 +107,11 @@ class Source:
     this command runs on, where ``cache_dir`` (this repo's DVC cache) is used; other
     machines use ``remote_cache_dir`` (``--cache-dir``; None: one cache per machine,
     ``<temp>/lorasent-sweep/dvc-cache``, kept from sweep to sweep). ``sweep_id`` names
-    the sweep's folder on every machine.
+    the sweep's folder on every machine. ``local_config``: this repo's
+    ``.dvc/config.local`` (a DVC remote's credentials or key file set with ``--local``),
+    copied into the clones of the runs on this machine only: its paths and secrets are
+    this machine's, and a path travels to the other machines, never its content (they
+    need their own, in their environment, as for ``dvc push`` there).
     """
 
     url: str
@@ -113,6 +120,7 @@ class Source:
     cache_dir: str
     remote_cache_dir: str | None
     sweep_id: str
+    local_config: str | None = None
 
 
 @dataclass(frozen=True)
@@ -378,6 +386,8 @@ def run_one(spec: RunSpec, source: Source, events: Any = None) -> RunResult:
             for step, argv, cwd in steps:
                 if code := _step(argv, cwd, out):
                     return result("failed", f"{step} exited with {code}")
+                if step == "checkout" and here and source.local_config:
+                    shutil.copy2(source.local_config, clone / ".dvc" / "config.local")
             remote = _step([program("dvc"), "remote", "default"], clone, out) == 0
             if remote and (damage := pulled_and_checked(clone, out)):
                 return result("failed", damage)
@@ -616,16 +626,22 @@ def _check_repo(repo: Path, runs: Sequence[RunSpec], git_remote: str | None,
     if git_remote is None:
         return commit, str(repo.resolve())
     url = _git(repo, "remote", "get-url", git_remote).strip()
-    # the remote as it is now, not as this clone last saw it (another machine may have
-    # pushed, or a branch been reset there since)
-    fetched = subprocess.run([program("git"), "fetch", "--quiet", "--prune", git_remote],
-                             cwd=repo, capture_output=True, text=True, env=environment())
-    if fetched.returncode != 0:
-        said = fetched.stderr.strip().splitlines()
-        raise LorasentError(f"{command}: git remote {git_remote} ({shown_url(url)}) does not "
-                            f"answer ({one_line(said[-1] if said else fetched.returncode)}); "
-                            "the runs clone from it: check its address and this machine's key")
-    if not _git(repo, "branch", "-r", "--contains", commit, "--list", f"{git_remote}/*").strip():
+    # the remote's branches as they are now, not as this clone last saw them (another
+    # machine may have pushed, or a branch been deleted or reset there since): their tips
+    # fetched, and HEAD an ancestor of one of them
+    tips: list[str] = []
+    for argv in (["ls-remote", "--heads", git_remote], ["fetch", "--quiet", git_remote]):
+        done = subprocess.run([program("git"), *argv], cwd=repo, capture_output=True,
+                              text=True, env=environment())
+        if done.returncode != 0:
+            said = done.stderr.strip().splitlines()
+            raise LorasentError(f"{command}: git remote {git_remote} ({shown_url(url)}) does "
+                                f"not answer ({one_line(said[-1] if said else done.returncode)})"
+                                "; the runs clone from it: check its address and this "
+                                "machine's key")
+        tips = tips or [line.split()[0] for line in done.stdout.splitlines() if line.strip()]
+    if not any(subprocess.run([program("git"), "merge-base", "--is-ancestor", commit, tip],
+                              cwd=repo, capture_output=True).returncode == 0 for tip in tips):
         raise LorasentError(f"{command}: commit {commit[:7]} is not on {git_remote} "
                             f"({shown_url(url)}), and the runs clone it from there: git push "
                             f"{git_remote} HEAD")
@@ -777,8 +793,9 @@ def _sweep_runs(runs: Sequence[RunSpec], *, name: str, repo: Path, commit: str, 
         # after ray.init, which sets its own SIGTERM handler (sys.exit: a crash dump, no
         # summary, the clones left): `kill` stops the runs as Ctrl-C does
         signal.signal(signal.SIGTERM, _interrupt)
+        local = repo / ".dvc" / "config.local"
         source = Source(url, commit, ray.get_runtime_context().get_node_id(), cache, cache_dir,
-                        sweep_id)
+                        sweep_id, str(local) if local.is_file() else None)
         progress(f"sweep: {len(runs)} run{'s' * (len(runs) > 1)} of commit {commit[:7]} on Ray "
                  f"({described}); logs in {Path(tempfile.gettempdir()) / SWEEP_FOLDER / sweep_id}"
                  "/logs")
