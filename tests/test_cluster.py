@@ -319,7 +319,8 @@ def damaged_objects(s3: S3) -> list[str]:
 def test_a_sweep_of_a_commit_the_git_remote_lacks_is_refused_before_ray(
         cluster: Cluster) -> None:
     """A commit made on machine A and not pushed: the sweep asks the remote (``git
-    fetch``), names the commit and what to do, exits 1, and starts no run."""
+    ls-remote``, ``git fetch``), names the commit and what to do, exits 1, and starts no
+    run."""
     a = cluster.a
     a.exec("git commit -q --allow-empty -m 'not pushed'")
     try:
@@ -337,6 +338,8 @@ def test_a_sweep_of_a_commit_the_git_remote_lacks_is_refused_before_ray(
 
 def test_a_sweep_runs_one_run_on_each_machine_and_brings_both_back(
         request: pytest.FixtureRequest, cluster: Cluster) -> None:
+    """Two runs, one on each machine (progress lines, each log's first line), both on the
+    remotes and pulled back to A, read there, and the bytes of one machine's runs."""
     a, b = cluster.a, cluster.b
     started = time.monotonic()
     done = a.exec(sweep_line("cluster", cluster.address))
@@ -377,6 +380,10 @@ def test_a_sweep_runs_one_run_on_each_machine_and_brings_both_back(
 
 def test_a_machine_lost_mid_sweep_fails_its_run_alone_and_a_rerun_makes_it(
         request: pytest.FixtureRequest, cluster: Cluster, tmp_path: Path) -> None:
+    """Machine B's container killed once its run reaches the train stage (Ray's node
+    lost, not a failed step): that run fails naming B, the other lands, neither remote
+    holds a trace of the lost run, the sweep exits 1; the same command again makes only
+    the lost run, on A."""
     a, b = cluster.a, cluster.b
     out = tmp_path / "sweep.out"
     started = time.monotonic()
