@@ -124,9 +124,16 @@ def fresh_clone(shared: Shared, dest: Path, local: dict[str, str],
     return dest
 
 
+# No AWS credentials from this machine's environment or files: each test says its own.
+NO_AWS = {"AWS_ACCESS_KEY_ID": None, "AWS_SECRET_ACCESS_KEY": None, "AWS_SESSION_TOKEN": None,
+          "AWS_PROFILE": None, "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/credentials",
+          "AWS_CONFIG_FILE": "/nonexistent/config"}
+
+
 def make_run(clone: Path) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in {**env(), **NO_AWS}.items() if v is not None}
     return subprocess.run(["make", "LORASENT_SYSTEM_PYTHON=1", f"PYTHON={sys.executable}",
-                           "run"], cwd=clone, env=env(), capture_output=True, text=True,
+                           "run"], cwd=clone, env=environ, capture_output=True, text=True,
                           timeout=600)
 
 
@@ -285,6 +292,23 @@ def test_over_s3_a_refused_secret_stops_make_run_in_one_line(over_s3, s3, reques
         "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, in the environment); nothing was pulled or "
         "trained")
     assert "not-the-secret" not in line and s3.secret not in line
+
+
+def test_over_s3_no_credentials_at_all_stops_make_run_in_one_line(over_s3, s3, request):
+    """A clone on a machine with no credentials for the remote (none in config.local, the
+    environment or ~/.aws): botocore never asks the server; make run says so, naming the
+    remote and where credentials go (it used to say the remote "did not answer", and to
+    check its URL)."""
+    folder, shared = over_s3
+    clone = fresh_clone(shared, folder / "no-credentials", {})
+    line = refused(clone)
+    say(request, line)
+    assert line == (
+        f"run: DVC remote 'store' (s3://{s3.bucket}/dvc-store at {s3.endpoint}) has no "
+        "credentials on this machine: Unable to locate credentials; check its credentials: "
+        "dvc remote modify --local store access_key_id <id> and secret_access_key <secret> "
+        "(or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, in the "
+        "environment); nothing was pulled or trained")
 
 
 def test_over_s3_a_sweep_on_this_machine_takes_the_credentials_set_with_local(

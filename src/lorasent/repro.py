@@ -300,9 +300,10 @@ def remote_problem(root: Path = Path(".")) -> str | None:
     exists. None when it answers (yes or no: a new, empty remote is fine) or no default
     remote is set; else one line naming the remote (its URL without a password, and an
     S3 ``endpointurl``), what it said, and what to fix: a refusal (PermissionError, DVC's
-    AuthError) names the key file or the credentials (:data:`REFUSED_FIX`), an address
-    that does not answer (any other error of the plugin's) says so, and so do a plugin (or
-    a library it needs) that is missing and a setting DVC rejects."""
+    AuthError) names the key file or the credentials (:data:`REFUSED_FIX`), and so do no
+    credentials at all (:func:`no_credentials`); an address that does not answer (any
+    other error of the plugin's) says so, and so do a plugin (or a library it needs) that
+    is missing and a setting DVC rejects."""
     from urllib.parse import urlsplit
 
     from dvc.config import ConfigError
@@ -344,10 +345,26 @@ def remote_problem(root: Path = Path(".")) -> str | None:
                 name=name, keyfile=config.get("keyfile") or "none set")
             return f"{said} refused this machine: {one_line(err)}; {fix}"
         except Exception as err:  # each plugin raises its own: botocore's
+            if no_credentials(err):
+                fix = REFUSED_FIX.get(scheme, OTHER_FIX).format(
+                    name=name, keyfile=config.get("keyfile") or "none set")
+                return f"{said} has no credentials on this machine: {one_line(err)}; {fix}"
             # EndpointConnectionError is no OSError; all of them end make run in one line
             return (f"{said} did not answer: {one_line(err)}; check its URL (port, "
                     "endpointurl) and that the server runs")
     return None
+
+
+def no_credentials(err: BaseException) -> bool:
+    """botocore found no credentials, or half of them, anywhere it looks (the remote's
+    config, the environment, ``~/.aws``): the S3 remote was never asked. A machine of a
+    team without its own credentials (a sweep's run there) used to be told that the
+    remote did not answer."""
+    try:
+        from botocore.exceptions import NoCredentialsError, PartialCredentialsError
+    except ImportError:  # no dvc-s3 here
+        return False
+    return isinstance(err, NoCredentialsError | PartialCredentialsError)
 
 
 def one_line(value: Any) -> str:
