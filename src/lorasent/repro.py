@@ -329,6 +329,8 @@ def remote_problem(root: Path = Path(".")) -> str | None:
         where = shown_url(url) + (f" at {config['endpointurl']}"
                                   if config.get("endpointurl") else "")
         said = f"DVC remote '{name}' ({where})"
+        fix = REFUSED_FIX.get(scheme, OTHER_FIX).format(
+            name=name, keyfile=config.get("keyfile") or "none set")
         try:
             remote = repo.cloud.get_remote(name)
             remote.fs.exists(remote.path)
@@ -341,15 +343,11 @@ def remote_problem(root: Path = Path(".")) -> str | None:
             return (f"{said} is not set up right: {one_line(err)}; fix it with dvc remote "
                     f"modify {name} (--local for credentials)")
         except (PermissionError, AuthError) as err:
-            fix = REFUSED_FIX.get(scheme, OTHER_FIX).format(
-                name=name, keyfile=config.get("keyfile") or "none set")
             return f"{said} refused this machine: {one_line(err)}; {fix}"
         except Exception as err:  # each plugin raises its own: botocore's
-            if no_credentials(err):
-                fix = REFUSED_FIX.get(scheme, OTHER_FIX).format(
-                    name=name, keyfile=config.get("keyfile") or "none set")
-                return f"{said} has no credentials on this machine: {one_line(err)}; {fix}"
             # EndpointConnectionError is no OSError; all of them end make run in one line
+            if no_credentials(err):
+                return f"{said} has no credentials on this machine: {one_line(err)}; {fix}"
             return (f"{said} did not answer: {one_line(err)}; check its URL (port, "
                     "endpointurl) and that the server runs")
     return None

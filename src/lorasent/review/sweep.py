@@ -55,7 +55,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -362,7 +362,7 @@ def run_one(spec: RunSpec, source: Source, events: Any = None) -> RunResult:
         events.put.remote((spec.name, node, devices))  # no ray.get: see Events
     node_id = ray.get_runtime_context().get_node_id()
     here = node_id == source.local_node
-    folder = Path(tempfile.gettempdir()) / SWEEP_FOLDER / source.sweep_id
+    folder = sweep_folder(source)
     clone, log = folder / "clones" / spec.name, run_log(source, spec)
     cache = source.cache_dir if here else (source.remote_cache_dir
                                            or str(folder.parent / "dvc-cache"))
@@ -407,10 +407,14 @@ def run_one(spec: RunSpec, source: Source, events: Any = None) -> RunResult:
         shutil.rmtree(clone, ignore_errors=True)
 
 
+def sweep_folder(source: Source) -> Path:
+    """The sweep's folder on the machine this runs on (its temp folder)."""
+    return Path(tempfile.gettempdir()) / SWEEP_FOLDER / source.sweep_id
+
+
 def run_log(source: Source, spec: RunSpec) -> Path:
-    """The run's log on the machine it runs on (each machine's temp folder)."""
-    return Path(tempfile.gettempdir()) / SWEEP_FOLDER / source.sweep_id / "logs" / \
-        f"{spec.name}.log"
+    """The run's log on the machine it runs on."""
+    return sweep_folder(source) / "logs" / f"{spec.name}.log"
 
 
 def pulled_and_checked(clone: Path, out: Any) -> str | None:
@@ -603,11 +607,11 @@ def reusable(repo: Path, commit: str, runs: Sequence[RunSpec],
 
 
 def _check_repo(repo: Path, runs: Sequence[RunSpec], git_remote: str | None,
-                reuse: Collection[str] = (), command: str = "sweep") -> tuple[str, str]:
-    """``(commit, url)``: HEAD, which must be clean (the runs clone it) and, with a
-    ``git_remote``, on that remote; and the url the runs clone from. No run's name may
-    be an existing experiment's, except those of ``reuse``. Errors are prefixed
-    ``command`` and say what to do with an edited params.yaml for it
+                command: str = "sweep") -> tuple[str, str, list[str]]:
+    """``(commit, url, reuse)``: HEAD, which must be clean (the runs clone it) and, with a
+    ``git_remote``, on that remote; the url the runs clone from; and the runs that landed
+    before (:func:`reusable`). No other run's name may be an existing experiment's.
+    Errors are prefixed ``command`` and say what to do with an edited params.yaml for it
     (:data:`PARAMS_EDIT`)."""
     commit = _git(repo, "rev-parse", "HEAD").strip()
     dirty = [line[3:] for line in _git(repo, "status", "--porcelain",
@@ -619,19 +623,17 @@ def _check_repo(repo: Path, runs: Sequence[RunSpec], git_remote: str | None,
             f"{'differs' if len(dirty) == 1 else 'differ'} from it: "
             + (PARAMS_EDIT.get(command, COMMIT_THEM) if "params.yaml" in dirty
                else COMMIT_THEM).format(it="it" if len(dirty) == 1 else "them"))
+    reuse = reusable(repo, commit, runs, command)
     existing = set(_dvc(repo, "exp", "list", "--all-commits", "--name-only").split())
     if clash := sorted(existing & {run.name for run in runs} - set(reuse)):
         raise LorasentError(f"{command}: experiments {', '.join(clash)} exist already; choose "
                             f"another --name, or remove them (dvc exp remove {' '.join(clash)})")
     if git_remote is None:
-        return commit, str(repo.resolve())
+        return commit, str(repo.resolve()), reuse
     url = _git(repo, "remote", "get-url", git_remote).strip()
-    # the remote's branches as they are now, not as this clone last saw them (another
-    # machine may have pushed, or a branch been deleted or reset there since): their tips
-    # fetched, and HEAD an ancestor of one of them
-    tips: list[str] = []
-    for argv in (["ls-remote", "--heads", git_remote], ["fetch", "--quiet", git_remote]):
-        done = subprocess.run([program("git"), *argv], cwd=repo, capture_output=True,
+
+    def ask(*args: str) -> str:
+        done = subprocess.run([program("git"), *args], cwd=repo, capture_output=True,
                               text=True, env=environment())
         if done.returncode != 0:
             said = done.stderr.strip().splitlines()
@@ -639,13 +641,20 @@ def _check_repo(repo: Path, runs: Sequence[RunSpec], git_remote: str | None,
                                 f"not answer ({one_line(said[-1] if said else done.returncode)})"
                                 "; the runs clone from it: check its address and this "
                                 "machine's key")
-        tips = tips or [line.split()[0] for line in done.stdout.splitlines() if line.strip()]
+        return done.stdout
+
+    # the remote's branches as they are now, not as this clone last saw them (another
+    # machine may have pushed, or a branch been deleted or reset there since): their tips
+    # fetched, and HEAD an ancestor of one of them
+    tips = [line.split()[0] for line in ask("ls-remote", "--heads", git_remote).splitlines()
+            if line.strip()]
+    ask("fetch", "--quiet", git_remote)
     if not any(subprocess.run([program("git"), "merge-base", "--is-ancestor", commit, tip],
                               cwd=repo, capture_output=True).returncode == 0 for tip in tips):
         raise LorasentError(f"{command}: commit {commit[:7]} is not on {git_remote} "
                             f"({shown_url(url)}), and the runs clone it from there: git push "
                             f"{git_remote} HEAD")
-    return commit, url
+    return commit, url, reuse
 
 
 def _cluster(address: str | None, num_gpus: int | None, git_remote: str | None,
@@ -730,8 +739,7 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
     base_seed = parse_params(read_yaml(params_text, "params.yaml"), "params.yaml").base.seed
     runs = plan(name, sets, seeds, base_seed, command=command)
     check_params(params_text, runs, command=command)
-    reuse = reusable(repo, _git(repo, "rev-parse", "HEAD").strip(), runs, command)
-    commit, url = _check_repo(repo, runs, git_remote, reuse, command)
+    commit, url, reuse = _check_repo(repo, runs, git_remote, command)
     if problem := remote_problem(repo):  # the runs pull from it, and this command too
         raise LorasentError(f"{command}: {problem}; no run was started")
     todo = [run for run in runs if run.name not in reuse]
@@ -797,8 +805,7 @@ def _sweep_runs(runs: Sequence[RunSpec], *, name: str, repo: Path, commit: str, 
         source = Source(url, commit, ray.get_runtime_context().get_node_id(), cache, cache_dir,
                         sweep_id, str(local) if local.is_file() else None)
         progress(f"sweep: {len(runs)} run{'s' * (len(runs) > 1)} of commit {commit[:7]} on Ray "
-                 f"({described}); logs in {Path(tempfile.gettempdir()) / SWEEP_FOLDER / sweep_id}"
-                 "/logs")
+                 f"({described}); logs in {sweep_folder(source) / 'logs'}")
         return _run_all(runs, source, resources, progress, runner, git_remote, repo)
     finally:
         signal.signal(signal.SIGTERM, stop)
