@@ -67,7 +67,8 @@ def _run(folder: Path, mode: str, tiny_base: Path, split_dir: Path):
 def test_generative_baseline_writes_the_calibrated_zero_shot(tmp_path, tiny_base, split_dir):
     result, report = _run(tmp_path, "generative", tiny_base, split_dir)
     assert list(report) == ["majority_class", "majority_accuracy", "zero_shot",
-                            "zero_shot_calibrated", "intervals"]
+                            "zero_shot_calibrated", "references", "reference_notes",
+                            "intervals"]
     assert report["majority_class"] == "negative" and report["majority_accuracy"] == 3 / 8
     assert report["intervals"] == METHOD
 
@@ -118,6 +119,10 @@ def test_seq_cls_baseline_has_no_calibrated_zero_shot(tmp_path, tiny_base, split
     result, report = _run(tmp_path, "seq_cls", tiny_base, split_dir)
     note = MODES["seq_cls"].no_zero_shot_note
     assert note
+    references = report.pop("references")
+    assert report.pop("reference_notes") == {}
+    assert set(references) == {"tfidf_lr", "encoder"}  # in every mode: no LM is needed
+    assert report.pop("intervals") == METHOD
     assert report == {"majority_class": "negative", "majority_accuracy": 3 / 8,
                       "zero_shot": None, "zero_shot_note": note,
                       "zero_shot_calibrated": None, "zero_shot_calibrated_note": note}

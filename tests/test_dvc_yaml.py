@@ -78,6 +78,7 @@ def test_outs_are_the_paths_the_code_writes():
     assert _declared("baseline") == {str(paths.BASELINE_METRICS), str(paths.BASELINE_PREDICTIONS),
                                      str(paths.BASELINE_CALIBRATED_PREDICTIONS),
                                      str(paths.BASELINE_CONFUSION),
+                                     str(paths.BASELINE_REFERENCES),
                                      str(paths.PROVENANCE_DIR / "baseline.json")}
     assert _declared("train") == {str(paths.ADAPTER_DIR), str(paths.TRAIN_LIVE_DIR),
                                   str(paths.PROVENANCE_DIR / "train.json")}

@@ -44,11 +44,19 @@ def test_reference_choice(wanted, accuracies, expected):
 def test_auto_says_why_it_took_the_calibrated_baseline():
     name, note = choose_reference("auto", {"majority": 0.43, "zero_shot": 0.3683,
                                            "zero_shot_calibrated": 0.52}, None)
-    assert note == ("evaluate.reference auto: the calibrated zero-shot baseline (0.5200) beats "
-                    "the uncalibrated one (0.3683)")
+    assert note == ("evaluate.reference auto: the strongest reference, zero_shot_calibrated "
+                    "(0.5200; majority 0.4300, zero_shot 0.3683)")
     assert choose_reference("majority", {"majority": 0.4}, "why")[1] is None
     assert choose_reference("zero_shot", {"majority": 0.4, "zero_shot": None}, "why") == (
-        "majority", "why")
+        "majority", "evaluate.reference zero_shot: none on this set (why)")
+    # a supervised reference: the strongest wins; one that is off says why when named
+    accuracies = {"majority": 0.43, "zero_shot": 0.37, "zero_shot_calibrated": 0.41,
+                  "tfidf_lr": 0.69, "encoder": None}
+    assert choose_reference("auto", accuracies, None)[0] == "tfidf_lr"
+    assert choose_reference("encoder", accuracies, None,
+                            {"encoder": "baseline.encoder.enabled: false"}) == (
+        "majority", "evaluate.reference encoder: none on this set "
+        "(baseline.encoder.enabled: false)")
 
 
 def scored(report=None):
@@ -208,6 +216,7 @@ def evaluated(tiny_base, tmp_path_factory):
     from lorasent.stages.baseline import run_baseline
     from lorasent.stages.evaluate import run_evaluate
     from lorasent.stages.split import row_id
+    from lorasent.stages.test_sets import load_test_sets
     from test_train_recipe import PARAMS, ROWS
 
     root = tmp_path_factory.mktemp("evaluate")
@@ -230,7 +239,11 @@ def evaluated(tiny_base, tmp_path_factory):
                  predictions_path=metrics / "baseline_predictions.csv",
                  calibrated_predictions_path=metrics / "baseline_calibrated_predictions.csv",
                  confusion_path=metrics / "baseline_confusion.json",
-                 provenance_dir=root / "provenance")
+                 provenance_dir=root / "provenance", references=params.baseline,
+                 references_dir=metrics / "references",
+                 test_sets=load_test_sets(params.evaluate.test_sets, labels=LABELS,
+                                          aliases=params.base.label_aliases,
+                                          seed=params.split.seed, split_dir=split))
     train_in(root, params, tiny_base, split)
     result = run_evaluate(base=params.base, prompt=params.prompt, evaluate=params.evaluate,
                           split_seed=params.split.seed,
@@ -241,7 +254,8 @@ def evaluated(tiny_base, tmp_path_factory):
                           metrics_path=metrics / "eval.json",
                           predictions_path=metrics / "predictions.csv",
                           confusion_path=metrics / "confusion.json",
-                          provenance_dir=root / "provenance")
+                          provenance_dir=root / "provenance",
+                          references_dir=metrics / "references")
     return root, result
 
 
@@ -275,7 +289,10 @@ def test_the_stage_writes_each_sets_metrics_and_files(evaluated):
     assert {r["probabilities"] for r in records} == {"raw", "temperature"}
     assert sum(r["rows"] for r in records if r["probabilities"] == "raw") == m.test_rows
     refs = m.references
-    assert refs is not None and set(refs) == {"majority", "zero_shot", "zero_shot_calibrated"}
+    assert refs is not None and set(refs) == {"majority", "zero_shot", "zero_shot_calibrated",
+                                              "tfidf_lr", "encoder"}
     assert m.reference_accuracy == refs[m.reference].accuracy  # type: ignore[union-attr]
     summary = result.summary(root / "metrics" / "eval.json").splitlines()
-    assert [line.split(":")[0] for line in summary[:3]] == ["test split", "extra", "Details"]
+    assert [line.split(":")[0] for line in summary[:4]] == ["test split", "test split", "extra",
+                                                            "Details"]
+    assert summary[0].startswith("test split: the adapter: ")

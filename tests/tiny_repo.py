@@ -29,7 +29,10 @@ TINY = {"split": {"train_size": 24, "validation_size": 8, "test_size": 24},
         "train": {"max_steps": 3, "per_device_train_batch_size": 4, "logging_steps": 1,
                   "save_steps": 1},
         "evaluate": {"batch_size": 8,
-                     "test_sets": {"reviews-zh": {"source": "packaged:reviews-zh", "size": 12}}}}
+                     "test_sets": {"reviews-zh": {"source": "packaged:reviews-zh", "size": 12}}},
+        # the encoder reference's model load and forward passes are seconds each baseline
+        # run; the fast tier's evaluate fixture covers it (tests/test_evaluate_sets.py)
+        "baseline": {"encoder": {"enabled": False}}}
 LABELS = ["negative", "neutral", "positive"]
 
 

@@ -855,6 +855,7 @@ def provenance(*, stage: str, params: dict[str, Any], device: torch.device | str
 # twice gets two ids (issue 50; tests/test_provenance.py changes every such fact).
 MACHINE_FACTS: tuple[tuple[str, ...], ...] = (
     ("wall_time_s",), ("machine_load",), ("git",), ("platform",), ("training_speed",),
+    ("reference_costs",),
     ("device", "memory_free_bytes"), ("device", "memory_total_bytes"),
     ("device", "visible_devices"), ("device", "container", "image_id"),
     ("device", "container", "image_revision"), ("device", "container", "base_digest"),

@@ -195,16 +195,28 @@ def baseline(params: Params) -> str:
     """Majority-class and zero-shot (plain and calibrated) baselines on the test split."""
     from lorasent.modes import no_zero_shot_cell
     from lorasent.stages.baseline import run_baseline
+    from lorasent.stages.test_sets import load_test_sets
 
     _check_inputs(params)  # baseline runs before train: a bad test set stops dvc repro here
     result = run_baseline(base=params.base, prompt=params.prompt, mode=params.train.mode,
-                          batch_size=params.evaluate.batch_size, params_record=_record(params))
+                          batch_size=params.evaluate.batch_size, params_record=_record(params),
+                          references=params.baseline, fraction=params.train.fraction,
+                          train_seed=params.base.seed,
+                          class_weighting=params.train.class_weighting,
+                          test_sets=load_test_sets(
+                              params.evaluate.test_sets, labels=params.base.labels,
+                              aliases=params.base.label_aliases, seed=params.split.seed))
     zero_shot = (no_zero_shot_cell(params.train.mode)
                  if result.zero_shot_accuracy is None else f"{result.zero_shot_accuracy:.4f}")
     calibrated = ("" if result.zero_shot_calibrated_accuracy is None
                   else f" (calibrated {result.zero_shot_calibrated_accuracy:.4f})")
+    supervised = "".join(
+        f", {name} {'not fitted' if acc is None else f'{acc:.4f}'}"
+        + (f" ({(result.reference_seconds or {})[name]:.1f} s)"
+           if name in (result.reference_seconds or {}) else "")
+        for name, acc in (result.references or {}).items())
     return (f"majority-class accuracy {result.majority_accuracy:.4f}, zero-shot accuracy "
-            f"{zero_shot}{calibrated}")
+            f"{zero_shot}{calibrated}{supervised}")
 
 
 @_stage
@@ -236,7 +248,8 @@ def evaluate(params: Params) -> str:
     _check_inputs(params)
     result = run_evaluate(base=params.base, prompt=params.prompt, evaluate=params.evaluate,
                           split_seed=params.split.seed, mode=params.train.mode,
-                          params_record=_record(params))
+                          params_record=_record(params), fraction=params.train.fraction,
+                          train_seed=params.base.seed)
     return result.summary()
 
 
@@ -663,13 +676,16 @@ def metrics() -> None:
     """
     import json
 
-    from lorasent.contracts import EvalMetrics, read
+    from lorasent.contracts import EvalMetrics, dump, read
+    from lorasent.metrics import supervised_verdict
     from lorasent.modes import MODES
-    from lorasent.paths import BASELINE_METRICS, EVAL_METRICS
+    from lorasent.paths import BASELINE_METRICS, EVAL_METRICS, PROVENANCE_DIR
+    from lorasent.references import seconds_here
     from lorasent.review.collect import workspace_staleness
     from lorasent.statistics import with_interval
 
     m = read(EvalMetrics, EVAL_METRICS, "rerun evaluate (dvc repro)")
+    seconds = seconds_here(PROVENANCE_DIR)
     stale = workspace_staleness()
     if stale:
         click.echo(f"WARNING: {stale.line(str(EVAL_METRICS))}")
@@ -698,7 +714,10 @@ def metrics() -> None:
                 f"{baseline('accuracy', 'zero_shot_calibrated')}  macro-F1 "
                 f"{baseline('macro_f1', 'zero_shot_calibrated')}")]
               if base.zero_shot_calibrated_accuracy is not None else []),
+            *_supervised_rows(m, seconds),
             *_calibration_rows(m)]
+    if m.strongest_supervised and m.references:
+        click.echo(f"The adapter: {supervised_verdict(m.strongest_supervised, dump(m.references[m.strongest_supervised]), seconds.get(m.strongest_supervised))}")  # noqa: E501
     click.echo(f"{EVAL_METRICS}: {m.test_rows} test rows, {m.mode} mode"
                + (f"; [95% interval: {method.method}, {method.resamples:,} resamples]"
                   if method else ""))
@@ -730,6 +749,42 @@ def _reduction_rows(m: Any) -> list[tuple[str, str]]:
             rows.append((f"  vs {REFERENCE_NAMES[name]}", with_interval(
                 ref.relative_error_reduction, ref.relative_error_reduction_ci95_low,
                 ref.relative_error_reduction_ci95_high) + f"  ({ref.accuracy:.4f})"))
+    return rows
+
+
+def _supervised_rows(m: Any, seconds: dict[str, float]) -> list[tuple[str, str]]:
+    """``lorasent metrics``' lines of the supervised references (absent before issue 58)
+    and of the adapter's cost: accuracy and macro-F1 with intervals, the paired Δ
+    accuracy, and what each cost (trainable parameters, training tokens, and the wall
+    seconds of this machine's run where its machine record holds them)."""
+    from lorasent.contracts import REFERENCE_NAMES, SUPERVISED_REFERENCES
+    from lorasent.statistics import with_interval
+
+    def cost(name: str, c: Any) -> str:
+        took = f", {seconds[name]:.1f} s here" if name in seconds else ""
+        tokens = f", {c.train_tokens:,} training tokens" if c.train_tokens is not None else ""
+        return f"{c.trainable_parameters:,} trainable of {c.total_parameters:,}{tokens}{took}"
+
+    rows = []
+    for name in SUPERVISED_REFERENCES:
+        ref = (m.references or {}).get(name)
+        note = (m.reference_notes or {}).get(name)
+        if ref is None:
+            if note:
+                rows.append((REFERENCE_NAMES[name], f"none: {note}"))
+            continue
+        paired = ref.paired
+        delta = "" if paired is None else "  Δ accuracy " + with_interval(
+            paired.delta_accuracy, paired.delta_accuracy_ci95_low,
+            paired.delta_accuracy_ci95_high, digits=3, signed=True) + f" ({paired.verdict})"
+        rows.append((REFERENCE_NAMES[name],
+                     f"{with_interval(ref.accuracy, ref.accuracy_ci95_low, ref.accuracy_ci95_high)}"
+                     f"  macro-F1 {with_interval(ref.macro_f1, ref.macro_f1_ci95_low, ref.macro_f1_ci95_high)}"  # noqa: E501
+                     f"{delta}"))
+        if ref.cost:
+            rows.append(("  its cost", cost(name, ref.cost)))
+    if getattr(m, "cost", None):
+        rows.append(("adapter's cost", cost("adapter", m.cost)))
     return rows
 
 

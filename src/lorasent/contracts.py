@@ -210,20 +210,63 @@ class IntervalMethod(_Contract):
     seed: int          # the bootstrap's own seed (not ``base.seed``)
 
 
-ReferenceName = Literal["majority", "zero_shot", "zero_shot_calibrated"]
+ReferenceName = Literal["majority", "zero_shot", "zero_shot_calibrated", "tfidf_lr", "encoder"]
 # Each reference baseline as sentences and tables name it.
 REFERENCE_NAMES: dict[str, str] = {"majority": "majority-class", "zero_shot": "zero-shot",
-                                   "zero_shot_calibrated": "calibrated zero-shot"}
+                                   "zero_shot_calibrated": "calibrated zero-shot",
+                                   "tfidf_lr": "TF-IDF + LR", "encoder": "encoder + LR"}
+# The references trained on the adapter's own rows (lorasent.references), in the order
+# sentences try them.
+SUPERVISED_REFERENCES = ("tfidf_lr", "encoder")
+
+
+class PairedVerdict(_Contract):
+    """The adapter against one reference on the same N rows (``lorasent.statistics.
+    paired_comparison``, B the adapter, A the reference): Δ = adapter − reference."""
+
+    delta_accuracy: float
+    delta_accuracy_ci95_low: float    # paired percentile bootstrap, 95%
+    delta_accuracy_ci95_high: float
+    delta_macro_f1: float
+    delta_macro_f1_ci95_low: float
+    delta_macro_f1_ci95_high: float
+    only_adapter_right: int           # McNemar's discordant rows
+    only_reference_right: int
+    mcnemar_p: float                  # McNemar's exact two-sided p-value
+    # better / worse: the interval of Δ accuracy excludes 0 and McNemar's p < 0.05
+    verdict: Literal["better", "worse", "no detectable difference"]
+
+
+class Cost(_Contract):
+    """What a classifier cost to train, machine-independent (the seconds and memory are
+    in the machine records: ``metrics/provenance/machine/``)."""
+
+    trainable_parameters: int
+    total_parameters: int
+    train_rows: int
+    train_tokens: int | None      # tokens processed in training (``train_tokens_are``)
+    train_tokens_are: str | None = None
 
 
 class Reference(_Contract):
-    """The relative error reduction against one reference baseline, on the same rows."""
+    """One reference on the same rows as the adapter: its own scores, the relative error
+    reduction against it and the paired verdict. Fields with a default are absent from
+    files written before issue 58 (which held the first five alone)."""
 
     accuracy: float                                  # the reference's accuracy
     relative_error_reduction: float | None           # None: the reference makes no errors
     relative_error_reduction_ci95_low: float | None  # paired bootstrap over the rows
     relative_error_reduction_ci95_high: float | None
     relative_error_reduction_note: str | None        # why the reduction is None
+    accuracy_ci95_low: float | None = None           # the reference's own intervals
+    accuracy_ci95_high: float | None = None
+    macro_f1: float | None = None
+    macro_f1_ci95_low: float | None = None
+    macro_f1_ci95_high: float | None = None
+    per_class: dict[str, PerClass] | None = None
+    paired: PairedVerdict | None = None              # None on a set of one row
+    method: str | None = None                        # a supervised reference's method
+    cost: Cost | None = None                         # a supervised reference's cost
 
 
 class CalibrationScores(_Contract):
@@ -299,8 +342,16 @@ class SetMetrics(_Contract):
     reference_note: str | None = None  # why the reference is not ``evaluate.reference``
     reference_accuracy: float
     relative_error_reduction_note: str | None      # why the reduction is None
-    # the relative error reduction against each reference (None: the mode has none)
+    # the relative error reduction against each reference (None: the mode has none, the
+    # reference is off or could not be fitted: ``reference_notes`` says why)
     references: dict[ReferenceName, Reference | None] | None = None
+    reference_notes: dict[str, str] | None = None
+    # the strongest supervised reference (highest accuracy on these rows) and the
+    # adapter's paired verdict against it, as one sentence (``lorasent.metrics.
+    # supervised_verdict``); None when no supervised reference was fitted
+    strongest_supervised: ReferenceName | None = None
+    verdict: str | None = None
+    cost: Cost | None = None   # the adapter's (top level only: the split's test split)
     calibration: Calibration | None = None
     label_issues: LabelIssuesSummary | None = None
     intervals: IntervalMethod | None = None

@@ -339,7 +339,8 @@ class EvaluateParams(_Section):
     batch_size: PositiveInt
     # auto: the calibrated zero-shot baseline when it beats the uncalibrated one, else
     # the zero-shot one (the majority class in a mode without a zero-shot answer)
-    reference: Literal["auto", "zero_shot", "zero_shot_calibrated", "majority"]
+    reference: Literal["auto", "zero_shot", "zero_shot_calibrated", "majority", "tfidf_lr",
+                       "encoder"]
     test_sets: dict[str, TestSetParams]
 
     @field_validator("test_sets", mode="before")
@@ -379,6 +380,64 @@ class EvaluateParams(_Section):
         return checked
 
 
+# An inverse regularisation strength of scikit-learn's LogisticRegression: finite, > 0.
+Strength = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+# A grid of them, tried in turn: one to ten distinct values.
+StrengthGrid = Annotated[tuple[Strength, ...], Field(min_length=1, max_length=10)]
+NgramRange = tuple[Annotated[int, Field(ge=1, le=10)], Annotated[int, Field(ge=1, le=10)]]
+
+
+def _grid_and_range(section: str, grid: tuple[float, ...],
+                    ranges: dict[str, tuple[int, int]]) -> None:
+    if len(set(grid)) != len(grid):
+        raise ValueError(f"baseline.{section}.C: {list(grid)} repeats a value; give each "
+                         "strength once")
+    for key, (low, high) in ranges.items():
+        if low > high:
+            raise ValueError(f"baseline.{section}.{key}: [{low}, {high}] is not a range "
+                             "(low > high); give [low, high], e.g. [1, 2]")
+
+
+class TfidfLrParams(_Section):
+    """``baseline.tfidf_lr``: word and character n-gram TF-IDF + logistic regression
+    (``lorasent.references.fit_tfidf_lr``); always on."""
+
+    C: StrengthGrid = (0.25, 1.0, 4.0, 16.0)
+    word_ngram_range: NgramRange = (1, 2)
+    char_ngram_range: NgramRange = (2, 5)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TfidfLrParams:
+        _grid_and_range("tfidf_lr", self.C, {"word_ngram_range": self.word_ngram_range,
+                                             "char_ngram_range": self.char_ngram_range})
+        return self
+
+
+class EncoderParams(_Section):
+    """``baseline.encoder``: a frozen encoder's mean-pooled embeddings + logistic
+    regression (``lorasent.references.fit_encoder_lr``)."""
+
+    enabled: bool = True
+    model: str = Field(default="packaged:minilm-l6", min_length=1)
+    C: StrengthGrid = (0.25, 1.0, 4.0, 16.0)
+    batch_size: PositiveInt = 64
+    max_length: Annotated[int, Field(ge=8, le=512)] = 128
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EncoderParams:
+        _grid_and_range("encoder", self.C, {})
+        return self
+
+
+class BaselineParams(_Section):
+    """The supervised references of the baseline stage, trained on the rows the adapter
+    trains on (``lorasent.references``); the majority class and zero-shot baselines
+    need no params."""
+
+    tfidf_lr: TfidfLrParams = TfidfLrParams()
+    encoder: EncoderParams = EncoderParams()
+
+
 class Params(_Section):
     """All of ``params.yaml``; one field per section."""
 
@@ -388,6 +447,8 @@ class Params(_Section):
     prompt: PromptParams
     train: TrainParams
     evaluate: EvaluateParams
+    # absent from params files written before issue 58: the defaults
+    baseline: BaselineParams = BaselineParams()
 
     @model_validator(mode="after")
     def _cross_section(self) -> Params:
@@ -396,6 +457,10 @@ class Params(_Section):
             raise ValueError(
                 f"train.eval_strategy: {train.eval_strategy!r} scores the validation split, "
                 "but split.validation_size is 0; set it (e.g. 0.1) or eval_strategy: 'no'")
+        if self.evaluate.reference == "encoder" and not self.baseline.encoder.enabled:
+            raise ValueError("evaluate.reference: 'encoder' names the encoder reference, "
+                             "which baseline.encoder.enabled: false turns off; turn it on "
+                             "or name another reference")
         if train.load_best_model_at_end and train.eval_strategy == "no":
             raise ValueError("train.load_best_model_at_end: needs train.eval_strategy: epoch")
         words = self.prompt.label_words

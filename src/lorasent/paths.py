@@ -18,6 +18,7 @@ BASELINE_METRICS = METRICS_DIR / "baseline.json"                 # baseline
 BASELINE_PREDICTIONS = METRICS_DIR / "baseline_predictions.csv"  # baseline
 BASELINE_CALIBRATED_PREDICTIONS = METRICS_DIR / "baseline_calibrated_predictions.csv"  # baseline
 BASELINE_CONFUSION = METRICS_DIR / "baseline_confusion.json"     # baseline (DVC plot)
+BASELINE_REFERENCES = METRICS_DIR / "references"                 # baseline: <reference>/<set>.csv
 TRAIN_LIVE_DIR = METRICS_DIR / "train"                           # train (dvclive)
 EVAL_METRICS = METRICS_DIR / "eval.json"                         # evaluate
 EVAL_PREDICTIONS = METRICS_DIR / "predictions.csv"               # evaluate

@@ -25,6 +25,19 @@ Writes ``metrics/baseline.json``:
   ``null`` with ``zero_shot_calibrated_note`` (``zero_shot_note``'s text) where
   ``zero_shot`` is ``null``.
 
+- ``references``: the supervised references (``lorasent.references``), trained on exactly
+  the rows the adapter trains on (``train.fraction``'s subset drawn with ``base.seed``,
+  weighted by ``train.class_weighting``), their ``C`` chosen on the validation split:
+  ``tfidf_lr`` (always) and ``encoder`` (``baseline.encoder.enabled``). Each holds its
+  ``method``, ``C`` and the grid's scores, the machine-independent ``cost`` (trainable
+  and total parameters, training tokens), and on the test split the keys of
+  ``zero_shot``, plus ``test_sets.<name>`` (accuracy, macro-F1) for each extra set.
+  ``null`` for a reference that is off or cannot be fitted (one class, a class of one
+  row), with ``reference_notes.<name>`` saying why; the stage goes on with the others.
+  Their predictions are written to ``metrics/references/<reference>/<set>.csv``
+  (``test`` and each extra set's name), their seconds and peak memory to the machine
+  record (``reference_costs``).
+
 Also writes the baseline's predictions (``metrics/baseline_predictions.csv``: zero-shot,
 or the majority class in seq_cls mode), the calibrated ones beside them
 (``metrics/baseline_calibrated_predictions.csv``, the same test ids in the same order,
@@ -37,8 +50,10 @@ the confusion matrix of the uncalibrated predictions as the records of DVC's plo
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +62,7 @@ import numpy as np
 import torch
 
 from lorasent.artifacts import (
+    atomic_dir,
     atomic_write_text,
     provenance,
     read_json,
@@ -65,16 +81,25 @@ from lorasent.metrics import (
 )
 from lorasent.modeling import load_model_and_prompt
 from lorasent.modes import DEFAULT_MODE, MODES
-from lorasent.params import BaseParams, PromptParams
+from lorasent.params import BaselineParams, BaseParams, PromptParams
 from lorasent.paths import (
     BASE_MODEL_DIR,
     BASELINE_CALIBRATED_PREDICTIONS,
     BASELINE_CONFUSION,
     BASELINE_METRICS,
     BASELINE_PREDICTIONS,
+    BASELINE_REFERENCES,
     MANIFEST,
     PROVENANCE_DIR,
     SPLIT_DIR,
+)
+from lorasent.references import (
+    SUPERVISED,
+    Cost,
+    ReferenceNotFitted,
+    fit_encoder_lr,
+    fit_tfidf_lr,
+    measured,
 )
 from lorasent.scoring import (
     CALIBRATION_METHOD,
@@ -83,7 +108,9 @@ from lorasent.scoring import (
     contextual_calibration,
     score_texts,
 )
+from lorasent.stages.test_sets import TestSet
 from lorasent.statistics import METHOD, intervals
+from lorasent.subsets import training_subset
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +120,8 @@ class BaselineResult:
     majority_accuracy: float
     zero_shot_accuracy: float | None
     zero_shot_calibrated_accuracy: float | None = None
+    references: dict[str, float | None] | None = None  # name -> test accuracy (None: none)
+    reference_seconds: dict[str, float] | None = None  # name -> fit + predict seconds
 
 
 def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
@@ -102,7 +131,11 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
                  predictions_path: Path = BASELINE_PREDICTIONS,
                  calibrated_predictions_path: Path = BASELINE_CALIBRATED_PREDICTIONS,
                  confusion_path: Path = BASELINE_CONFUSION,
-                 provenance_dir: Path = PROVENANCE_DIR) -> BaselineResult:
+                 provenance_dir: Path = PROVENANCE_DIR,
+                 references: BaselineParams | None = None, fraction: float = 1.0,
+                 train_seed: int = 42, class_weighting: str = "none",
+                 test_sets: Sequence[TestSet] = (),
+                 references_dir: Path | None = None) -> BaselineResult:
     """Majority-class, zero-shot and calibrated zero-shot baselines on the test split.
 
     Args:
@@ -113,6 +146,13 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
             class in seq_cls mode), row by row beside ``predictions_path``'s.
         confusion_path: the confusion matrix of the predictions file (zero-shot, or the
             majority class in seq_cls mode) as K x K plot records.
+        references: ``baseline``, the supervised references' params; ``fraction``,
+            ``train_seed`` and ``class_weighting`` (``train.fraction``, ``base.seed``,
+            ``train.class_weighting``) pick and weight the rows they train on, as train
+            does; ``test_sets``: the extra test sets they also score
+            (:func:`lorasent.stages.test_sets.load_test_sets`), their predictions
+            written under ``references_dir`` (default: ``references/`` beside
+            ``metrics_path``, as :data:`lorasent.paths.BASELINE_REFERENCES` is).
     """
     started = time.perf_counter()
     labels = list(base.labels)
@@ -124,6 +164,13 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
 
     report: dict[str, Any] = {"majority_class": labels[majority],
                               "majority_accuracy": majority_acc}
+    # the references first, before the LM takes its memory: their peak is their own
+    validation_path = split_dir / "validation.jsonl"
+    supervised = fit_references(
+        references or BaselineParams(), rows=training_subset(train, fraction, train_seed, labels),
+        validation=read_jsonl(validation_path) if validation_path.is_file() else [],
+        sets={"test": test, **{s.name: s.rows for s in test_sets}}, labels=labels,
+        class_weighting=class_weighting)
     if not MODES[mode].zero_shot:
         device = torch.device("cpu")  # no model is loaded
         computed = None
@@ -157,9 +204,12 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
             "content_free_inputs": list(CONTENT_FREE_INPUTS),
             "content_free_prior": dict(zip(labels, map(float, prior), strict=True)),
             "method": CALIBRATION_METHOD}
-        report["intervals"] = METHOD
         matrix = report["zero_shot"]["confusion_matrix"]
         source = f"{metrics_path}:zero_shot.confusion_matrix"
+    report["references"] = {name: found.record for name, found in supervised.items()}
+    report["reference_notes"] = {name: found.note for name, found in supervised.items()
+                                 if found.note}
+    report["intervals"] = METHOD
 
     if is_main():  # the other processes of a launched run only scored
         write_json(metrics_path, report)
@@ -168,11 +218,90 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
         atomic_write_text(calibrated_predictions_path, predictions_csv(
             [r["id"] for r in test], y_test, calibrated, labels))
         write_json(confusion_path, confusion_records(matrix, labels, source))
+        with atomic_dir(references_dir or metrics_path.with_name(BASELINE_REFERENCES.name)
+                        ) as tmp:
+            for name, found in supervised.items():
+                for set_name, text in found.files.items():
+                    (tmp / name).mkdir(exist_ok=True)
+                    (tmp / name / f"{set_name}.csv").write_text(text, encoding="utf-8")
         write_provenance(provenance_dir / "baseline.json", provenance(
             stage="baseline", params=params_record, device=device,
             wall_time_s=time.perf_counter() - started,
             inputs={"model": read_json(model_dir / MANIFEST)["sha256"],
                     "test.jsonl": sha256_file(split_dir / "test.jsonl")},
-            extra={"test_rows": len(test), "compute_dtype": computed}))
-    return BaselineResult(majority_acc, (report["zero_shot"] or {}).get("accuracy"),
-                          (report["zero_shot_calibrated"] or {}).get("accuracy"))
+            extra={"test_rows": len(test), "compute_dtype": computed,
+                   "reference_costs": {name: dataclasses.asdict(found.cost)
+                                       for name, found in supervised.items() if found.cost}}))
+    return BaselineResult(
+        majority_acc, (report["zero_shot"] or {}).get("accuracy"),
+        (report["zero_shot_calibrated"] or {}).get("accuracy"),
+        {name: (found.record or {}).get("accuracy") for name, found in supervised.items()},
+        {name: found.cost.fit_seconds + found.cost.predict_seconds
+         for name, found in supervised.items() if found.cost})
+
+
+@dataclass(frozen=True)
+class SupervisedResult:
+    """One supervised reference as the stage keeps it: ``record`` for baseline.json (None:
+    off or not fitted, ``note`` says why), the text of each set's predictions file, and
+    what it cost here (None when it did not run)."""
+
+    record: dict[str, Any] | None
+    note: str | None = None
+    files: dict[str, str] = dataclasses.field(default_factory=dict)
+    cost: Cost | None = None
+
+
+def fit_references(params: BaselineParams, *, rows: Sequence[dict[str, Any]],
+                   validation: Sequence[dict[str, Any]],
+                   sets: dict[str, Sequence[dict[str, Any]]], labels: list[str],
+                   class_weighting: str) -> dict[str, SupervisedResult]:
+    """Fit each supervised reference on ``rows`` (``{"text", "label_id", ...}``), its
+    ``C`` chosen on ``validation``, and score every set of ``sets`` (``test`` first):
+    ``{name: SupervisedResult}`` in :data:`lorasent.references.SUPERVISED` order. A
+    reference that cannot be fitted (:class:`lorasent.references.ReferenceNotFitted`) is
+    logged in one line and kept as a note."""
+    texts, y = [r["text"] for r in rows], [r["label_id"] for r in rows]
+    common = dict(train_texts=texts, y_train=y, val_texts=[r["text"] for r in validation],
+                  y_val=[r["label_id"] for r in validation], labels=labels,
+                  class_weighting=class_weighting)
+    out: dict[str, SupervisedResult] = {}
+    for name in SUPERVISED:
+        if name == "encoder" and not params.encoder.enabled:
+            out[name] = SupervisedResult(None, "baseline.encoder.enabled: false")
+            continue
+        try:
+            if name == "tfidf_lr":
+                p = params.tfidf_lr
+                fitted = fit_tfidf_lr(**common, c_grid=p.C,
+                                      word_ngram_range=p.word_ngram_range,
+                                      char_ngram_range=p.char_ngram_range)
+            else:
+                e = params.encoder
+                fitted = fit_encoder_lr(**common, c_grid=e.C, model=e.model,
+                                        batch_size=e.batch_size, max_length=e.max_length)
+        except ReferenceNotFitted as err:
+            log.warning("baseline: reference %s not fitted: %s", name, err)
+            out[name] = SupervisedResult(None, f"not fitted: {err}")
+            continue
+        record, files = dict(fitted.record), {}
+        summaries: dict[str, Any] = {}
+        for set_name, set_rows in sets.items():
+            with measured(fitted.cost, "predict"):
+                probs = fitted.predict([r["text"] for r in set_rows])
+            y_set = [r["label_id"] for r in set_rows]
+            predicted = probs.argmax(1)
+            with np.errstate(divide="ignore"):
+                files[set_name] = predictions_csv([r["id"] for r in set_rows], y_set,
+                                                  np.log(probs), labels)
+            found = classification_metrics(y_set, predicted, labels)
+            if set_name == "test":
+                summaries = {**found, **intervals(y_set, predicted, len(labels))}
+            else:
+                summaries.setdefault("test_sets", {})[set_name] = {
+                    "accuracy": found["accuracy"], "macro_f1": found["macro_f1"]}
+        test_sets = summaries.pop("test_sets", {})
+        record = {"method": record.pop("method"), **summaries, **record,
+                  "train_rows": len(rows), "test_sets": test_sets}
+        out[name] = SupervisedResult(record, None, files, fitted.cost)
+    return out

@@ -76,6 +76,7 @@ from lorasent.calibration import (
 )
 from lorasent.contracts import (
     REFERENCE_NAMES,
+    SUPERVISED_REFERENCES,
     EvalMetrics,
     SetMetrics,
     TemperatureScaling,
@@ -94,6 +95,7 @@ from lorasent.metrics import (
     read_predictions,
     relative_error_reduction,
     run_warnings,
+    supervised_verdict,
 )
 from lorasent.modeling import load_trained_model
 from lorasent.modes import DEFAULT_MODE
@@ -104,6 +106,7 @@ from lorasent.paths import (
     BASELINE_CALIBRATED_PREDICTIONS,
     BASELINE_METRICS,
     BASELINE_PREDICTIONS,
+    BASELINE_REFERENCES,
     EVAL_CONFUSION,
     EVAL_LABEL_ISSUES,
     EVAL_METRICS,
@@ -113,14 +116,16 @@ from lorasent.paths import (
     PROVENANCE_DIR,
     SPLIT_DIR,
 )
+from lorasent.references import seconds_here
 from lorasent.scoring import Encoder, contextual_calibration, score_texts
 from lorasent.stages.test_sets import TestSet, load_test_sets
-from lorasent.statistics import METHOD, intervals, with_interval
+from lorasent.statistics import METHOD, intervals, paired_comparison, with_interval
+from lorasent.subsets import training_subset
 from lorasent.tables import spreadsheet_row
 
 log = logging.getLogger(__name__)
 
-REFERENCES = ("majority", "zero_shot", "zero_shot_calibrated")
+REFERENCES = ("majority", "zero_shot", "zero_shot_calibrated", *SUPERVISED_REFERENCES)
 _INTERVAL_KEYS = [f"{name}_ci95_{end}" for name in
                   ("accuracy", "macro_f1", "relative_error_reduction") for end in ("low", "high")]
 # A set of one row: its metrics, and this warning in place of the intervals (a bootstrap
@@ -143,7 +148,13 @@ class EvaluateResult:
         """The stage's last lines: the headline with intervals and the reference, one
         line per extra test set, the file, then the warnings."""
         m = self.metrics
-        lines = [f"test split: {_headline(m)}"]
+        lines = []
+        if m.strongest_supervised and m.references:  # first: what a reviewer asks first
+            seconds = seconds_here(metrics_path.parent / PROVENANCE_DIR.name)
+            lines.append("test split: the adapter: " + supervised_verdict(
+                m.strongest_supervised, dump(m.references[m.strongest_supervised]),
+                seconds.get(m.strongest_supervised)))
+        lines.append(f"test split: {_headline(m)}")
         lines += [f"{name}: {_headline(s)}" for name, s in m.test_sets.items()]
         lines.append(f"Details: {metrics_path} (make metrics)")
         lines += [f"WARNING: {w}" for w in m.warnings]
@@ -178,6 +189,8 @@ class ScoredSet:
     references: dict[str, np.ndarray | None]  # reference -> (N,) int64 predicted ids
     reference_note: str | None      # why a reference is missing (the mode's note)
     report: Mapping[str, Any] | None = None  # an extra set's data report
+    # why a supervised reference is missing (off, not fitted): baseline.json's notes
+    reference_notes: Mapping[str, str] | None = None
 
 
 def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluateParams,
@@ -189,7 +202,9 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
                  metrics_path: Path = EVAL_METRICS,
                  predictions_path: Path = EVAL_PREDICTIONS,
                  confusion_path: Path = EVAL_CONFUSION,
-                 provenance_dir: Path = PROVENANCE_DIR) -> EvaluateResult:
+                 provenance_dir: Path = PROVENANCE_DIR,
+                 references_dir: Path | None = None, fraction: float = 1.0,
+                 train_seed: int = 42) -> EvaluateResult:
     """Score the test split and every extra test set with base + adapter; write the
     metrics.
 
@@ -198,6 +213,11 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
     beside ``metrics_path`` (the names of :mod:`lorasent.paths`).
 
     ``split_seed`` (``split.seed``) draws the extra sets' rows, as it drew the split.
+    The supervised references' predictions are read from ``references_dir`` (the
+    baseline stage's; default: ``references/`` beside ``baseline_path``), and the
+    adapter's cost from train's provenance record in ``provenance_dir``, its training
+    tokens counted on the rows ``fraction`` and
+    ``train_seed`` (``train.fraction``, ``base.seed``) pick, as train picked them.
     Every extra set is read and checked (:func:`lorasent.stages.test_sets.load_test_sets`)
     before the model loads, and nothing is written before everything is scored.
 
@@ -228,6 +248,10 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
                                 device=device, training=False))
     scaling = read_temperature_scaling(adapter_dir)
     ids = [r["id"] for r in test]
+    references_dir = references_dir or baseline_path.with_name(BASELINE_REFERENCES.name)
+    supervised = {name: references_dir / name for name in SUPERVISED_REFERENCES
+                  if (baseline.get("references") or {}).get(name)}
+    notes = baseline.get("reference_notes") or {}
     sets = [ScoredSet(
         "test", ids, np.asarray([r["label_id"] for r in test], dtype=np.int64),
         score_texts(model, encoder, [r["text"] for r in test], evaluate.batch_size,
@@ -236,17 +260,27 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
          "zero_shot": _reference_predictions(baseline_predictions_path, ids, labels)
          if baseline.get("zero_shot") else None,
          "zero_shot_calibrated": _reference_predictions(baseline_calibrated_path, ids, labels)
-         if baseline.get("zero_shot_calibrated") else None},
-        baseline.get("zero_shot_note"))]
-    sets += [_score_extra(s, model, encoder, baseline, labels, majority, evaluate.batch_size)
-             for s in extra]
+         if baseline.get("zero_shot_calibrated") else None,
+         **_supervised_predictions(supervised, "test", ids, labels)},
+        baseline.get("zero_shot_note"), reference_notes=notes)]
+    sets += [_score_extra(s, model, encoder, baseline, labels, majority, evaluate.batch_size,
+                          supervised) for s in extra]
+    costs = {name: {**baseline["references"][name]["cost"],
+                    "train_rows": baseline["references"][name]["train_rows"]}
+             for name in supervised}
+    costs["adapter"] = _adapter_cost(provenance_dir / "train.json", encoder,
+                                     training_subset(read_jsonl(split_dir / "train.jsonl"),
+                                                     fraction, train_seed, labels))
+    methods = {name: baseline["references"][name]["method"] for name in supervised}
 
     summaries = [_set_metrics(s, labels=labels, wanted=evaluate.reference, scaling=scaling,
-                              majority_class=baseline["majority_class"],
+                              majority_class=baseline["majority_class"], costs=costs,
+                              methods=methods,
                               issues_file=str(label_issues_path if s.name == "test" else
                                               test_sets_dir / s.name / "label_issues.csv"))
                  for s in sets]
     (main, main_issues), others = summaries[0], summaries[1:]
+    main["cost"] = costs["adapter"]
     test_sets = {s.name: TestSetMetrics(**metrics, source=s.report["source"], data=s.report)
                  for s, (metrics, _) in zip(extra, others, strict=True)}
     result = EvalMetrics(**main, mode=record.mode, test_sets=test_sets)
@@ -293,7 +327,8 @@ def _write_sets(folder: Path, set_files: Mapping[str, Mapping[str, str]]) -> Non
 
 
 def _score_extra(test_set: TestSet, model: Any, encoder: Encoder, baseline: Mapping[str, Any],
-                 labels: list[str], majority: int, batch_size: int) -> ScoredSet:
+                 labels: list[str], majority: int, batch_size: int,
+                 supervised: Mapping[str, Path]) -> ScoredSet:
     """An extra set scored by base + adapter, and by the base model alone (the adapter
     switched off: peft's ``disable_adapter``) for its zero-shot baselines, uncalibrated
     and with the content-free prior of ``metrics/baseline.json``."""
@@ -314,47 +349,78 @@ def _score_extra(test_set: TestSet, model: Any, encoder: Encoder, baseline: Mapp
                                dtype=np.float64)
             references["zero_shot_calibrated"] = contextual_calibration(
                 zero_shot, prior).argmax(1)
-    return ScoredSet(test_set.name, [r["id"] for r in test_set.rows],
+    ids = [r["id"] for r in test_set.rows]
+    references.update(_supervised_predictions(supervised, test_set.name, ids, labels))
+    return ScoredSet(test_set.name, ids,
                      np.asarray([r["label_id"] for r in test_set.rows], dtype=np.int64),
-                     scores, references, baseline.get("zero_shot_note"), test_set.report)
+                     scores, references, baseline.get("zero_shot_note"), test_set.report,
+                     baseline.get("reference_notes") or {})
+
+
+def _supervised_predictions(folders: Mapping[str, Path], set_name: str, ids: list[str],
+                            labels: list[str]) -> dict[str, np.ndarray | None]:
+    """Each supervised reference's predicted ids on the set ``set_name`` (``test`` or an
+    extra set), from ``<its folder>/<set_name>.csv``; None for a reference the baseline
+    stage did not fit."""
+    return {name: (_reference_predictions(folders[name] / f"{set_name}.csv", ids, labels)
+                   if name in folders else None) for name in SUPERVISED_REFERENCES}
+
+
+def _adapter_cost(train_record: Path, encoder: Encoder,
+                  rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The adapter's machine-independent cost (:class:`lorasent.contracts.Cost`): the
+    parameters and rows of train's provenance record, and the tokens processed in
+    training: each training example's tokens (``encoder.training_example``: the prompt
+    and the label word in generative mode, the text in seq_cls) over one pass, times
+    the passes (steps x effective batch / rows)."""
+    record = read_json(train_record)
+    train_rows = int(record["train_rows"])
+    per_pass = sum(len(encoder.training_example(r["text"], r["label_id"])["input_ids"])
+                   for r in rows)
+    passes = record["steps"] * record["effective_batch_size"] / max(train_rows, 1)
+    return {"trainable_parameters": record["trainable_parameters"],
+            "total_parameters": record["total_parameters"], "train_rows": train_rows,
+            "train_tokens": round(per_pass * passes),
+            "train_tokens_are": "the training examples' tokens, one pass times the passes "
+                                "(steps x effective batch / rows)"}
 
 
 def choose_reference(wanted: str, accuracies: Mapping[str, float | None],
-                     missing_note: str | None) -> tuple[str, str | None]:
+                     missing_note: str | None,
+                     notes: Mapping[str, str] | None = None) -> tuple[str, str | None]:
     """The reference of the relative error reduction, and a note when it is not the one
     ``evaluate.reference`` names.
 
     Args:
-        wanted: ``evaluate.reference``: ``auto``, ``majority``, ``zero_shot`` or
-            ``zero_shot_calibrated``.
-        accuracies: each reference's accuracy on the set, None where the mode has none.
+        wanted: ``evaluate.reference``: ``auto`` or one of :data:`REFERENCES`.
+        accuracies: each reference's accuracy on the set, None where there is none.
         missing_note: why the zero-shot references are missing (the mode's note).
+        notes: why a supervised reference is missing (off, not fitted).
 
     Returns:
-        ``(name, note)``. ``auto``: the calibrated zero-shot baseline when its accuracy is
-        above the uncalibrated one's (Zhao et al. 2021), else the uncalibrated one; the
-        note says which and why. A reference the mode lacks: the majority class, with
-        ``missing_note``.
+        ``(name, note)``. ``auto``: the strongest reference, the one of the highest
+        accuracy on the set (ties: the first of :data:`REFERENCES`, the cheaper), so that
+        the headline's reduction is measured against the best a user could have had
+        without the adapter; the note says which, against which others. A named
+        reference that is missing: the majority class, with why.
     """
-    zero_shot, calibrated = accuracies.get("zero_shot"), accuracies.get("zero_shot_calibrated")
+    found = {name: acc for name, acc in accuracies.items() if acc is not None}
     if wanted == "auto":
-        if zero_shot is None:
-            return "majority", missing_note
-        if calibrated is not None and calibrated > zero_shot:
-            return "zero_shot_calibrated", (
-                f"evaluate.reference auto: the calibrated zero-shot baseline ({calibrated:.4f}) "
-                f"beats the uncalibrated one ({zero_shot:.4f})")
-        return "zero_shot", ("evaluate.reference auto: the calibrated zero-shot baseline "
-                             f"({calibrated if calibrated is None else f'{calibrated:.4f}'}) "
-                             f"does not beat the uncalibrated one ({zero_shot:.4f})")
-    if accuracies.get(wanted) is None:
-        return "majority", missing_note
+        best = max(found, key=lambda name: (found[name], -REFERENCES.index(name)))
+        others = ", ".join(f"{name} {acc:.4f}" for name, acc in found.items() if name != best)
+        return best, (f"evaluate.reference auto: the strongest reference, {best} "
+                      f"({found[best]:.4f}; {others or 'no other'})")
+    if wanted not in found:
+        why = (notes or {}).get(wanted) or missing_note or f"no {wanted} reference"
+        return "majority", f"evaluate.reference {wanted}: none on this set ({why})"
     return wanted, None
 
 
 def _set_metrics(s: ScoredSet, *, labels: list[str], wanted: str,
                  scaling: TemperatureScaling | None, majority_class: str,
-                 issues_file: str) -> tuple[dict[str, Any], LabelIssues]:
+                 issues_file: str, costs: Mapping[str, Mapping[str, Any]] | None = None,
+                 methods: Mapping[str, str] | None = None
+                 ) -> tuple[dict[str, Any], LabelIssues]:
     """The :class:`~lorasent.contracts.SetMetrics` fields of one scored set (as a dict, in
     the contract's order) and its label issues."""
     k = len(labels)
@@ -365,23 +431,39 @@ def _set_metrics(s: ScoredSet, *, labels: list[str], wanted: str,
     macro_f1s = {name: (None if pred is None else
                         classification_metrics(y, pred, labels)["macro_f1"])
                  for name, pred in s.references.items()}
-    reference, reference_note = choose_reference(wanted, accuracies, s.reference_note)
+    reference, reference_note = choose_reference(wanted, accuracies, s.reference_note,
+                                                 s.reference_notes)
     references: dict[str, dict[str, Any] | None] = {}
     bounds: dict[str, dict[str, float | None]] = {}
     for name in REFERENCES:
-        pred = s.references[name]
+        pred = s.references.get(name)
         if pred is None:
             references[name] = None
             continue
         rer, note = relative_error_reduction(metrics["accuracy"], accuracies[name] or 0.0)
         bounds[name] = (intervals(y, predicted, k, pred) if len(y) > 1 else
                         dict.fromkeys(_INTERVAL_KEYS))
+        own = classification_metrics(y, pred, labels)
+        own_bounds = (intervals(y, pred, k) if len(y) > 1 else dict.fromkeys(_INTERVAL_KEYS))
         references[name] = {"accuracy": accuracies[name], "relative_error_reduction": rer,
                             **{f"relative_error_reduction_ci95_{end}":
                                bounds[name][f"relative_error_reduction_ci95_{end}"]
                                for end in ("low", "high")},
-                            "relative_error_reduction_note": note}
+                            "relative_error_reduction_note": note,
+                            **{f"accuracy_ci95_{end}": own_bounds[f"accuracy_ci95_{end}"]
+                               for end in ("low", "high")},
+                            "macro_f1": own["macro_f1"],
+                            **{f"macro_f1_ci95_{end}": own_bounds[f"macro_f1_ci95_{end}"]
+                               for end in ("low", "high")},
+                            "per_class": own["per_class"],
+                            "paired": _paired(y, pred, predicted, labels) if len(y) > 1
+                            else None,
+                            "method": (methods or {}).get(name),
+                            "cost": (costs or {}).get(name)}
     chosen = references[reference] or {}
+    fitted = [name for name in SUPERVISED_REFERENCES if references.get(name)]
+    strongest = max(fitted, key=lambda name: (accuracies[name] or 0.0, -fitted.index(name)),
+                    default=None)
     probs = probabilities(s.scores)
     issues = label_issues(y, probs)
     temperature = scaling.temperature if scaling else None
@@ -415,6 +497,10 @@ def _set_metrics(s: ScoredSet, *, labels: list[str], wanted: str,
         "reference_accuracy": chosen["accuracy"],
         "relative_error_reduction_note": chosen["relative_error_reduction_note"],
         "references": references,
+        "reference_notes": dict(s.reference_notes or {}),
+        "strongest_supervised": strongest,
+        "verdict": None if strongest is None else supervised_verdict(
+            strongest, references[strongest]),
         "calibration": calibration,
         "label_issues": {"rows": len(issues.indices), "share": len(issues.indices) / len(y),
                          "method": issues.method, "file": issues_file},
@@ -431,6 +517,24 @@ def _calibration(y: np.ndarray, probs: np.ndarray) -> dict[str, Any]:
     found = calibration_metrics(y, probs)
     return found if len(y) > 1 else {
         key: None if "_ci95_" in key else value for key, value in found.items()}
+
+
+def _paired(y: np.ndarray, reference: np.ndarray, adapter: np.ndarray,
+            labels: list[str]) -> dict[str, Any]:
+    """The :class:`~lorasent.contracts.PairedVerdict` of the adapter against a reference
+    (:func:`lorasent.statistics.paired_comparison`, the adapter as B)."""
+    found = paired_comparison(y, reference, adapter, labels)
+    verdict = ("no detectable difference" if not found.significant
+               else "better" if found.delta_accuracy > 0 else "worse")
+    return {"delta_accuracy": found.delta_accuracy,
+            "delta_accuracy_ci95_low": found.delta_accuracy_ci[0],
+            "delta_accuracy_ci95_high": found.delta_accuracy_ci[1],
+            "delta_macro_f1": found.delta_macro_f1,
+            "delta_macro_f1_ci95_low": found.delta_macro_f1_ci[0],
+            "delta_macro_f1_ci95_high": found.delta_macro_f1_ci[1],
+            "only_adapter_right": found.only_b_right,
+            "only_reference_right": found.only_a_right,
+            "mcnemar_p": found.p_value, "verdict": verdict}
 
 
 def _overlap_warnings(s: ScoredSet) -> list[str]:

@@ -1,0 +1,167 @@
+"""The supervised references (lorasent.references, the baseline stage's ``references``):
+exact predictions of TF-IDF + LR on a tiny fixed set, the bad training splits and texts,
+their params, the paired verdict against them and the warning when the adapter ties one.
+"""
+
+import numpy as np
+import pytest
+
+from lorasent.metrics import supervised_verdict, warnings_by_kind
+from lorasent.params import BaselineParams, EncoderParams, ParamsError, parse_params
+from lorasent.references import ReferenceNotFitted, check_fittable, fit_tfidf_lr
+from lorasent.stages.baseline import fit_references
+from lorasent.stages.evaluate import _paired
+from test_train_recipe import PARAMS
+
+LABELS = ["negative", "neutral", "positive"]
+TRAIN = [("I love this phone", 2), ("great service, thank you", 2), ("so happy with it", 2),
+         ("the flight was delayed again", 0), ("worst day ever", 0),
+         ("this is broken and useless", 0), ("Meeting moved to 3pm", 1),
+         ("the store opens at 9", 1), ("the bus comes at seven", 1)]
+VALIDATION = [("happy with the service", 2), ("broken again", 0), ("opens at 3pm", 1)]
+TEST = ["I love it, great", "worst flight, broken", "the meeting opens at 9", "🙂🙂", "好评"]
+NO_REFERENCE_ENCODER = BaselineParams(encoder=EncoderParams(enabled=False))
+
+
+def _fit(train=TRAIN, validation=VALIDATION, class_weighting="none"):
+    return fit_tfidf_lr(train_texts=[t for t, _ in train], y_train=[y for _, y in train],
+                        val_texts=[t for t, _ in validation], y_val=[y for _, y in validation],
+                        labels=LABELS, class_weighting=class_weighting,
+                        c_grid=(0.25, 1.0, 4.0, 16.0), word_ngram_range=(1, 2),
+                        char_ngram_range=(2, 5))
+
+
+def test_tfidf_lr_predicts_the_tiny_set_and_chooses_c_on_validation():
+    fitted = _fit()
+    probs = fitted.predict(TEST)
+    assert probs.shape == (5, 3) and np.allclose(probs.sum(1), 1)
+    assert probs.argmax(1).tolist() == [2, 0, 1, 2, 2]  # no n-gram seen: the intercepts
+    record = fitted.record
+    # every C of the grid scored on the 3 validation rows; ties go to the smaller C
+    assert [g["C"] for g in record["C_grid"]] == [0.25, 1.0, 4.0, 16.0]
+    best = max(g["accuracy"] for g in record["C_grid"])
+    assert record["C"] == min(g["C"] for g in record["C_grid"] if g["accuracy"] == best)
+    assert record["C_chosen_by"] == "accuracy on the 3 validation rows"
+    assert record["cost"]["trainable_parameters"] == (record["features"] + 1) * 3
+    assert record["cost"]["train_tokens"] == 37  # the word tokens of the 9 training texts
+    # deterministic: a second fit gives the same probabilities, bit for bit
+    assert np.array_equal(_fit().predict(TEST), probs)
+
+
+def test_without_validation_rows_c_is_chosen_by_cross_validation():
+    record = _fit(validation=[]).record
+    assert record["C_chosen_by"] == ("mean accuracy of 3-fold stratified cross-validation "
+                                     "on the training rows")
+
+
+def test_balanced_class_weighting_is_the_adapters():
+    assert _fit(class_weighting="balanced").record["class_weight"] == "balanced"
+    assert _fit().record["class_weight"] is None
+
+
+@pytest.mark.parametrize(("y", "message"), [
+    ([0, 0, 0], "the training rows hold one class ('negative'); a classifier needs at least two"),
+    ([0, 0, 1], "class 'neutral' has 1 training row; a reference needs at least 2 rows of "
+                "each class it is trained on"),
+])
+def test_a_split_it_cannot_fit_is_said_in_one_line(y, message):
+    with pytest.raises(ReferenceNotFitted) as err:
+        check_fittable(y, LABELS)
+    assert str(err.value) == message
+
+
+def test_the_stage_goes_on_when_a_reference_cannot_be_fitted():
+    rows = [{"id": str(i), "text": t, "label_id": 0} for i, t in enumerate(["a b", "c d"])]
+    found = fit_references(NO_REFERENCE_ENCODER, rows=rows, validation=[], sets={"test": rows},
+                           labels=LABELS, class_weighting="none")
+    assert {name: (r.record, r.note) for name, r in found.items()} == {
+        "tfidf_lr": (None, "not fitted: the training rows hold one class ('negative'); a "
+                           "classifier needs at least two"),
+        "encoder": (None, "baseline.encoder.enabled: false")}
+
+
+def test_texts_without_word_characters_still_have_character_ngrams():
+    train = [("🙂🙂 👍", 2), ("👍👍🙂", 2), ("😡😡", 0), ("💔😡", 0), ("http://a.b/c", 1),
+             ("https://x.y/z", 1)]
+    emoji_only = [(t, y) for t, y in train if y != 1]
+    fitted = _fit(train=emoji_only, validation=[])
+    assert fitted.record["method"].startswith("TF-IDF (char_wb 2-5-grams;")  # no word n-gram
+    assert fitted.predict(["🙂👍", "😡"]).argmax(1).tolist() == [2, 0]
+    mixed = [*train, ("好评，很好", 2), ("差评 太差", 0), ("一般般 ok", 1)]
+    assert _fit(train=mixed, validation=[]).predict(["很好 👍"]).shape == (1, 3)
+
+
+def test_references_are_written_per_set_and_score_the_test_rows():
+    def rows(pairs):
+        return [{"id": f"r{i}", "text": t, "label_id": y} for i, (t, y) in enumerate(pairs)]
+
+    test = rows([(t, y) for t, y in zip(TEST[:3], [2, 0, 1], strict=True)])
+    found = fit_references(NO_REFERENCE_ENCODER, rows=rows(TRAIN), validation=rows(VALIDATION),
+                           sets={"test": test, "other": test[:2]}, labels=LABELS,
+                           class_weighting="none")["tfidf_lr"]
+    assert found.record is not None and found.record["accuracy"] == 1.0
+    assert found.record["test_sets"] == {"other": {"accuracy": 1.0, "macro_f1": 2 / 3}}
+    assert found.record["train_rows"] == 9
+    assert list(found.files) == ["test", "other"]
+    assert found.files["test"].splitlines()[0] == (
+        "id,actual,predicted,p_negative,p_neutral,p_positive")
+    assert found.cost is not None and found.cost.fit_seconds > 0
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"tfidf_lr": {"C": []}}, "baseline.tfidf_lr.C"),
+    ({"tfidf_lr": {"C": [-1.0]}}, "baseline.tfidf_lr.C.0"),
+    ({"tfidf_lr": {"C": [float("nan")]}}, "baseline.tfidf_lr.C.0"),
+    ({"tfidf_lr": {"C": [1.0, 1.0]}}, "baseline.tfidf_lr.C: [1.0, 1.0] repeats a value"),
+    ({"tfidf_lr": {"word_ngram_range": [3, 1]}}, "baseline.tfidf_lr.word_ngram_range: [3, 1]"),
+    ({"knn": {}}, "baseline.knn"),
+    ({"encoder": {"C": [0.0]}}, "baseline.encoder.C.0"),
+])
+def test_reference_params_that_make_no_sense_are_refused_with_the_key(change, message):
+    with pytest.raises(ParamsError) as err:
+        parse_params({**PARAMS, "baseline": change})
+    assert message in str(err.value)
+
+
+def test_naming_a_reference_that_is_off_is_refused():
+    with pytest.raises(ParamsError) as err:
+        parse_params({**PARAMS, "evaluate": {**PARAMS["evaluate"], "reference": "encoder"},
+                      "baseline": {"encoder": {"enabled": False}}})
+    assert "evaluate.reference: 'encoder' names the encoder reference" in str(err.value)
+
+
+# 40 rows: the reference right on 20 of them
+Y = np.array([0, 1, 2, 0] * 10)
+REFERENCE = np.where(np.arange(40) % 2 == 0, Y, (Y + 1) % 3)
+
+
+@pytest.mark.parametrize(("adapter", "verdict"), [
+    (Y, "better"),                       # right on every row: 20 discordant rows, all its own
+    ((Y + 1) % 3, "worse"),              # wrong on every row
+    (np.where(np.arange(40) % 2 == 1, Y, (Y + 1) % 3), "no detectable difference"),  # 20 : 20
+])
+def test_the_paired_verdict_against_a_reference(adapter, verdict):
+    found = _paired(Y, REFERENCE, adapter, LABELS)
+    assert found["verdict"] == verdict
+    assert found["delta_accuracy"] == pytest.approx(np.mean(adapter == Y) - 0.5)
+    assert found["only_adapter_right"] + found["only_reference_right"] == (
+        np.sum((adapter == Y) != (REFERENCE == Y)))
+
+
+def test_a_tie_with_the_strongest_reference_is_a_warning():
+    paired = _paired(Y, REFERENCE, np.where(np.arange(40) % 2 == 1, Y, (Y + 1) % 3), LABELS)
+    reference = {"accuracy": 0.5, "paired": paired, "cost": {"train_rows": 1600}}
+    sentence = supervised_verdict("tfidf_lr", reference, seconds=2.6)
+    low, high = (f"{paired[f'delta_accuracy_ci95_{end}']:+.3f}".replace("-", "−")
+                 for end in ("low", "high"))
+    assert sentence == ("no detectable difference from TF-IDF + logistic regression trained on "
+                        f"the same 1,600 rows in 3 s: Δ accuracy +0.000 [{low}, {high}], "
+                        "McNemar p = 1")
+    found = warnings_by_kind({"accuracy": 0.5, "strongest_supervised": "tfidf_lr",
+                              "references": {"tfidf_lr": reference}})
+    assert found["not_better:tfidf_lr"] == (
+        "the adapter is not detectably better than a reference that trains in seconds: "
+        + supervised_verdict("tfidf_lr", reference))
+    better = {**reference, "paired": _paired(Y, REFERENCE, Y, LABELS)}
+    assert "not_better:tfidf_lr" not in warnings_by_kind(
+        {"accuracy": 1.0, "strongest_supervised": "tfidf_lr", "references": {"tfidf_lr": better}})
