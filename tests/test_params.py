@@ -75,6 +75,17 @@ def test_bad_values_are_named(params_raw, section, key, value, message):
     with pytest.raises(ParamsError, match=message.replace("{", r"\{").replace("}", r"\}")):
         parse_params(params_raw)
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_a_float_key_refuses_a_non_finite_value(params_raw, value):
+    """``train.max_grad_norm: .inf`` (or ``-S train.max_grad_norm=inf``) was taken: only
+    a bound refused nan, and inf is above every lower bound (issue 62)."""
+    params_raw["train"]["max_grad_norm"] = value
+    with pytest.raises(ParamsError) as err:
+        parse_params(params_raw)
+    assert f"train.max_grad_norm: input should be a finite number (got {value})" in \
+        str(err.value)
+
+
 
 def test_label_words_must_match_labels(params_raw):
     params_raw["prompt"]["label_words"].pop("neutral")

@@ -376,9 +376,11 @@ def test_the_sweep_command_trains_equal_values_once(monkeypatch, tmp_path):
     started: list[str] = []
     monkeypatch.setattr(sweep, "_check_repo", lambda repo, runs, remote, command:
                         ("c" * 40, str(repo), {}))
-    monkeypatch.setattr(sweep, "_sweep_runs", lambda todo, **kw: started.extend(
-        r.name for r in todo) or {r.name: RunResult(r.name, "failed", "", {}, "", 0, 0)
-                                  for r in todo})
+    def runs(todo, **kwargs):
+        started.extend(r.name for r in todo)
+        return {r.name: RunResult(r.name, "failed", "", {}, "", 0, 0) for r in todo}
+
+    monkeypatch.setattr(sweep, "_sweep_runs", runs)
     monkeypatch.setattr(sweep, "resolve_commits", lambda repo, *names: {})
     lines: list[str] = []
     sweep.sweep(name="s", sets=["train.lora.r=8,08"], seeds=1, repo=tmp_path,
