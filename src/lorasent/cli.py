@@ -459,8 +459,9 @@ def export(adapter_dir: Path, base_dir: Path, out_dir: Path, force: bool, metric
 @_BATCH_SIZE
 @click.option("--force", is_flag=True,
               help="Replace an --out file that git or DVC tracks, that queue did not "
-              "write, or that holds labels (kept first as <out>.<n>.bak); never the "
-              "UNLABELLED file.")
+              "write, or that a person may have filled in (labels, a renamed or added "
+              "column, a re-save in another encoding: kept first as <out>.<n>.bak); never "
+              "the UNLABELLED file.")
 @_DEVICE
 @_user_errors
 def queue(pool_path: str, budget: int, strategy: str, relabel: bool, random_share: float,
@@ -486,7 +487,6 @@ def queue(pool_path: str, budget: int, strategy: str, relabel: bool, random_shar
         done_note,
         hedge_note,
         kept_note,
-        labelled_rows,
         pool_note,
         rank_pool,
         relabel_rows,
@@ -547,12 +547,12 @@ def queue(pool_path: str, budget: int, strategy: str, relabel: bool, random_shar
         flagged = relabel_rows(audited, given, record.labels, strategy, len(queued) + 1,
                                lambda ids, p: label_issues(ids, p).indices)
     # again: labels may have been filled in while the texts were scored
-    held = labelled_rows(out_path)
-    aside = keep_aside(out_path) if check_labels_kept(out_path, force) else None
+    work = check_labels_kept(out_path, force)
+    aside = keep_aside(out_path) if work is not None else None
     with atomic_open(out_path) as out:
         write_queue([*queued, *(flagged or [])], record.labels, strategy, columns, out)
-    if aside is not None:
-        click.echo(kept_note(out_path, aside, held), err=True)
+    if aside is not None and work is not None:
+        click.echo(kept_note(out_path, aside, work), err=True)
     click.echo(done_note(queued, flagged, out_path, record.labels), err=True)
 
 
