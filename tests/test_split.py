@@ -152,6 +152,28 @@ def test_invisible_characters_make_no_new_text(invisible):
     assert [r["row"] for r in kept] == [1] and dropped == Counter(duplicate=1)
 
 
+@pytest.mark.parametrize(("text", "same_as"), [
+    ("I\u2800love\u2800it", "I love it"), ("I love it\u2800", "I love it"),
+    ("I\U0001d159love it", "I love it"), ("I lo\0ve it", "I love it"),
+    ("I lo\x01ve\x7f it", "I love it"), ("I love\ufff9 it", "I love it"),
+    ("I\u3000love\u2028it", "I love it"), ("\0\u2800I love it\u200b", "I love it"),
+    ("I lo\ud800ve it", "I love it"),
+])
+def test_every_character_with_no_visible_glyph_is_folded_in_the_key(text, same_as):
+    """Issue 62: U+2800 BRAILLE PATTERN BLANK, U+1D159 or NUL inside a text gave it a key
+    of its own (a blank glyph shows as a gap: a space; a zero-width one as nothing)."""
+    assert normalise_text(text) == normalise_text(same_as) == "i love it"
+    assert row_id(text) == row_id(same_as)
+    kept, dropped = deduplicate([{"row": 1, "text": same_as, "label_id": 0},
+                                 {"row": 2, "text": text, "label_id": 0}])
+    assert [r["row"] for r in kept] == [1] and dropped == Counter(duplicate=1)
+
+
+def test_the_c1_controls_of_mojibake_are_kept_in_the_key():
+    """``â\\x80\\x99`` is ``’`` read as Latin-1: a character the original shows."""
+    assert normalise_text("itâ\x80\x99s") == "itâ\x80\x99s" != normalise_text("itâs")
+
+
 def test_ignorables_between_a_letter_and_its_mark_are_dropped_before_nfkc():
     assert normalise_text("cafe\u200b\u0301") == normalise_text("café") == "café"
 

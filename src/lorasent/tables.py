@@ -85,20 +85,42 @@ PREDICT_SETTINGS = {"separator": "--separator", "encoding": "--encoding"}
 # (https://owasp.org/www-community/attacks/CSV_Injection). The quote is what neutralises
 # them, so a text that starts with one is marked too, and the rule can be reversed.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# The signs a formula starts with, compared after Unicode NFKC, which maps their
+# full-width (＝ ＋ － ＠), small (﹦ ﹢ ﹣ ﹫) and superscript forms onto them; and U+2212
+# MINUS SIGN, which NFKC keeps.
+FORMULA_SIGNS = "=+-@\u2212"
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def _formula_sign(ch: str) -> bool:
+    return ch in FORMULA_SIGNS or unicodedata.normalize("NFKC", ch)[:1] in FORMULA_SIGNS
+
+
+def _lead_in(ch: str) -> bool:
+    """A character a spreadsheet may skip before a formula: one with no visible glyph
+    (:func:`is_blank`: NUL and the other controls, spaces, the no-break and other Unicode
+    spaces, line and paragraph separators, a byte-order mark and the other format and
+    default-ignorable characters, the blank graphic characters)."""
+    return is_blank(ch) or unicodedata.category(ch) == "Cc"
 
 
 def spreadsheet_cell(value: Any) -> Any:
     """``value`` as a CSV cell a spreadsheet shows as text: a ``str`` that starts with one
-    of :data:`FORMULA_STARTS` or with a single quote gets a single quote in front
-    (``=HYPERLINK(...)`` -> ``'=HYPERLINK(...)``, ``'tis`` -> ``''tis``), OWASP's rule;
-    anything else is returned as it is: a number (``-0.5``, as a ``float`` or as its
-    decimal text) stays a number, it runs nothing. :func:`spreadsheet_text` reverses it.
+    of :data:`FORMULA_STARTS` or with a single quote, or whose first character with a
+    glyph is a formula sign (:data:`FORMULA_SIGNS`, in any of its Unicode forms) after any
+    lead-in a spreadsheet may skip (:func:`_lead_in`: ``"\\0="``, ``" ="``, ``"\\u00a0="``,
+    ``"\\ufeff="``, ``"\\n="``, ``"＝"``), gets a single quote in front
+    (``=HYPERLINK(...)`` -> ``'=HYPERLINK(...)``, ``'tis`` -> ``''tis``), OWASP's rule,
+    the same for every lead-in; anything else is returned as it is: a number (``-0.5``,
+    as a ``float`` or as its decimal text) stays a number, it runs nothing.
+    :func:`spreadsheet_text` reverses it.
     """
-    if isinstance(value, str) and value.startswith((*FORMULA_STARTS, "'")) \
-            and not _NUMBER.fullmatch(value):
+    if not isinstance(value, str) or _NUMBER.fullmatch(value):
+        return value
+    if value.startswith((*FORMULA_STARTS, "'")):
         return "'" + value
-    return value
+    first = next((ch for ch in value if not _lead_in(ch)), "")
+    return "'" + value if first and _formula_sign(first) else value
 
 
 def spreadsheet_text(cell: str) -> str:
@@ -662,6 +684,35 @@ def is_invisible(ch: str) -> bool:
     """Whether the one character ``ch`` is default-ignorable (:data:`DEFAULT_IGNORABLE`)
     or a format character (general category ``Cf``)."""
     return is_ignorable(ch) or unicodedata.category(ch) == "Cf"
+
+
+# Graphic characters that fonts draw as a blank and no Unicode property marks (they are
+# symbols, So): used to pad or hide text ("invisible" names and messages).
+BLANK_GLYPHS = ("\u2800",       # BRAILLE PATTERN BLANK
+                "\U0001D159")   # MUSICAL SYMBOL NULL NOTEHEAD
+
+
+def is_blank(ch: str) -> bool:
+    """Whether the one character ``ch`` has no visible glyph: default-ignorable or format
+    (:func:`is_invisible`), white space or a space separator (general categories Zs, Zl,
+    Zp), a C0 control (NUL among them; categories Cc below U+0080) or DEL, a lone
+    surrogate (Cs), or a blank graphic character (:data:`BLANK_GLYPHS`).
+
+    The C1 controls (U+0080 to U+009F) are left out: in real texts they are the bytes of
+    UTF-8 read as Latin-1 (``â\\x80\\x99`` is ``’``), so two texts that differ in them differ
+    in a character a reader of the original sees."""
+    category = unicodedata.category(ch)
+    return (is_invisible(ch) or ch.isspace() or category in ("Zs", "Zl", "Zp", "Cs")
+            or (category == "Cc" and (ch < "\x80" or ch == "\x7f")) or ch in BLANK_GLYPHS)
+
+
+def folded(text: str) -> str:
+    """``text`` with each character of no visible glyph (:func:`is_blank`) folded into
+    what a reader sees: a space for one that shows as a gap (white space, a space
+    separator, a blank graphic character), nothing for the rest (zero-width: NUL, a
+    zero-width space, a byte-order mark, U+1D173...)."""
+    return "".join(" " if ch.isspace() or ch in BLANK_GLYPHS or unicodedata.category(ch)
+                   in ("Zs", "Zl", "Zp") else "" if is_blank(ch) else ch for ch in text)
 
 
 def without_ignorable(text: str) -> str:

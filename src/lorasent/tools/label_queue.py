@@ -12,7 +12,7 @@ rules and errors) and cleaned before any model loads:
 1. blank texts are dropped;
 2. near-duplicates within the pool are dropped, the first copy kept, on the split
    stage's key (:func:`lorasent.stages.split.normalise_text`: NFKC, case folded,
-   whitespace collapsed, default-ignorable characters dropped), as the split stage
+   whitespace collapsed, every character with no visible glyph folded), as the split stage
    deduplicates;
 3. a text whose key is that of a row of the training, validation or test split
    (``data/split/*.jsonl``) is dropped: it is labelled already.
