@@ -189,6 +189,16 @@ def test_a_data_label_with_an_invisible_character_is_named():
         "data rows from 1).")
 
 
+def test_a_data_label_of_mixed_scripts_is_named_with_its_look_alike():
+    rows = [{"row": 1, "text": "a", "label": "p\u043esitive"}]
+    with pytest.raises(SplitError) as err:
+        clean_rows(rows, LABELS, {}, "data.csv")
+    assert str(err.value).startswith(
+        "data.csv: unknown label 'p\u043esitive' (mixes scripts: U+043E CYRILLIC SMALL LETTER O "
+        "at character 2 is Cyrillic in a Latin name, a look-alike of the Latin 'o': fix it in "
+        "the data) in row 1 (rows count data rows from 1).")
+
+
 def test_a_decomposed_data_label_is_its_composed_label():
     kept, _, remapped = clean_rows([{"row": 1, "text": "a", "label": "cafe\u0301"}],
                                    ["café", "thé"], {})

@@ -733,6 +733,74 @@ def invisible_characters(text: str) -> list[tuple[int, str]]:
     return [(i, ch) for i, ch in enumerate(text, start=1) if is_invisible(ch)]
 
 
+# ---------------------------------------------------------------- look-alike names
+#
+# A class name in two scripts (Latin ``positive`` with a Cyrillic ``о``) shows as another
+# name, so it is refused, naming the character (:func:`mixed_script`), and so is a name
+# that looks like another (:func:`skeleton`). The rules, without the confusables table of
+# Unicode Technical Standard #39: a character's script is the first word of its Unicode
+# name (``CYRILLIC SMALL LETTER O``: Cyrillic), for letters and digits (Common and
+# Inherited, ignored: ASCII digits, marks, modifier letters, spaces, ``-``, ``_``); a name
+# is single-script, or one of UTS #39's "highly restrictive" sets (Latin with Han and
+# Japanese kana, Han with Bopomofo, Han with Hangul). Two names look alike when their
+# skeletons are equal: NFKC, case folded, each letter of another script that has a Latin
+# letter of the same name (``CYRILLIC SMALL LETTER O``, ``GREEK CAPITAL LETTER ETA``...)
+# taken as that letter.
+
+_SCRIPT_WORDS = {"CJK": "HAN", "IDEOGRAPHIC": "HAN", "KATAKANA-HIRAGANA": "KATAKANA"}
+_ALLOWED_MIXES = ({"LATIN", "HAN", "HIRAGANA", "KATAKANA"}, {"LATIN", "HAN", "BOPOMOFO"},
+                  {"LATIN", "HAN", "HANGUL"})
+
+
+def script_of(ch: str) -> str | None:
+    """The script of a letter or digit, from its Unicode name (``LATIN``, ``CYRILLIC``,
+    ``GREEK``, ``HAN``...); None for a character of no script (Common, Inherited)."""
+    category = unicodedata.category(ch)
+    if not (category.startswith("L") or category == "Nd") or ch.isascii() and ch.isdigit():
+        return None
+    name = unicodedata.name(ch, "")
+    if not name or name.startswith("MODIFIER "):
+        return None
+    word = (name.split(" DIGIT")[0].split("-")[0].split()[-1] if category == "Nd"
+            else name.split()[0])
+    return _SCRIPT_WORDS.get(word, word)
+
+
+def _latin_twin(ch: str) -> str | None:
+    """The Latin letter of the same Unicode name as ``ch`` (``CYRILLIC SMALL LETTER O``:
+    ``o``), or None."""
+    script = script_of(ch)
+    if script in (None, "LATIN"):
+        return None
+    try:
+        return unicodedata.lookup(unicodedata.name(ch).replace(script, "LATIN", 1))
+    except KeyError:
+        return None
+
+
+def mixed_script(name: str) -> str | None:
+    """Why ``name`` (NFKC first) mixes scripts, or None: the first character outside the
+    script most of its letters are in, that script, and the Latin letter it looks like
+    when there is one."""
+    text = unicodedata.normalize("NFKC", name)
+    scripts = [(i, ch, script_of(ch)) for i, ch in enumerate(text, start=1)]
+    found = [s for _, _, s in scripts if s is not None]
+    if len(set(found)) < 2 or any(set(found) <= allowed for allowed in _ALLOWED_MIXES):
+        return None
+    main = max(dict.fromkeys(found), key=found.count)
+    where, ch, script = next(x for x in scripts if x[2] not in (None, main))
+    twin = _latin_twin(ch) if main == "LATIN" else None
+    looks = f", a look-alike of the Latin {twin!r}" if twin else ""
+    return (f"mixes scripts: {character_name(ch)} at character {where} is "
+            f"{str(script).title()} in a {main.title()} name{looks}")
+
+
+def skeleton(name: str) -> str:
+    """What ``name`` looks like (the rules above): :func:`label_key`, each letter that has
+    a Latin twin of the same name taken as it."""
+    return "".join(_latin_twin(ch) or ch for ch in label_key(name))
+
+
 def label_key(label: str) -> str:
     """The key a label is compared on, in ``base.labels``, ``base.label_aliases`` and the
     data: Unicode NFKC, surrounding spaces trimmed, case folded."""

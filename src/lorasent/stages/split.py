@@ -44,6 +44,7 @@ from lorasent.tables import (
     folded,
     invisible_characters,
     label_key,
+    mixed_script,
 )
 
 SPLITS = ("train", "validation", "test")
@@ -141,7 +142,8 @@ def _invisible_note(label: str) -> str:
     else ``""``: no configured label holds one, so the label is unknown for that."""
     found = invisible_characters(label)
     if not found:
-        return ""
+        mixed = mixed_script(label)
+        return f" ({mixed}: fix it in the data)" if mixed else ""
     where, ch = found[0]
     more = f" and {len(found) - 1} more" if len(found) > 1 else ""
     return (f" (holds {character_name(ch)} at character {where}{more}, an invisible "
