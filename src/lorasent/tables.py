@@ -706,13 +706,27 @@ def is_blank(ch: str) -> bool:
             or (category == "Cc" and (ch < "\x80" or ch == "\x7f")) or ch in BLANK_GLYPHS)
 
 
+class _Folding(dict[int, str | None]):
+    """:func:`folded`'s table for :meth:`str.translate`, each code point worked out once,
+    the first time it is seen."""
+
+    def __missing__(self, code: int) -> str | None:
+        ch = chr(code)
+        value = (" " if ch.isspace() or ch in BLANK_GLYPHS or unicodedata.category(ch)
+                 in ("Zs", "Zl", "Zp") else None if is_blank(ch) else ch)
+        self[code] = value
+        return value
+
+
+_FOLDING = _Folding()
+
+
 def folded(text: str) -> str:
     """``text`` with each character of no visible glyph (:func:`is_blank`) folded into
     what a reader sees: a space for one that shows as a gap (white space, a space
     separator, a blank graphic character), nothing for the rest (zero-width: NUL, a
     zero-width space, a byte-order mark, U+1D173...)."""
-    return "".join(" " if ch.isspace() or ch in BLANK_GLYPHS or unicodedata.category(ch)
-                   in ("Zs", "Zl", "Zp") else "" if is_blank(ch) else ch for ch in text)
+    return text.translate(_FOLDING)
 
 
 def without_ignorable(text: str) -> str:
