@@ -528,15 +528,18 @@ def test_the_projections_interval_is_the_seeds_spread_widened_by_the_backtests_e
     assert round(error, 4) == 0.2018
     assert p.margin == {2.0: pytest.approx(error, abs=1e-12),
                         4.0: pytest.approx(2 * error, abs=1e-12)}
+    floor, ceiling = p.gain_range  # the gains an accuracy in [0, 1] can make (issue 62)
     for k in (2.0, 4.0):
         assert p.interval[k] == pytest.approx(
-            (p.seed_interval[k][0] - p.margin[k], p.seed_interval[k][1] + p.margin[k]),
-            abs=1e-12)
+            (max(p.seed_interval[k][0] - p.margin[k], floor),
+             min(p.seed_interval[k][1] + p.margin[k], ceiling)), abs=1e-12)
+    assert p.interval[4.0][1] == pytest.approx(ceiling, abs=1e-12)  # 0.80 + 2 x 0.2 > 1
     (n0, low0, high0), (n1, low1, high1) = p.band[0], p.band[-1]
     assert (n0, n1) == pytest.approx((1600, 6400))
     assert (low0, high0) == pytest.approx(p.seed_band[0][1:], abs=1e-12)  # reach 1: none
     assert (low1, high1) == pytest.approx((p.seed_band[-1][1] - 2 * error,
-                                           p.seed_band[-1][2] + 2 * error), abs=1e-12)
+                                           min(p.seed_band[-1][2] + 2 * error, 1.0)),
+                                          abs=1e-12)
     assert "(each interval: the seeds' spread widened by the backtest's error, ±0.202 at 2×)" \
         in found.sentence
     projected = found.record()["fit"]["projected"]["4x"]
@@ -692,3 +695,28 @@ def test_the_committed_curve_is_this_codes_analysis_of_its_accuracies():
     for k, projected in again["fit"]["projected"].items():  # the backtest's margin
         assert projected["backtest_margin"] == pytest.approx(
             committed_record["fit"]["projected"][k]["backtest_margin"], abs=1e-9)
+
+
+def test_a_band_or_interval_past_accuracys_range_is_clipped_to_it_and_says_so():
+    """Issue 62: the projection's band reached accuracy 1.0041 at 1,000x the rows."""
+    points = [(200, [0.60, 0.62, 0.61]), (400, [0.70, 0.71, 0.69]),
+              (800, [0.78, 0.79, 0.80]), (1600, [0.86, 0.85, 0.87])]
+    found = analyse(points, resamples=50, to=1000)
+    p = found.projection
+    assert p is not None
+    assert max(high for _, _, high in p.band) == 1.0
+    assert min(low for _, low, _ in p.band) >= 0.0
+    start = p.fit.at(p.full_rows)
+    assert all(-start <= low <= high <= 1 - start for low, high in p.interval.values())
+    assert p.interval[1000.0][1] == pytest.approx(1 - start, abs=1e-12)
+    assert [c.split(" (")[0] for c in p.clipped] == [
+        "the gain's interval at 1000×", "the band from 19,726 training rows on"]
+    assert "; clipped to accuracy's range [0, 1]: the gain's interval at 1000× (it reached " \
+        "accuracy 1.1" in found.sentence
+    record = found.record()
+    assert record["fit"]["clipped"] == p.clipped
+    assert max(b["accuracy_ci95_high"] for b in record["fit"]["band"]) == 1.0
+    # within the range nothing is clipped, and nothing is said
+    inside = analyse(points, resamples=50)
+    assert inside.projection is not None and inside.projection.clipped == []
+    assert "clipped" not in inside.sentence

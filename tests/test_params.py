@@ -75,6 +75,17 @@ def test_bad_values_are_named(params_raw, section, key, value, message):
     with pytest.raises(ParamsError, match=message.replace("{", r"\{").replace("}", r"\}")):
         parse_params(params_raw)
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_a_float_key_refuses_a_non_finite_value(params_raw, value):
+    """``train.max_grad_norm: .inf`` (or ``-S train.max_grad_norm=inf``) was taken: only
+    a bound refused nan, and inf is above every lower bound (issue 62)."""
+    params_raw["train"]["max_grad_norm"] = value
+    with pytest.raises(ParamsError) as err:
+        parse_params(params_raw)
+    assert f"train.max_grad_norm: input should be a finite number (got {value})" in \
+        str(err.value)
+
+
 
 def test_label_words_must_match_labels(params_raw):
     params_raw["prompt"]["label_words"].pop("neutral")
@@ -429,3 +440,54 @@ def test_an_alias_equal_to_its_own_label_is_fine(params_raw):
                                                                      "Ｎｅｇ": "neg"})
     params_raw["prompt"]["label_words"] = {"pos": " p", "neg": " n"}
     assert parse_params(params_raw).base.label_aliases == {"POS": "pos", "Ｎｅｇ": "neg"}
+
+
+LOOK = "; a reader could not tell them apart: rename one"
+
+
+@pytest.mark.parametrize(("labels", "aliases", "message"), [
+    (["negative", "neutral", "p\u043esitive"], {},
+     "base.labels: label 'p\u043esitive' mixes scripts: U+043E CYRILLIC SMALL LETTER O at "
+     "character 2 is Cyrillic in a Latin name, a look-alike of the Latin 'o'; write it in one "
+     "script (lorasent.tables.mixed_script)"),
+    (["negative", "positive", "\u0440\u043esitive"], {},
+     "base.labels: label '\u0440\u043esitive' mixes scripts: U+0440 CYRILLIC SMALL LETTER ER "
+     "at character 1 is Cyrillic in a Latin name; write it in one script"),
+    (["OA", "\u041e\u0410", "x"], {},
+     "base.labels: 'OA' and '\u041e\u0410' look alike (all ASCII and U+041E CYRILLIC CAPITAL "
+     "LETTER O, U+0410 CYRILLIC CAPITAL LETTER A)" + LOOK),
+    (["negative", "neutral", "positive"], {"p\u043es": "positive"},
+     "base.label_aliases: key 'p\u043es' mixes scripts: U+043E CYRILLIC SMALL LETTER O at "
+     "character 2 is Cyrillic in a Latin name, a look-alike of the Latin 'o'"),
+    (["no", "yes", "maybe"], {"\u043e\u0430": "yes", "oa": "no"},
+     "base.label_aliases: 'oa' (all ASCII) maps to 'no' but looks like the alias "
+     "'\u043e\u0430' (U+043E CYRILLIC SMALL LETTER O, U+0430 CYRILLIC SMALL LETTER A), which "
+     "maps to 'yes'" + LOOK.replace("rename", "keep")),
+    (["no", "yes", "maybe"], {"\u043e\u0430": "yes", "oa": "yes"}, None),
+    (["OA", "yes", "maybe"], {"\u041e\u0410": "yes"},
+     "base.label_aliases: '\u041e\u0410' (U+041E CYRILLIC CAPITAL LETTER O, U+0410 CYRILLIC "
+     "CAPITAL LETTER A) maps to 'yes' but looks like the label 'OA'; remove the alias or map "
+     "it to 'OA'"),
+])
+def test_a_label_of_mixed_scripts_or_like_another_is_refused_naming_the_look_alike(
+        params_raw, labels, aliases, message):
+    """Issue 62: a label with a Cyrillic `о` beside the Latin `positive` was accepted."""
+    params_raw["base"]["labels"] = labels
+    params_raw["base"]["label_aliases"] = aliases
+    params_raw["prompt"]["label_words"] = {label: label for label in labels}
+    if message is None:  # two spellings of one label's alias: a reader loses nothing
+        assert parse_params(params_raw).base.labels == tuple(labels)
+        return
+    with pytest.raises(ParamsError) as err:
+        parse_params(params_raw)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("labels", [["积极", "消极", "中性"], ["AI生成", "人工"],
+                                    ["日本語", "テキスト", "ひらがな"], ["한국어", "中文"],
+                                    ["négatif", "positif", "neutre"], ["neutral-2", "b_1"]])
+def test_labels_of_one_script_or_an_allowed_mix_are_taken(params_raw, labels):
+    params_raw["base"]["labels"] = labels
+    params_raw["base"]["label_aliases"] = {}
+    params_raw["prompt"]["label_words"] = {label: label for label in labels}
+    assert parse_params(params_raw).base.labels == tuple(labels)

@@ -209,7 +209,12 @@ def test_an_existing_file_queue_did_not_write_is_kept(workspace):
     (workspace / "to_label.csv").write_text("mine\n", encoding="utf-8")
     result = CliRunner().invoke(main, ["queue", "pool.csv", "--budget", "1"])
     assert result.exit_code == 1
-    assert "an existing file that `lorasent queue` did not write" in result.output
+    assert result.output == (
+        "lorasent queue: error: --out to_label.csv: has a header the queue does not write (its "
+        "columns: mine): another file, or the queue's with a column renamed, added or "
+        "removed, and it may hold someone's work; the queue would replace it. Give another "
+        "--out, or pass --force to replace it (the old file is then kept as "
+        "to_label.csv.1.bak). Nothing was written\n")
     assert (workspace / "to_label.csv").read_text(encoding="utf-8") == "mine\n"
 
 
@@ -407,7 +412,8 @@ def test_a_labelled_queue_file_is_never_replaced_without_force(workspace, bom, s
 
 def test_an_unreadable_out_file_counts_as_labelled(workspace):
     path = workspace / "to_label.csv"
-    path.write_text('text,label\n"open quote,x\n', encoding="utf-8")
+    own = ",".join(header(LABELS, "margin"))  # the queue's header, a row cut short
+    path.write_text(f'{own}\n"open quote,x\n', encoding="utf-8")
     result = CliRunner().invoke(main, ["queue", "pool.csv", "--budget", "1"])
     assert result.output == (
         "lorasent queue: error: --out to_label.csv: cannot be read as a CSV, so whether its "
@@ -643,3 +649,107 @@ def test_the_queue_trial_runs_seeds_a_side_and_compares_the_groups(tmp_path, mon
                    for name in names[::2]]
     assert len({tuple(r) for r in random_rows}) == 3  # each seed its own draw
     assert load_params().base.seed == seed + 2  # the workspace: the last run's
+
+
+# ------------------------------------- issue 62: every cell a person could have filled
+
+
+def _queue_rows(n: int = 3) -> list[list[str]]:
+    preds = [_pred(f"text {i}", [0.4, 0.35, 0.25], id=str(i)) for i in range(n)]
+    out = io.StringIO()
+    write_queue(rank_pool(preds, LABELS, "margin", n), LABELS, "margin", ["id"], out)
+    return list(csv.reader(io.StringIO(out.getvalue())))
+
+
+def _csv_text(rows: list[list[str]]) -> str:
+    text = io.StringIO()
+    csv.writer(text).writerows(rows)
+    return text.getvalue()
+
+
+def _given_label_typed(rows):
+    rows[1][-2] = "negative"  # given_label, which the queue leaves empty on a queued row
+    rows[2][-2] = "positive"
+    return _csv_text(rows).encode()
+
+
+def _label_renamed(rows):
+    rows[0][2], rows[1][2] = "my label", "negative"
+    return _csv_text(rows).encode()
+
+
+def _column_added(rows):
+    for i, row in enumerate(rows):
+        row.append("notes" if i == 0 else "sarcastic?" * (i == 1))
+    return _csv_text(rows).encode()
+
+
+def _row_added(rows):
+    rows.append(["9", "a text I typed in", "", *[""] * (len(rows[0]) - 3)])
+    return _csv_text(rows).encode()
+
+
+def _utf16(rows):  # a spreadsheet's "Unicode text" save, label column empty
+    return _csv_text(rows).encode("utf-16")
+
+
+def _utf16_no_mark(rows):
+    return _csv_text(rows).encode("utf-16-le")
+
+
+def _windows_code_page(rows):
+    rows[1][1] = "café"
+    return _csv_text(rows).encode("cp1252")
+
+
+WORK = "the queue would replace it. Give another --out, or pass --force to replace it " \
+    "(the old file is then kept as to_label.csv.1.bak). Nothing was written"
+
+
+@pytest.mark.parametrize(("edit", "what", "short"), [
+    (_given_label_typed, "holds 2 rows with a given_label the queue leaves empty (filled in "
+     "by hand)", "2 filled-in given_labels"),
+    (_label_renamed, "has a header the queue does not write (its columns: id, text, my label, "
+     "predicted, p_negative, p_neutral, p_positive, margin, rank, given_label, reason): "
+     "another file, or the queue's with a column renamed, added or removed, and it may hold "
+     "someone's work", "a header not the queue's"),
+    (_column_added, "has a header the queue does not write (its columns: id, text, label, "
+     "predicted, p_negative, p_neutral, p_positive, margin, rank, given_label, reason, "
+     "notes): another file, or the queue's with a column renamed, added or removed, and it "
+     "may hold someone's work", "a header not the queue's"),
+    (_row_added, "holds 1 row the queue did not write (no rank or no reason: added by hand)",
+     "1 added row"),
+    (_utf16, "is in UTF-16 (it starts with UTF-16's byte-order mark), not the UTF-8 the "
+     "queue writes: it was saved again, by hand or by a spreadsheet, and may hold labels",
+     "in UTF-16"),
+    (_utf16_no_mark, "holds NUL bytes, which the queue never writes (UTF-16 without a "
+     "byte-order mark?): it was saved again and may hold labels", "with NUL bytes"),
+    (_windows_code_page, "is not UTF-8, the encoding the queue writes (byte 94 cannot be "
+     "decoded): it was saved again in another encoding and may hold labels", "not in UTF-8"),
+])
+def test_any_cell_a_person_could_have_filled_is_their_work(workspace, fake_adapter, edit,
+                                                             what, short):
+    """Issue 62: labels typed into given_label, a renamed or new column, or a UTF-16
+    re-save counted as "0 labelled rows", and --out was replaced, exit 0, no copy kept."""
+    path = workspace / "to_label.csv"
+    path.write_bytes(before := edit(_queue_rows()))
+    refused = CliRunner().invoke(main, ["queue", "pool.csv", "--budget", "1"])
+    assert refused.exit_code == 1
+    assert refused.output == f"lorasent queue: error: --out to_label.csv: {what}; {WORK}\n"
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in workspace.iterdir()) == ["data", "pool.csv", "to_label.csv"]
+    forced = CliRunner().invoke(main, ["queue", "pool.csv", "--budget", "1", "--force"])
+    assert forced.exit_code == 0, forced.output
+    assert f"kept the old to_label.csv ({short}) as to_label.csv.1.bak\n" in forced.stderr
+    assert (workspace / "to_label.csv.1.bak").read_bytes() == before
+    assert written_by_queue(path)
+
+
+def test_the_queues_own_file_untouched_is_replaced_and_the_audits_given_label_is_its_own(
+        workspace, fake_adapter):
+    rows = _queue_rows()
+    rows[1][-2], rows[1][-1] = "neutral", "label audit (confident learning) on the training"
+    (workspace / "to_label.csv").write_text(_csv_text(rows), encoding="utf-8")
+    done = CliRunner().invoke(main, ["queue", "pool.csv", "--budget", "1"])
+    assert done.exit_code == 0, done.output
+    assert "kept the old" not in done.stderr

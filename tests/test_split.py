@@ -152,6 +152,28 @@ def test_invisible_characters_make_no_new_text(invisible):
     assert [r["row"] for r in kept] == [1] and dropped == Counter(duplicate=1)
 
 
+@pytest.mark.parametrize(("text", "same_as"), [
+    ("I\u2800love\u2800it", "I love it"), ("I love it\u2800", "I love it"),
+    ("I\U0001d159love it", "I love it"), ("I lo\0ve it", "I love it"),
+    ("I lo\x01ve\x7f it", "I love it"), ("I love\ufff9 it", "I love it"),
+    ("I\u3000love\u2028it", "I love it"), ("\0\u2800I love it\u200b", "I love it"),
+    ("I lo\ud800ve it", "I love it"),
+])
+def test_every_character_with_no_visible_glyph_is_folded_in_the_key(text, same_as):
+    """Issue 62: U+2800 BRAILLE PATTERN BLANK, U+1D159 or NUL inside a text gave it a key
+    of its own (a blank glyph shows as a gap: a space; a zero-width one as nothing)."""
+    assert normalise_text(text) == normalise_text(same_as) == "i love it"
+    assert row_id(text) == row_id(same_as)
+    kept, dropped = deduplicate([{"row": 1, "text": same_as, "label_id": 0},
+                                 {"row": 2, "text": text, "label_id": 0}])
+    assert [r["row"] for r in kept] == [1] and dropped == Counter(duplicate=1)
+
+
+def test_the_c1_controls_of_mojibake_are_kept_in_the_key():
+    """``â\\x80\\x99`` is ``’`` read as Latin-1: a character the original shows."""
+    assert normalise_text("itâ\x80\x99s") == "itâ\x80\x99s" != normalise_text("itâs")
+
+
 def test_ignorables_between_a_letter_and_its_mark_are_dropped_before_nfkc():
     assert normalise_text("cafe\u200b\u0301") == normalise_text("café") == "café"
 
@@ -165,6 +187,16 @@ def test_a_data_label_with_an_invisible_character_is_named():
         "data.csv: unknown label 'positive\\u200b' (holds U+200B ZERO WIDTH SPACE at "
         "character 9, an invisible character: remove it from the data) in row 2 (rows count "
         "data rows from 1).")
+
+
+def test_a_data_label_of_mixed_scripts_is_named_with_its_look_alike():
+    rows = [{"row": 1, "text": "a", "label": "p\u043esitive"}]
+    with pytest.raises(SplitError) as err:
+        clean_rows(rows, LABELS, {}, "data.csv")
+    assert str(err.value).startswith(
+        "data.csv: unknown label 'p\u043esitive' (mixes scripts: U+043E CYRILLIC SMALL LETTER O "
+        "at character 2 is Cyrillic in a Latin name, a look-alike of the Latin 'o': fix it in "
+        "the data) in row 1 (rows count data rows from 1).")
 
 
 def test_a_decomposed_data_label_is_its_composed_label():

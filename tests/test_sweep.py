@@ -345,3 +345,46 @@ def test_cluster_options_are_checked_before_the_plan_is_said(options, message, m
         done = CliRunner().invoke(main, [*command, *options], prog_name="lorasent")
         assert done.exit_code == 1 and done.output == (
             f"lorasent {command[0]}: error: {message}\n"), done.output
+
+
+def test_grid_values_equal_once_parsed_are_one_point_and_the_line_says_so():
+    """`-S train.lora.r=8,08` trained r = 8 twice, as sweep-r8 and sweep-r08."""
+    from lorasent.review.sweep import one_value_each
+
+    sets, notes = one_value_each(PARAMS, ["params.yaml:train.lora.r=8,08,16,8.0",
+                                          "train.learning_rate=1e-4,0.0001",
+                                          "train.max_steps=5"])
+    assert sets == ["train.lora.r=8,16", "train.learning_rate=choice(0.0001)",
+                    "train.max_steps=5"]
+    assert notes == [
+        "sweep: -S params.yaml:train.lora.r=8,08,16,8.0: 08 and 8.0 equal 8 once parsed; "
+        "equal values are one grid point, so the axis is train.lora.r=8,16",
+        "sweep: -S train.learning_rate=1e-4,0.0001: 0.0001 is given 2 times; equal values "
+        "are one grid point, so the axis is train.learning_rate=0.0001"]
+    assert [r.name for r in plan("sweep", sets, 1, 42)] == [
+        "sweep-r8-learning_rate0.0001-seed42", "sweep-r16-learning_rate0.0001-seed42"]
+    assert one_value_each(PARAMS, ["train.lora.r=4,8"]) == (["train.lora.r=4,8"], [])
+
+
+def test_the_sweep_command_trains_equal_values_once(monkeypatch, tmp_path):
+    from lorasent.review import sweep
+
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    for argv in (["git", "init", "-q"], ["git", "add", "-A"], [*git, "commit", "-qm", "x"]):
+        subprocess.run(argv, cwd=tmp_path, check=True)
+    started: list[str] = []
+    monkeypatch.setattr(sweep, "_check_repo", lambda repo, runs, remote, command:
+                        ("c" * 40, str(repo), {}))
+    def runs(todo, **kwargs):
+        started.extend(r.name for r in todo)
+        return {r.name: RunResult(r.name, "failed", "", {}, "", 0, 0) for r in todo}
+
+    monkeypatch.setattr(sweep, "_sweep_runs", runs)
+    monkeypatch.setattr(sweep, "resolve_commits", lambda repo, *names: {})
+    lines: list[str] = []
+    sweep.sweep(name="s", sets=["train.lora.r=8,08"], seeds=1, repo=tmp_path,
+                progress=lines.append)
+    assert started == ["s-r8-seed42"]
+    assert lines[0] == ("sweep: -S train.lora.r=8,08: 08 equals 8 once parsed; equal values "
+                        "are one grid point, so the axis is train.lora.r=8")

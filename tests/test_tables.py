@@ -475,6 +475,29 @@ def test_a_formula_cell_gets_a_quote_and_reads_back(value, cell):
         assert spreadsheet_text(cell) == value
 
 
+LEAD_INS = ["\0", " ", "  ", "\u00a0", "\u2007", "\u202f", "\u3000", "\u2028", "\ufeff",
+            "\u200b", "\u2060", "\n", "\r\n", "\t", "\x0b", "\x1f", "\u2800", "\u00ad",
+            " \u00a0\ufeff\n"]
+
+
+@pytest.mark.parametrize("lead", LEAD_INS)
+@pytest.mark.parametrize("sign", ["=", "+", "-", "@", "＝", "＋", "－", "＠", "﹦", "﹢", "﹣",
+                                  "﹫", "\u2212", "⁼"])
+def test_every_lead_in_a_spreadsheet_may_skip_gets_the_same_rule(lead, sign):
+    """Issue 62: a cell starting with NUL, a space, a no-break space, a byte-order mark or
+    a line feed before `=`, or with a full-width `＝`, was written as it is."""
+    value = f"{lead}{sign}HYPERLINK(\"http://x.example\")"
+    assert spreadsheet_cell(value) == "'" + value
+    assert spreadsheet_text(spreadsheet_cell(value)) == value
+    assert spreadsheet_cell(f"{sign}1+1") == f"'{sign}1+1"
+
+
+@pytest.mark.parametrize("value", ["a =1", " plain", "\u00a0x=1", "\ufeffhello", "x",
+                                   "–1", "\u2800"])
+def test_a_cell_whose_first_glyph_is_no_formula_sign_is_left_as_it_is(value):
+    assert spreadsheet_cell(value) == value
+
+
 @settings(max_examples=200, deadline=None)
 @given(text=texts)
 def test_every_text_reads_back_and_no_cell_starts_a_formula(text):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import os
 import sys
 import time
@@ -34,6 +35,30 @@ warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", categ
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class FiniteFloat(click.FloatRange):
+    """The type of every float option: a number in the range given (if any), never
+    ``nan`` or ``inf``, which compare false with every bound and so passed a range:
+    ``--random-share nan`` crashed after the pool was scored, ``--project-to inf`` wrote
+    ``+nan [+nan, +nan]``. Refused while the command line is parsed, in one line
+    (:class:`_OneLineUsageError`). The integer options are click's ``int`` and
+    ``IntRange``, which refuse ``nan`` and ``inf`` as not integers."""
+
+    name = "float"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number (nan and inf are refused); give a "
+                      f"number{self._range_phrase()}", param, ctx)
+        return super().convert(number, param, ctx)
+
+    def _range_phrase(self) -> str:
+        if self.min is None and self.max is None:
+            return ""
+        return " " + self._describe_range()
 
 
 def _user_errors(func: Callable[P, R]) -> Callable[P, R]:
@@ -288,7 +313,7 @@ _DEVICE = click.option("--device", type=click.Choice(["auto", "cpu", "cuda", "ro
 @click.option("--encoding", default="utf-8", show_default=True,
               help="Encoding of the --input file.")
 @_BATCH_SIZE
-@click.option("--min-confidence", type=float, metavar="FLOAT",
+@click.option("--min-confidence", type=FiniteFloat(), metavar="FLOAT",
               help="In (0, 1]: abstain (no label; abstained true) on a text whose top "
               "probability, after the adapter's temperature, is below it; the end of the "
               "run says how many, and what calibration.json's validation risk-coverage says "
@@ -427,7 +452,7 @@ def export(adapter_dir: Path, base_dir: Path, out_dir: Path, force: bool, metric
 @click.option("--relabel", is_flag=True,
               help="Also list the training rows that the label audit (confident learning) "
               "flags, with their given label, for a second look.")
-@click.option("--random-share", default=0.2, show_default=True, type=click.FloatRange(0, 1),
+@click.option("--random-share", default=0.2, show_default=True, type=FiniteFloat(0, 1),
               help="Share of the budget drawn at random from the pool (a hedge against the "
               "uncertain picks' outliers; their reason starts `random:`).")
 @click.option("--seed", default=0, show_default=True, type=int,
@@ -447,8 +472,9 @@ def export(adapter_dir: Path, base_dir: Path, out_dir: Path, force: bool, metric
 @_BATCH_SIZE
 @click.option("--force", is_flag=True,
               help="Replace an --out file that git or DVC tracks, that queue did not "
-              "write, or that holds labels (kept first as <out>.<n>.bak); never the "
-              "UNLABELLED file.")
+              "write, or that a person may have filled in (labels, a renamed or added "
+              "column, a re-save in another encoding: kept first as <out>.<n>.bak); never "
+              "the UNLABELLED file.")
 @_DEVICE
 @_user_errors
 def queue(pool_path: str, budget: int, strategy: str, relabel: bool, random_share: float,
@@ -474,7 +500,6 @@ def queue(pool_path: str, budget: int, strategy: str, relabel: bool, random_shar
         done_note,
         hedge_note,
         kept_note,
-        labelled_rows,
         pool_note,
         rank_pool,
         relabel_rows,
@@ -535,12 +560,12 @@ def queue(pool_path: str, budget: int, strategy: str, relabel: bool, random_shar
         flagged = relabel_rows(audited, given, record.labels, strategy, len(queued) + 1,
                                lambda ids, p: label_issues(ids, p).indices)
     # again: labels may have been filled in while the texts were scored
-    held = labelled_rows(out_path)
-    aside = keep_aside(out_path) if check_labels_kept(out_path, force) else None
+    work = check_labels_kept(out_path, force)
+    aside = keep_aside(out_path) if work is not None else None
     with atomic_open(out_path) as out:
         write_queue([*queued, *(flagged or [])], record.labels, strategy, columns, out)
-    if aside is not None:
-        click.echo(kept_note(out_path, aside, held), err=True)
+    if aside is not None and work is not None:
+        click.echo(kept_note(out_path, aside, work), err=True)
     click.echo(done_note(queued, flagged, out_path, record.labels), err=True)
 
 
@@ -904,7 +929,7 @@ def sweep(sets: tuple[str, ...], seeds: int, name: str, address: str | None,
 @click.option("--force", is_flag=True,
               help="Replace an --out folder that learning-curve did not write (never "
               "git-tracked files it did not write).")
-@click.option("--project-to", default=2.0, show_default=True, type=click.FloatRange(min=2),
+@click.option("--project-to", default=2.0, show_default=True, type=FiniteFloat(min=2),
               help="Project the fit to this many times the largest fraction's training rows "
                    "(the further, the less a backtest vouches for it).")
 @_ray_options
@@ -992,7 +1017,7 @@ def compare(rev_a: str, rev_b: str, out_dir: Path | None, force: bool) -> None:
 @click.option("--no-train", is_flag=True,
               help="Re-score REV's adapter only (its evaluate stage, minutes): REV's outputs "
               "from the DVC cache or remote; without them, the whole pipeline runs.")
-@click.option("--tolerance", type=float,
+@click.option("--tolerance", type=FiniteFloat(),
               help="How far a probability may move for 'equivalent' (absolute); a metric "
               "computed from probabilities may move by this or 0.1% of itself  "
               "[default: 0.0001]")

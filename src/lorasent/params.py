@@ -49,6 +49,8 @@ from lorasent.tables import (
     decomposed,
     invisible_characters,
     label_key,
+    mixed_script,
+    skeleton,
 )
 
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -81,7 +83,8 @@ class ParamsError(LorasentError, ValueError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan: a float key refuses .nan and .inf (YAML), as the options refuse nan
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -165,6 +168,37 @@ def _one_label(labels: tuple[str, ...], aliases: dict[str, str]) -> str | None:
     return None
 
 
+def _look_alike(labels: tuple[str, ...], aliases: dict[str, str]) -> str | None:
+    """Two labels, or an alias and a label it does not map to, that are different names
+    but look alike (:func:`lorasent.tables.skeleton`: ``ОК`` in Cyrillic and ``OK``): the
+    message naming both, or None."""
+    seen: dict[str, str] = {}
+    for label in labels:
+        other = seen.setdefault(skeleton(label), label)
+        if other != label:
+            return (f"base.labels: {other!r} and {label!r} look alike ({_spelled(other)} and "
+                    f"{_spelled(label)}); a reader could not tell them apart: rename one")
+    mapped: dict[str, tuple[str, str]] = {}
+    for alias, target in aliases.items():
+        look = seen.get(skeleton(alias))
+        if look is not None and look != target and label_key(alias) != label_key(look):
+            return (f"base.label_aliases: {alias!r} ({_spelled(alias)}) maps to {target!r} "
+                    f"but looks like the label {look!r}; remove the alias or map it to "
+                    f"{look!r}")
+        other, other_target = mapped.setdefault(skeleton(alias), (alias, target))
+        if other_target != target and label_key(other) != label_key(alias):
+            return (f"base.label_aliases: {alias!r} ({_spelled(alias)}) maps to {target!r} "
+                    f"but looks like the alias {other!r} ({_spelled(other)}), which maps to "
+                    f"{other_target!r}; a reader could not tell them apart: keep one")
+    return None
+
+
+def _spelled(name: str) -> str:
+    """The characters of ``name`` that are not ASCII, as code points and names."""
+    odd = [character_name(ch) for ch in dict.fromkeys(name) if not ch.isascii()]
+    return ", ".join(odd) if odd else "all ASCII"
+
+
 class BaseParams(_Section):
     """Shared by every stage: reproducibility, the model, the classes, the device."""
 
@@ -195,11 +229,20 @@ class BaseParams(_Section):
             if not LABEL_NAME.fullmatch(label):
                 raise ValueError(f"base.labels: label {label[:60]!r} breaks the rule for class "
                                  f"names: {LABEL_RULE}")
+            mixed = mixed_script(label)
+            if mixed:  # Latin `positive` with a Cyrillic `о` shows as `positive`
+                raise ValueError(f"base.labels: label {label[:60]!r} {mixed}; write it in one "
+                                 "script (lorasent.tables.mixed_script)")
         for alias in self.label_aliases:
             unseen = _unseen_characters(alias, composed=False)
             if unseen:
                 raise ValueError(f"base.label_aliases: key {alias[:60]!r} {unseen}")
-        same = _one_label(self.labels, self.label_aliases)
+            mixed = mixed_script(alias)
+            if mixed:
+                raise ValueError(f"base.label_aliases: key {alias[:60]!r} {mixed}; write it in "
+                                 "one script (lorasent.tables.mixed_script)")
+        same = _one_label(self.labels, self.label_aliases) or _look_alike(
+            self.labels, self.label_aliases)
         if same:
             raise ValueError(same)
         bad = {alias: target for alias, target in self.label_aliases.items()

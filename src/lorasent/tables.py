@@ -85,20 +85,42 @@ PREDICT_SETTINGS = {"separator": "--separator", "encoding": "--encoding"}
 # (https://owasp.org/www-community/attacks/CSV_Injection). The quote is what neutralises
 # them, so a text that starts with one is marked too, and the rule can be reversed.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# The signs a formula starts with, compared after Unicode NFKC, which maps their
+# full-width (＝ ＋ － ＠), small (﹦ ﹢ ﹣ ﹫) and superscript forms onto them; and U+2212
+# MINUS SIGN, which NFKC keeps.
+FORMULA_SIGNS = "=+-@\u2212"
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def _formula_sign(ch: str) -> bool:
+    return ch in FORMULA_SIGNS or unicodedata.normalize("NFKC", ch)[:1] in FORMULA_SIGNS
+
+
+def _lead_in(ch: str) -> bool:
+    """A character a spreadsheet may skip before a formula: one with no visible glyph
+    (:func:`is_blank`: NUL and the other controls, spaces, the no-break and other Unicode
+    spaces, line and paragraph separators, a byte-order mark and the other format and
+    default-ignorable characters, the blank graphic characters)."""
+    return is_blank(ch) or unicodedata.category(ch) == "Cc"
 
 
 def spreadsheet_cell(value: Any) -> Any:
     """``value`` as a CSV cell a spreadsheet shows as text: a ``str`` that starts with one
-    of :data:`FORMULA_STARTS` or with a single quote gets a single quote in front
-    (``=HYPERLINK(...)`` -> ``'=HYPERLINK(...)``, ``'tis`` -> ``''tis``), OWASP's rule;
-    anything else is returned as it is: a number (``-0.5``, as a ``float`` or as its
-    decimal text) stays a number, it runs nothing. :func:`spreadsheet_text` reverses it.
+    of :data:`FORMULA_STARTS` or with a single quote, or whose first character with a
+    glyph is a formula sign (:data:`FORMULA_SIGNS`, in any of its Unicode forms) after any
+    lead-in a spreadsheet may skip (:func:`_lead_in`: ``"\\0="``, ``" ="``, ``"\\u00a0="``,
+    ``"\\ufeff="``, ``"\\n="``, ``"＝"``), gets a single quote in front
+    (``=HYPERLINK(...)`` -> ``'=HYPERLINK(...)``, ``'tis`` -> ``''tis``), OWASP's rule,
+    the same for every lead-in; anything else is returned as it is: a number (``-0.5``,
+    as a ``float`` or as its decimal text) stays a number, it runs nothing.
+    :func:`spreadsheet_text` reverses it.
     """
-    if isinstance(value, str) and value.startswith((*FORMULA_STARTS, "'")) \
-            and not _NUMBER.fullmatch(value):
+    if not isinstance(value, str) or _NUMBER.fullmatch(value):
+        return value
+    if value.startswith((*FORMULA_STARTS, "'")):
         return "'" + value
-    return value
+    first = next((ch for ch in value if not _lead_in(ch)), "")
+    return "'" + value if first and _formula_sign(first) else value
 
 
 def spreadsheet_text(cell: str) -> str:
@@ -664,6 +686,49 @@ def is_invisible(ch: str) -> bool:
     return is_ignorable(ch) or unicodedata.category(ch) == "Cf"
 
 
+# Graphic characters that fonts draw as a blank and no Unicode property marks (they are
+# symbols, So): used to pad or hide text ("invisible" names and messages).
+BLANK_GLYPHS = ("\u2800",       # BRAILLE PATTERN BLANK
+                "\U0001D159")   # MUSICAL SYMBOL NULL NOTEHEAD
+
+
+def is_blank(ch: str) -> bool:
+    """Whether the one character ``ch`` has no visible glyph: default-ignorable or format
+    (:func:`is_invisible`), white space or a space separator (general categories Zs, Zl,
+    Zp), a C0 control (NUL among them; categories Cc below U+0080) or DEL, a lone
+    surrogate (Cs), or a blank graphic character (:data:`BLANK_GLYPHS`).
+
+    The C1 controls (U+0080 to U+009F) are left out: in real texts they are the bytes of
+    UTF-8 read as Latin-1 (``â\\x80\\x99`` is ``’``), so two texts that differ in them differ
+    in a character a reader of the original sees."""
+    category = unicodedata.category(ch)
+    return (is_invisible(ch) or ch.isspace() or category in ("Zs", "Zl", "Zp", "Cs")
+            or (category == "Cc" and (ch < "\x80" or ch == "\x7f")) or ch in BLANK_GLYPHS)
+
+
+class _Folding(dict[int, str | None]):
+    """:func:`folded`'s table for :meth:`str.translate`, each code point worked out once,
+    the first time it is seen."""
+
+    def __missing__(self, code: int) -> str | None:
+        ch = chr(code)
+        value = (" " if ch.isspace() or ch in BLANK_GLYPHS or unicodedata.category(ch)
+                 in ("Zs", "Zl", "Zp") else None if is_blank(ch) else ch)
+        self[code] = value
+        return value
+
+
+_FOLDING = _Folding()
+
+
+def folded(text: str) -> str:
+    """``text`` with each character of no visible glyph (:func:`is_blank`) folded into
+    what a reader sees: a space for one that shows as a gap (white space, a space
+    separator, a blank graphic character), nothing for the rest (zero-width: NUL, a
+    zero-width space, a byte-order mark, U+1D173...)."""
+    return text.translate(_FOLDING)
+
+
 def without_ignorable(text: str) -> str:
     """``text`` without its default-ignorable characters (:data:`DEFAULT_IGNORABLE`)."""
     return _IGNORABLE.sub("", text)
@@ -680,6 +745,74 @@ def invisible_characters(text: str) -> list[tuple[int, str]]:
     """``(position from 1, character)`` of each invisible character of ``text``
     (:func:`is_invisible`), in order."""
     return [(i, ch) for i, ch in enumerate(text, start=1) if is_invisible(ch)]
+
+
+# ---------------------------------------------------------------- look-alike names
+#
+# A class name in two scripts (Latin ``positive`` with a Cyrillic ``о``) shows as another
+# name, so it is refused, naming the character (:func:`mixed_script`), and so is a name
+# that looks like another (:func:`skeleton`). The rules, without the confusables table of
+# Unicode Technical Standard #39: a character's script is the first word of its Unicode
+# name (``CYRILLIC SMALL LETTER O``: Cyrillic), for letters and digits (Common and
+# Inherited, ignored: ASCII digits, marks, modifier letters, spaces, ``-``, ``_``); a name
+# is single-script, or one of UTS #39's "highly restrictive" sets (Latin with Han and
+# Japanese kana, Han with Bopomofo, Han with Hangul). Two names look alike when their
+# skeletons are equal: NFKC, case folded, each letter of another script that has a Latin
+# letter of the same name (``CYRILLIC SMALL LETTER O``, ``GREEK CAPITAL LETTER ETA``...)
+# taken as that letter.
+
+_SCRIPT_WORDS = {"CJK": "HAN", "IDEOGRAPHIC": "HAN", "KATAKANA-HIRAGANA": "KATAKANA"}
+_ALLOWED_MIXES = ({"LATIN", "HAN", "HIRAGANA", "KATAKANA"}, {"LATIN", "HAN", "BOPOMOFO"},
+                  {"LATIN", "HAN", "HANGUL"})
+
+
+def script_of(ch: str) -> str | None:
+    """The script of a letter or digit, from its Unicode name (``LATIN``, ``CYRILLIC``,
+    ``GREEK``, ``HAN``...); None for a character of no script (Common, Inherited)."""
+    category = unicodedata.category(ch)
+    if not (category.startswith("L") or category == "Nd") or ch.isascii() and ch.isdigit():
+        return None
+    name = unicodedata.name(ch, "")
+    if not name or name.startswith("MODIFIER "):
+        return None
+    word = (name.split(" DIGIT")[0].split("-")[0].split()[-1] if category == "Nd"
+            else name.split()[0])
+    return _SCRIPT_WORDS.get(word, word)
+
+
+def _latin_twin(ch: str) -> str | None:
+    """The Latin letter of the same Unicode name as ``ch`` (``CYRILLIC SMALL LETTER O``:
+    ``o``), or None."""
+    script = script_of(ch)
+    if script in (None, "LATIN"):
+        return None
+    try:
+        return unicodedata.lookup(unicodedata.name(ch).replace(script, "LATIN", 1))
+    except KeyError:
+        return None
+
+
+def mixed_script(name: str) -> str | None:
+    """Why ``name`` (NFKC first) mixes scripts, or None: the first character outside the
+    script most of its letters are in, that script, and the Latin letter it looks like
+    when there is one."""
+    text = unicodedata.normalize("NFKC", name)
+    scripts = [(i, ch, script_of(ch)) for i, ch in enumerate(text, start=1)]
+    found = [s for _, _, s in scripts if s is not None]
+    if len(set(found)) < 2 or any(set(found) <= allowed for allowed in _ALLOWED_MIXES):
+        return None
+    main = max(dict.fromkeys(found), key=found.count)
+    where, ch, script = next(x for x in scripts if x[2] not in (None, main))
+    twin = _latin_twin(ch) if main == "LATIN" else None
+    looks = f", a look-alike of the Latin {twin!r}" if twin else ""
+    return (f"mixes scripts: {character_name(ch)} at character {where} is "
+            f"{str(script).title()} in a {main.title()} name{looks}")
+
+
+def skeleton(name: str) -> str:
+    """What ``name`` looks like (the rules above): :func:`label_key`, each letter that has
+    a Latin twin of the same name taken as it."""
+    return "".join(_latin_twin(ch) or ch for ch in label_key(name))
 
 
 def label_key(label: str) -> str:

@@ -305,16 +305,58 @@ class Projection:
 
     @property
     def interval(self) -> dict[float, tuple[float, float]]:
-        """The gains' intervals: the seeds' widened by :attr:`margin`."""
-        return {k: (low - self.margin_at(k), high + self.margin_at(k))
+        """The gains' intervals: the seeds' widened by :attr:`margin`, clipped to the
+        gains accuracy can make (:meth:`gain_range`; :attr:`clipped` says where)."""
+        return {k: _clip(low - self.margin_at(k), high + self.margin_at(k), *self.gain_range)
                 for k, (low, high) in self.seed_interval.items()}
 
     @property
+    def gain_range(self) -> tuple[float, float]:
+        """The gains an accuracy in [0, 1] can make from the fit's at the largest
+        fraction's rows: ``[-f(N), 1 - f(N)]``."""
+        start = self.fit.at(self.full_rows)
+        return -start, 1.0 - start
+
+    @property
     def band(self) -> tuple[tuple[float, float, float], ...]:
-        """:attr:`seed_band` widened by :meth:`margin_at` each row count's reach."""
-        return tuple((n, low - self.margin_at(n / self.full_rows),
-                      high + self.margin_at(n / self.full_rows))
+        """:attr:`seed_band` widened by :meth:`margin_at` each row count's reach, clipped
+        to accuracy's range [0, 1] (:attr:`clipped` says where)."""
+        return tuple((n, *_clip(low - self.margin_at(n / self.full_rows),
+                                high + self.margin_at(n / self.full_rows), 0.0, 1.0))
                      for n, low, high in self.seed_band)
+
+    @property
+    def clipped(self) -> list[str]:
+        """One phrase per reported interval that reached past accuracy's range [0, 1]
+        and was clipped to it (widening by the backtest's error, or a fit that is not
+        bounded, can reach past it): what, where, and the value before."""
+        found = []
+        floor, ceiling = self.gain_range
+        for k, (low, high) in self.seed_interval.items():
+            low, high = low - self.margin_at(k), high + self.margin_at(k)
+            if high > ceiling or low < floor:
+                value = high if high > ceiling else low
+                found.append(f"the gain's interval at {k:g}× (it reached accuracy "
+                             f"{self.fit.at(self.full_rows) + value:.4f})")
+        past = [(n, low - self.margin_at(n / self.full_rows),
+                 high + self.margin_at(n / self.full_rows)) for n, low, high in self.seed_band]
+        out = [(n, hi if hi > 1 else lo) for n, lo, hi in past if hi > 1 or lo < 0]
+        if out:
+            n, value = out[0]
+            found.append(f"the band from {round(n):,} training rows on (it reached accuracy "
+                         f"{value:.4f} there)")
+        return found
+
+    def clipped_note(self) -> str:
+        """``; clipped to accuracy's range [0, 1]: ...`` (:attr:`clipped`), or empty."""
+        return (f"; clipped to accuracy's range [0, 1]: {'; '.join(self.clipped)}"
+                if self.clipped else "")
+
+
+def _clip(low: float, high: float, floor: float, ceiling: float) -> tuple[float, float]:
+    """``[low, high]`` within ``[floor, ceiling]`` (NaN kept: no interval)."""
+    return (low if math.isnan(low) else min(max(low, floor), ceiling),
+            high if math.isnan(high) else max(min(high, ceiling), floor))
 
 
 def project(points: Sequence[tuple[int, Sequence[float]]], resamples: int = FIT_RESAMPLES,
@@ -537,7 +579,7 @@ def sentence(p: Projection | None, fractions: int, t: Trend | None = None,
                 f"fraction{'s' * (fractions != 1)} with runs"
                 + (f"; give at least {BACKTEST_FRACTIONS} (--fractions) for a projection and "
                    "its backtest" if fractions < BACKTEST_FRACTIONS else ""))
-    said = answer(p)
+    said = answer(p) + p.clipped_note()
     if isinstance(check, Backtest):
         return f"{said}; {trust(check)}"
     return f"{said}; {check}" if check else said
@@ -703,6 +745,7 @@ class Analysis:
                           "accuracy_seeds_ci95_low": s_low, "accuracy_seeds_ci95_high": s_high}
                          for (n, low, high), (_, s_low, s_high)
                          in zip(p.band, p.seed_band, strict=True)],
+                "clipped": p.clipped,
                 "a_at_bound": p.fit.at_bound,
                 "bootstrap": {"resamples": p.requested, "converged": p.resamples,
                               "a_at_bound": p.refits_at_bound,

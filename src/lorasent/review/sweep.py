@@ -220,6 +220,49 @@ def _twice(command: str, key: str, overrides: Sequence[Any], grid: bool) -> str:
     return f"{said}: give it once, its values as one grid axis: {axis}"
 
 
+
+def one_value_each(params_text: str, sets: Sequence[str], command: str = "sweep"
+                   ) -> tuple[list[str], list[str]]:
+    """``sets`` with each grid axis's values that equal an earlier value of it once
+    parsed and validated as params (``-S train.lora.r=8,08``: both train r = 8; ``1e-4,
+    0.0001``) left out, and one line per such axis that says so. A value is parsed alone
+    on ``params_text`` (:func:`with_sets`, then the params' validation); one the params
+    refuse alone is compared as written. ``sets`` must parse (:func:`_overrides`)."""
+    raw = read_yaml(params_text, "params.yaml")
+    kept_sets: list[str] = []
+    notes: list[str] = []
+    for s, o in zip(sets, _overrides(sets, command), strict=True):
+        if not o.is_sweep_override():
+            kept_sets.append(s)
+            continue
+        key = o.key_or_group
+        kept: list[tuple[str, Any]] = []
+        merged: dict[str, list[str]] = {}
+        for value in o.sweep_string_iterator():
+            try:
+                parsed: Any = parse_params(with_sets(raw, [f"{key}={value}"]), "params.yaml")
+            except (ParamsError, LorasentError):
+                parsed = value
+            same = next((v for v, p in kept if p == parsed), None)
+            if same is None:
+                kept.append((value, parsed))
+            else:
+                merged.setdefault(same, []).append(value)
+        if not merged:
+            kept_sets.append(s)
+            continue
+        axis = f"{key}={','.join(v for v, _ in kept)}"
+        # still an axis with one value left, so that its runs keep their names (s-r8-...)
+        kept_sets.append(axis if len(kept) > 1 else f"{key}=choice({kept[0][0]})")
+        said = "; ".join(
+            f"{value} is given {len(others) + 1} times" if set(others) == {value} else
+            f"{' and '.join(dict.fromkeys(others))} equal{'s' * (len(set(others)) == 1)} "
+            f"{value} once parsed" for value, others in merged.items())
+        notes.append(f"{command}: -S {s}: {said}; equal values are one grid point, so the "
+                     f"axis is {axis}")
+    return kept_sets, notes
+
+
 # The experiment names DVC refuses (`dvc exp run -n`): dvc.repo.experiments.utils.
 # check_ref_format, which takes refs/exps/<2 hex>/<38 hex>/<name> to git's ref-name rules
 # (https://git-scm.com/docs/git-check-ref-format, as dulwich.refs.check_ref_format, DVC's
@@ -737,6 +780,9 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
     check_options(command, address=address, num_gpus=num_gpus, cache_dir=cache_dir)
     params_text = _git(repo, "show", "HEAD:params.yaml")
     base_seed = parse_params(read_yaml(params_text, "params.yaml"), "params.yaml").base.seed
+    sets, repeated = one_value_each(params_text, sets, command)
+    for line in repeated:
+        progress(line)
     runs = plan(name, sets, seeds, base_seed, command=command)
     check_params(params_text, runs, command=command)
     commit, url, reuse = _check_repo(repo, runs, git_remote, command)

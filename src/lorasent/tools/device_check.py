@@ -57,6 +57,7 @@ import torch
 
 from lorasent.paths import CHECKOUT
 from lorasent.statistics import with_interval
+from lorasent.tools import finite_float
 
 # The check passes when at least this share of the test rows get the same label on the
 # GPU (bf16) as on the CPU (fp32).
@@ -374,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("bench"),
                         help="folder for results-gpu.json and results-gpu.md (default: bench, "
                              "committed)")
-    parser.add_argument("--peak-tflops", type=float, default=None,
+    parser.add_argument("--peak-tflops", type=finite_float, default=None,
                         help="the GPU's peak dense bf16 TFLOP/s, for model FLOP utilisation "
                              "(H200 about 989, MI300X about 1307)")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"],

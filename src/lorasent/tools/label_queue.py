@@ -12,7 +12,7 @@ rules and errors) and cleaned before any model loads:
 1. blank texts are dropped;
 2. near-duplicates within the pool are dropped, the first copy kept, on the split
    stage's key (:func:`lorasent.stages.split.normalise_text`: NFKC, case folded,
-   whitespace collapsed, default-ignorable characters dropped), as the split stage
+   whitespace collapsed, every character with no visible glyph folded), as the split stage
    deduplicates;
 3. a text whose key is that of a row of the training, validation or test split
    (``data/split/*.jsonl``) is dropped: it is labelled already.
@@ -57,17 +57,22 @@ spreadsheet would run as a formula is written with a leading ``'``
 (:func:`lorasent.tables.spreadsheet_cell`, OWASP's rule), and taken off again wherever
 lorasent reads the file (:class:`lorasent.tables.Table` knows its header).
 
-An ``--out`` whose ``label`` column holds a value (:func:`labelled_rows`) is replaced only
-with ``--force``, after a copy is kept as ``<out>.<n>.bak`` (:func:`check_labels_kept`).
+An ``--out`` that holds anything a person could have filled in (:func:`people_work`: a
+label, a ``given_label`` the queue left empty, a row or column it did not write, an
+encoding it does not write, such as a spreadsheet's UTF-16 re-save) is replaced only
+with ``--force``, after a copy is kept as ``<out>.<n>.bak`` (:func:`check_labels_kept`),
+and the line says where.
 With ``--relabel``, an adapter that predicts one class for nearly every training row is
 said to be degenerate (:func:`relabel_warnings`, the evaluate stage's warning).
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import math
 import random
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -414,25 +419,116 @@ def written_by_queue(path: str | Path) -> bool:
 def labelled_rows(path: str | Path) -> int | None:
     """How many rows of the CSV at ``path`` hold a label (a ``label`` cell that is not
     blank): 0 for no file, an empty one or one without a ``label`` column; None when it
-    cannot be read as a table, so that nobody can tell.
+    cannot be read as a UTF-8 table, so that nobody can tell.
 
     Read as :class:`lorasent.tables.Table` reads a CSV, so a file a spreadsheet saved
-    (CRLF line ends, a byte-order mark, ``;`` between columns) counts: in UTF-8, else in
-    Latin-1 (a spreadsheet's Windows code page: every byte is a character, and a label
-    cell in any of them is still not blank).
+    (CRLF line ends, a byte-order mark, ``;`` between columns) counts.
     """
     path = Path(path)
     if not path.is_file() or not path.stat().st_size:
         return 0
-    for encoding in ("utf-8", "latin-1"):
-        try:
-            with Table(path, required={}, encoding=encoding, settings=PREDICT_SETTINGS) as t:
-                if "label" not in t.columns:
-                    return 0
-                return sum(bool(str(row.get("label", "")).strip()) for _, row in t.rows())
-        except TableError:
-            continue
-    return None
+    try:
+        with Table(path, required={}, encoding="utf-8", settings=PREDICT_SETTINGS) as t:
+            if "label" not in t.columns:
+                return 0
+            return sum(bool(str(row.get("label", "")).strip()) for _, row in t.rows())
+    except (TableError, UnicodeDecodeError):
+        return None
+
+
+# The byte-order marks of the encodings a spreadsheet may save a CSV in other than UTF-8
+# ("Unicode text" is UTF-16 LE with its mark); the queue writes UTF-8 without one.
+_OTHER_BOMS = ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
+               (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16"))
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a person may have put into an ``--out`` file (:func:`people_work`):
+    ``what``, the refusal's clause; ``short``, the kept-aside line's."""
+
+    what: str
+    short: str
+
+
+def people_work(path: str | Path) -> Work | None:
+    """What in the file at ``path`` a person could have filled in, or None: no file, an
+    empty one, or the queue's own CSV (:func:`written_by_queue`'s header, in UTF-8) with
+    nothing in a cell the queue leaves empty. Counted as a person's work:
+
+    - an encoding the queue did not write (it writes UTF-8): a UTF-16 or UTF-32
+      byte-order mark, NUL bytes, or bytes that are not UTF-8 (a spreadsheet's re-save
+      in "Unicode text" or a Windows code page);
+    - a header that is not the queue's: a column renamed (``label`` to ``my label``),
+      added after the pool's columns or removed;
+    - a value in a cell the queue leaves empty: ``label`` (every row), ``given_label``
+      (every row but the label audit's, whose reason starts ``label audit``);
+    - a row the queue did not write: its ``rank`` is not a whole number from 1, or its
+      ``reason`` is empty (typed in below the queue);
+    - a file that cannot be read as a CSV, so that nobody can tell.
+    """
+    path = Path(path)
+    if not path.is_file() or not path.stat().st_size:
+        return None
+    with open(path, "rb") as fh:
+        head = fh.read(1 << 16)
+    for bom, name in _OTHER_BOMS:
+        if head.startswith(bom):
+            return Work(f"is in {name} (it starts with {name}'s byte-order mark), not the "
+                        "UTF-8 the queue writes: it was saved again, by hand or by a "
+                        "spreadsheet, and may hold labels", f"in {name}")
+    if b"\0" in head:
+        return Work("holds NUL bytes, which the queue never writes (UTF-16 without a "
+                    "byte-order mark?): it was saved again and may hold labels",
+                    "with NUL bytes")
+    try:
+        path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        return Work(f"is not UTF-8, the encoding the queue writes (byte {err.start + 1} "
+                    "cannot be decoded): it was saved again in another encoding and may "
+                    "hold labels", "not in UTF-8")
+    columns: list[str] | None = None
+    try:
+        with Table(path, required={}, encoding="utf-8", settings=PREDICT_SETTINGS) as t:
+            columns = list(t.columns)
+            rows = [row for _, row in t.rows()]
+    except TableError:
+        if columns is not None and written_for_people(columns) != "queue":
+            return _not_the_queues(columns)
+        return Work("cannot be read as a CSV, so whether its label column is filled in "
+                    "cannot be told", "unreadable as a CSV")
+    if written_for_people(columns) != "queue":
+        return _not_the_queues(columns)
+    said, short = [], []
+    labelled = sum(bool(str(r.get("label", "")).strip()) for r in rows)
+    if labelled:
+        said.append(f"holds {_rows(labelled, 'labelled row')} (its label column is filled "
+                    "in)")
+        short.append(_rows(labelled, "labelled row"))
+    given = sum(bool(str(r.get("given_label", "")).strip())
+                and not str(r.get("reason", "")).startswith("label audit") for r in rows)
+    if given:
+        said.append(f"holds {_rows(given, 'row')} with a given_label the queue leaves empty "
+                    "(filled in by hand)")
+        short.append(_rows(given, "filled-in given_label"))
+    added = sum(not re.fullmatch(r"[1-9]\d*", str(r.get("rank", "")).strip())
+                or not str(r.get("reason", "")).strip() for r in rows)
+    if added:
+        said.append(f"holds {_rows(added, 'row')} the queue did not write (no rank or no "
+                    "reason: added by hand)")
+        short.append(_rows(added, "added row"))
+    return Work(" and ".join(said), ", ".join(short)) if said else None
+
+
+def _not_the_queues(columns: list[str]) -> Work:
+    shown = ", ".join(columns[:12]) + (", ..." if len(columns) > 12 else "")
+    return Work(f"has a header the queue does not write (its columns: {shown}): another "
+                "file, or the queue's with a column renamed, added or removed, and it may "
+                "hold someone's work", "a header not the queue's")
+
+
+def _rows(n: int, what: str) -> str:
+    return f"{n} {what}{'s' if n != 1 else ''}"
 
 
 def aside_name(path: str | Path) -> Path:
@@ -440,34 +536,29 @@ def aside_name(path: str | Path) -> Path:
     return next(p for p in aside_names(Path(path)) if not p.exists())
 
 
-def check_labels_kept(path: str | Path, force: bool) -> bool:
-    """Whether writing the queue to ``path`` must first keep the file there aside: it
-    holds labels (:func:`labelled_rows`), or cannot be read to tell, and ``force`` is
-    given. Checked before any model loads, and again just before the file is written.
+def check_labels_kept(path: str | Path, force: bool) -> Work | None:
+    """What a person may have put into the file at ``path`` (:func:`people_work`) when
+    writing the queue there must first keep it aside: with ``force``; None when there is
+    nothing to keep. Checked before any model loads, and again just before the file is
+    written.
 
     Raises:
-        QueueError: such a file without ``force``: one line naming it, its labelled rows
-            and the way out.
+        QueueError: such a file without ``force``: one line naming it, what it holds and
+            the way out.
     """
-    held = labelled_rows(path)
-    if held == 0:
-        return False
+    work = people_work(path)
+    if work is None:
+        return None
     if not force:
-        what = (f"holds {held} labelled row{'s' if held != 1 else ''} (its label column is "
-                "filled in)" if held is not None else
-                "cannot be read as a CSV, so whether its label column is filled in cannot "
-                "be told")
-        raise QueueError(f"--out {path}: {what}; the queue would replace it. Give another "
-                         f"--out, or pass --force to replace it (the old file is then kept "
-                         f"as {aside_name(path)}). Nothing was written")
-    return True
+        raise QueueError(f"--out {path}: {work.what}; the queue would replace it. Give "
+                         f"another --out, or pass --force to replace it (the old file is "
+                         f"then kept as {aside_name(path)}). Nothing was written")
+    return work
 
 
-def kept_note(path: str | Path, aside: Path, held: int | None) -> str:
-    """One line for standard error: where the labelled file ``--force`` replaced went."""
-    rows = ("" if held is None else
-            f" ({held} labelled row{'s' if held != 1 else ''})")
-    return f"kept the old {path}{rows} as {aside}"
+def kept_note(path: str | Path, aside: Path, work: Work) -> str:
+    """One line for standard error: where the file ``--force`` replaced went."""
+    return f"kept the old {path} ({work.short}) as {aside}"
 
 
 def relabel_warnings(predictions: Sequence[Prediction], given: Sequence[str],

@@ -55,6 +55,7 @@ from lorasent.artifacts import atomic_write_text, jsonl_text, read_jsonl
 from lorasent.paths import DATASET_FILE, RAW_DIR, SPLIT_DIR
 from lorasent.stages.split import clean_rows, normalise_text, row_id
 from lorasent.tables import spreadsheet_text
+from lorasent.tools import finite_float
 from lorasent.tools.label_queue import clean_pool, split_keys
 
 
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="the draws' seed (0)")
     parser.add_argument("--seeds", type=int, default=3,
                         help="runs per arm: base.seed, base.seed + 1, ... (3)")
-    parser.add_argument("--random-share", type=float, default=None,
+    parser.add_argument("--random-share", type=finite_float, default=None,
                         help="the queue's --random-share (default: the queue's own)")
     parser.add_argument("--name", default="qt", help="experiment and file prefix (qt)")
     args = parser.parse_args(argv)
