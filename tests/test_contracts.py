@@ -70,7 +70,9 @@ def test_the_pull_request_fold_leaves_out_what_no_reviewer_reads():
           for key in ("precision", "recall", "f1", "support")),
         "labels", "test_rows", "mode", "reference", "reference_note", "reference_accuracy",
         "relative_error_reduction_note",
-        *(f"references.{name}.relative_error_reduction" for name in REFERENCES),
+        *(f"references.{name}.{key}" for name in REFERENCES
+          for key in ("relative_error_reduction", "paired.delta_accuracy", "paired.verdict")),
+        "strongest_supervised", "verdict",
         *(f"calibration.{key}" for key in ("nll", "brier", "ece", "temperature", "scaled.nll",
                                            "scaled.brier", "scaled.ece")),
         "label_issues.rows", "label_issues.share", "warnings",

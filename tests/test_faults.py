@@ -249,6 +249,7 @@ def test_no_machine_fact_reaches_the_tracked_provenance(tmp_path, monkeypatch):
         record = provenance(stage="train", params={"train": {"lora": {"r": 8}}}, device="cpu",
                             wall_time_s=fact["wall_time_s"], inputs={"model": "ab12"},
                             extra={"training_speed": {"train_samples_per_second": fact["speed"]},
+                                   "reference_costs": {"tfidf_lr": {"fit_seconds": fact["speed"]}},
                                    "steps": 200})
         write_provenance(tmp_path / f"run{i}" / "train.json", record)
         machine_records.append(json.loads(machine_path(tmp_path / f"run{i}" / "train.json")

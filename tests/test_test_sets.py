@@ -465,7 +465,8 @@ def test_reference_and_test_sets_are_required(params_raw):
                                                "  evaluate.test_sets: missing key"]
     params_raw["evaluate"] = {**evaluate, "reference": "calibrated"}
     with pytest.raises(ParamsError, match="evaluate.reference: input should be 'auto', "
-                                          "'zero_shot', 'zero_shot_calibrated' or 'majority'"):
+                                          "'zero_shot', 'zero_shot_calibrated', 'majority', "
+                                          "'tfidf_lr' or 'encoder'"):
         parse_params(params_raw)
 
 

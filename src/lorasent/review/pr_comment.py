@@ -86,6 +86,10 @@ UNREAD = re.compile(r"_ci95_(low|high)$|(^|\.)confusion_matrix\.|^baseline\.|^in
                     # calibration's and the audit's fixed texts; of an extra test set, all
                     # but its headline, its ECE, its flagged rows and its warnings
                     r"|^references\.\w+\.(accuracy|relative_error_reduction_note)$"
+                    # issue 58: of each reference, all but its reduction, Δ accuracy and
+                    # verdict; the adapter's and the references' costs and notes
+                    r"|^references\.\w+\.(macro_f1|method|per_class\.|cost(\.|$)"
+                    r"|paired\.(?!(delta_accuracy|verdict)$))|^reference_notes\.|^cost\."
                     r"|^calibration\.(ece_bins|temperature_note|interval_method)$"
                     r"|^label_issues\.(method|file)$"
                     r"|^test_sets\.[^.]+\.(?!(test_rows|accuracy|macro_f1|relative_error_reduction"

@@ -108,7 +108,6 @@ from lorasent.scoring import (
     contextual_calibration,
     score_texts,
 )
-from lorasent.stages.test_sets import TestSet
 from lorasent.statistics import METHOD, intervals
 from lorasent.subsets import training_subset
 
@@ -134,7 +133,7 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
                  provenance_dir: Path = PROVENANCE_DIR,
                  references: BaselineParams | None = None, fraction: float = 1.0,
                  train_seed: int = 42, class_weighting: str = "none",
-                 test_sets: Sequence[TestSet] = (),
+                 test_sets: Sequence[Any] = (),
                  references_dir: Path | None = None) -> BaselineResult:
     """Majority-class, zero-shot and calibrated zero-shot baselines on the test split.
 
