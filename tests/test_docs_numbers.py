@@ -24,7 +24,7 @@ from lorasent.contracts import REFERENCE_NAMES
 from lorasent.metrics import read_predictions
 from lorasent.params import read_yaml
 from lorasent.review.verdict import measured_text, paired_verdict
-from lorasent.statistics import paired_comparison
+from lorasent.statistics import paired_comparison, with_interval
 
 PAGES = ["README.md", *sorted(str(page.relative_to(REPO)) for page in (REPO / "docs").glob("*.md"))]
 # Stamps are for the few numbers no committed file holds; more than this means numbers
@@ -63,6 +63,10 @@ def n3(value: float) -> str:
 
 def interval(low: float, high: float) -> str:
     return f"[{low:.3f}, {high:.3f}]"
+
+
+def ci(values: dict[str, Any], key: str) -> str:
+    return f"{n3(values[key])} {interval(values[f'{key}_ci95_low'], values[f'{key}_ci95_high'])}"
 
 
 def duration(seconds: float) -> str:
@@ -133,11 +137,6 @@ def calibration_numbers() -> list[str]:
     extra = EVAL["test_sets"]["reviews-zh"]
     issues = EVAL["label_issues"]
     zero_shot = BASELINE["zero_shot_calibrated"]
-
-    def ci(values: dict[str, Any], key: str) -> str:
-        return (f"{n3(values[key])} "
-                f"{interval(values[f'{key}_ci95_low'], values[f'{key}_ci95_high'])}")
-
     return [
         f"| zero-shot with contextual calibration (Zhao et al. 2021) | "
         f"{ci(zero_shot, 'accuracy')} | {ci(zero_shot, 'macro_f1')} |",
@@ -156,29 +155,40 @@ def calibration_numbers() -> list[str]:
     ]
 
 
+def paired_cell(name: str) -> str:
+    """The README table's cell of the adapter minus reference ``name`` on the same rows."""
+    p = EVAL["references"][name]["paired"]
+    delta = with_interval(p["delta_accuracy"], p["delta_accuracy_ci95_low"],
+                          p["delta_accuracy_ci95_high"], digits=3, signed=True, minus="−")
+    return f"{delta}, McNemar p {p['mcnemar_p']:.2g}: {p['verdict']}"
+
+
 def readme_numbers() -> list[str]:
     zero_shot = BASELINE["zero_shot"]
     epochs = PARAMS["train"]["num_train_epochs"]
     train_rows = DATA["split_rows"]["train"]
+    tfidf = EVAL["references"]["tfidf_lr"]
     return [
         f"LoRA on {train_rows:,} real English tweets ({len(EVAL['labels'])} classes",
         f"then scores {DATA['split_rows']['test']} held-out tweets",
         run_machine(),
         f"| majority-class baseline (always `{BASELINE['majority_class']}`) | "
-        f"{n3(BASELINE['majority_accuracy'])} | – |",
-        f"| zero-shot Gemma 3 270M (same prompt and scoring) | {n3(zero_shot['accuracy'])} "
-        f"{interval(zero_shot['accuracy_ci95_low'], zero_shot['accuracy_ci95_high'])} | "
-        f"{n3(zero_shot['macro_f1'])} "
-        f"{interval(zero_shot['macro_f1_ci95_low'], zero_shot['macro_f1_ci95_high'])} |",
+        f"{n3(BASELINE['majority_accuracy'])} | – | {paired_cell('majority')} | none |",
+        f"| zero-shot Gemma 3 270M (same prompt and scoring) | {ci(zero_shot, 'accuracy')} | "
+        f"{ci(zero_shot, 'macro_f1')} | {paired_cell('zero_shot')} | none |",
+        calibration_numbers()[0] + f" {paired_cell('zero_shot_calibrated')} | none |",
+        f"| TF-IDF + logistic regression on the same {train_rows:,} tweets "
+        f"(`baseline.tfidf_lr`) | {ci(tfidf, 'accuracy')} | {ci(tfidf, 'macro_f1')} | "
+        f"{paired_cell('tfidf_lr')} | {tfidf['cost']['trainable_parameters']:,} |",
         f"| **LoRA adapter** (r {PARAMS['train']['lora']['r']}, {epochs} "
         f"epoch{'s' if epochs != 1 else ''} over {train_rows:,} tweets, {TRAIN['step']} steps) "
         f"| **{n3(EVAL['accuracy'])}** "
         f"{interval(EVAL['accuracy_ci95_low'], EVAL['accuracy_ci95_high'])} | "
         f"**{n3(EVAL['macro_f1'])}** "
-        f"{interval(EVAL['macro_f1_ci95_low'], EVAL['macro_f1_ci95_high'])} |",
-        calibration_numbers()[0],
+        f"{interval(EVAL['macro_f1_ci95_low'], EVAL['macro_f1_ci95_high'])} | – | "
+        f"{EVAL['cost']['trainable_parameters']:,} of {EVAL['cost']['total_parameters']:,} |",
+        EVAL["verdict"],
         *headline(),
-        bench_sentence(),
     ]
 
 
@@ -253,19 +263,6 @@ def train_rows(part: str, ways: list[tuple[str, str]], project: str) -> list[str
 def time_of(part: str, way: str, than: str) -> str:
     """``0.86×``: ``way``'s step time over ``than``'s, in one bench part."""
     return f"{step(part, way) / step(part, than):.2f}×"
-
-
-def bench_sentence() -> str:
-    """The README's sentence of the bench's ratios."""
-    long = bench_part("train_long_template")
-    scoring = BENCH["summary"]["ratios"][MODEL]["eval_speedup_vs_seed000"]
-    return (f"the training step takes {time_of('train', 'project', 'project_unshared')} "
-            f"the time of the unshared step and {time_of('train', 'project', 'floor')} the "
-            "time of the bare forward and backward of every example (the floor); with a "
-            f"{long['shared_prefix_tokens']}-token instruction, "
-            f"{time_of('train_long_template', 'project', 'project_unshared')} and "
-            f"{time_of('train_long_template', 'project', 'floor')}; label scoring is "
-            f"{scoring:.2f}× seed 000's generate-and-match.")
 
 
 def performance_bench_numbers() -> list[str]:

@@ -1,14 +1,18 @@
 """The supervised references (lorasent.references, the baseline stage's ``references``):
 exact predictions of TF-IDF + LR on a tiny fixed set, the bad training splits and texts,
-their params, the paired verdict against them and the warning when the adapter ties one.
+their params, the paired verdict against them, the warning when the adapter ties one and
+the compare report's table of them with their cost.
 """
 
 import numpy as np
 import pytest
 
+from lorasent.contracts import Cost, EvalMetrics, PairedVerdict, Reference
 from lorasent.metrics import supervised_verdict, warnings_by_kind
 from lorasent.params import BaselineParams, EncoderParams, ParamsError, parse_params
 from lorasent.references import ReferenceNotFitted, check_fittable, fit_tfidf_lr
+from lorasent.review.render import references_section
+from lorasent.review.verdict import Side
 from lorasent.stages.baseline import fit_references
 from lorasent.stages.evaluate import _paired
 from test_train_recipe import PARAMS
@@ -35,7 +39,9 @@ def test_tfidf_lr_predicts_the_tiny_set_and_chooses_c_on_validation():
     fitted = _fit()
     probs = fitted.predict(TEST)
     assert probs.shape == (5, 3) and np.allclose(probs.sum(1), 1)
-    assert probs.argmax(1).tolist() == [2, 0, 1, 2, 2]  # no n-gram seen: the intercepts
+    assert probs.argmax(1).tolist() == [2, 0, 1, 1, 1]
+    # no n-gram seen: the intercepts alone, all but equal on these balanced rows
+    assert np.allclose(probs[3:], 1 / 3, atol=0.01)
     record = fitted.record
     # every C of the grid scored on the 3 validation rows; ties go to the smaller C
     assert [g["C"] for g in record["C_grid"]] == [0.25, 1.0, 4.0, 16.0]
@@ -165,3 +171,33 @@ def test_a_tie_with_the_strongest_reference_is_a_warning():
     better = {**reference, "paired": _paired(Y, REFERENCE, Y, LABELS)}
     assert "not_better:tfidf_lr" not in warnings_by_kind(
         {"accuracy": 1.0, "strongest_supervised": "tfidf_lr", "references": {"tfidf_lr": better}})
+
+
+def test_the_compare_report_sets_each_reference_beside_the_adapter_with_its_cost():
+    paired = PairedVerdict(**_paired(Y, REFERENCE, Y, LABELS))
+    cost = Cost(trainable_parameters=1_200, total_parameters=1_200, train_rows=9,
+                train_tokens=40)
+    tfidf = Reference(accuracy=0.5, accuracy_ci95_low=0.35, accuracy_ci95_high=0.65,
+                      relative_error_reduction=1.0, relative_error_reduction_ci95_low=1.0,
+                      relative_error_reduction_ci95_high=1.0,
+                      relative_error_reduction_note=None, paired=paired, cost=cost)
+
+    def side(references):
+        evals = EvalMetrics.model_construct(
+            accuracy=1.0, accuracy_ci95_low=1.0, accuracy_ci95_high=1.0, macro_f1=1.0,
+            labels=LABELS, test_rows=40, reference="tfidf_lr", reference_accuracy=0.5,
+            references=references, cost=Cost(trainable_parameters=10, total_parameters=100,
+                                             train_rows=9, train_tokens=None))
+        return Side("x", evals, None, None, None, None)
+
+    low, high = (f"{getattr(paired, f'delta_accuracy_ci95_{end}'):+.3f}" for end in ("low", "high"))
+    assert references_section((side({}), side({"tfidf_lr": tfidf}))) == [
+        "", "## References trained on the same rows, and what each cost (test split)", "",
+        "| classifier | A accuracy | B accuracy | A's adapter minus it | B's adapter minus it "
+        "| A's cost | B's cost |", "|---|---|---|---|---|---|---|",
+        f"| TF-IDF + LR | — | 0.500 [0.350, 0.650] | — | +0.500 [{low}, {high}], McNemar "
+        f"p < 0.001: better | — | 1,200 of 1,200 parameters, 40 training tokens |",
+        "| LoRA adapter | 1.000 [1.000, 1.000] | 1.000 [1.000, 1.000] | — | — | 10 of 100 "
+        "parameters | 10 of 100 parameters |"]
+    # a revision before the supervised references: no section
+    assert references_section((side({}), side(None))) == []

@@ -701,8 +701,7 @@ def metrics() -> None:
     """
     import json
 
-    from lorasent.contracts import EvalMetrics, dump, read
-    from lorasent.metrics import supervised_verdict
+    from lorasent.contracts import EvalMetrics, read
     from lorasent.modes import MODES
     from lorasent.paths import BASELINE_METRICS, EVAL_METRICS, PROVENANCE_DIR
     from lorasent.references import seconds_here
@@ -741,8 +740,8 @@ def metrics() -> None:
               if base.zero_shot_calibrated_accuracy is not None else []),
             *_supervised_rows(m, seconds),
             *_calibration_rows(m)]
-    if m.strongest_supervised and m.references:
-        click.echo(f"The adapter: {supervised_verdict(m.strongest_supervised, dump(m.references[m.strongest_supervised]), seconds.get(m.strongest_supervised))}")  # noqa: E501
+    if verdict := m.strongest_verdict(seconds):
+        click.echo(f"The adapter: {verdict}")
     click.echo(f"{EVAL_METRICS}: {m.test_rows} test rows, {m.mode} mode"
                + (f"; [95% interval: {method.method}, {method.resamples:,} resamples]"
                   if method else ""))

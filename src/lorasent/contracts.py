@@ -23,6 +23,7 @@ commands, which run without torch, can read the files too.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -356,6 +357,18 @@ class SetMetrics(_Contract):
     label_issues: LabelIssuesSummary | None = None
     intervals: IntervalMethod | None = None
     warnings: list[str] = []  # ``lorasent.metrics.run_warnings``: what a reviewer must see
+
+    def strongest_verdict(self, seconds: Mapping[str, float] | None = None) -> str | None:
+        """:func:`lorasent.metrics.supervised_verdict` against ``strongest_supervised``,
+        with its fit and predict time from ``seconds`` (``{reference: seconds}``, this
+        machine's record); None when no supervised reference was fitted."""
+        from lorasent.metrics import supervised_verdict
+
+        name = self.strongest_supervised
+        ref = (self.references or {}).get(name) if name else None
+        if name is None or ref is None:
+            return None
+        return supervised_verdict(name, dump(ref), (seconds or {}).get(name))
 
     def interval(self, name: str) -> tuple[float | None, float | None, float | None]:
         """``(value, low, high)`` of ``accuracy``, ``macro_f1`` or

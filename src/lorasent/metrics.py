@@ -357,6 +357,8 @@ def supervised_verdict(name: str, reference: Mapping[str, Any],
     what = (f"{SUPERVISED_NAMES.get(name, name)} trained on the same "
             + (f"{rows:,} rows" if rows else "rows"))
     took = f" in {seconds:.0f} s" if seconds is not None else ""
+    if not paired:  # one test row: nothing to pair
+        return f"no paired verdict against {what}{took}: one test row"
     delta = with_interval(paired["delta_accuracy"], paired["delta_accuracy_ci95_low"],
                           paired["delta_accuracy_ci95_high"], digits=3, signed=True,
                           minus="−")
@@ -443,7 +445,8 @@ def warnings_by_kind(metrics: Mapping[str, Any]) -> dict[str, str]:
                                    if against is not None else ""))
     strongest = metrics.get("strongest_supervised")
     cheap = (metrics.get("references") or {}).get(strongest) if strongest else None
-    if cheap and cheap.get("paired") and cheap["paired"]["verdict"] != "better":
+    paired = cheap.get("paired") if cheap else None
+    if isinstance(strongest, str) and cheap and paired and paired["verdict"] != "better":
         found[f"not_better:{strongest}"] = (
             "the adapter is not detectably better than a reference that trains in seconds: "
             + supervised_verdict(strongest, cheap))

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lorasent.artifacts import output_dir
-from lorasent.contracts import EvalMetrics, dump
+from lorasent.contracts import REFERENCE_NAMES, SUPERVISED_REFERENCES, EvalMetrics, dump
 from lorasent.metrics import Predictions
 from lorasent.paths import EVAL_METRICS, EVAL_RELIABILITY, SPLIT_DIR
 from lorasent.review.collect import Comparison, lookup, ran_with
@@ -338,6 +338,7 @@ def _markdown(c: Comparison, images: dict[str, list[str]], texts: dict[str, str]
         lines += ["", "## Is the difference real? (paired, same test rows"
                   + ("; not a result: a side is stale)" if runs else ")"), ""]
         lines += paired_table(review.paired, review.calibration)
+    lines += references_section(sides)
     lines += ["", "## Per class (test split)", ""]
     header = ["class"] + [f"{name} {side}" for _, name, delta in PER_CLASS
                           for side in ("A", "B", "Δ")[:3 if delta else 2]]
@@ -541,6 +542,51 @@ def clip(text: str, limit: int = 200) -> str:
     :func:`~lorasent.review.markup.md_text` (at most ``limit`` characters, markup shown
     as written, nothing live)."""
     return md_text(" ".join(text.split()), limit)
+
+
+REFERENCES_HEADER = ["classifier", "A accuracy", "B accuracy", "A's adapter minus it",
+                     "B's adapter minus it", "A's cost", "B's cost"]
+
+
+def references_section(sides: Sequence[Side]) -> list[str]:
+    """The report's section of the supervised references (eval.json's ``references``,
+    issue 58) beside each side's adapter, on the test split: accuracy with its 95%
+    interval, that side's adapter minus it on the same rows (paired Δ accuracy with its
+    interval, McNemar's p, the verdict) and the machine-independent cost (trainable of
+    total parameters, training tokens; the seconds are in the machine records). ``[]``
+    when neither side has a supervised reference (a revision before issue 58)."""
+    evals = [s.evals for s in sides]
+    references: list[dict[str, Any]] = [
+        {str(name): ref for name, ref in ((e.references if e else None) or {}).items()}
+        for e in evals]
+    found = [name for name in SUPERVISED_REFERENCES if any(r.get(name) for r in references)]
+    if not found:
+        return []
+
+    def scores(side: int, name: str) -> tuple[str, str, str]:
+        ref: Any = evals[side] if name == "adapter" else references[side].get(name)
+        if ref is None:
+            return "—", "—", "—"
+        accuracy = with_interval(ref.accuracy, ref.accuracy_ci95_low, ref.accuracy_ci95_high,
+                                 digits=3)
+        p = None if name == "adapter" else ref.paired
+        paired = "—" if p is None else (
+            with_interval(p.delta_accuracy, p.delta_accuracy_ci95_low,
+                          p.delta_accuracy_ci95_high, digits=3, signed=True, minus="−")
+            + f", McNemar {p_text(p.mcnemar_p)}: {p.verdict}")
+        c = ref.cost
+        cost = "—" if c is None else (
+            f"{c.trainable_parameters:,} of {c.total_parameters:,} parameters"
+            + (f", {c.train_tokens:,} training tokens" if c.train_tokens is not None else ""))
+        return accuracy, paired, cost
+
+    rows = []
+    for name in [*found, "adapter"]:
+        (acc_a, paired_a, cost_a), (acc_b, paired_b, cost_b) = (scores(i, name) for i in (0, 1))
+        rows.append([REFERENCE_NAMES.get(name, "LoRA adapter"), acc_a, acc_b, paired_a,
+                     paired_b, cost_a, cost_b])
+    return ["", "## References trained on the same rows, and what each cost (test split)", "",
+            *table(REFERENCES_HEADER, rows)]
 
 
 def _speed(sides: Sequence[Side], key: str) -> dict[str, Any] | None:

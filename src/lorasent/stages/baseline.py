@@ -56,7 +56,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -251,6 +251,18 @@ class SupervisedResult:
     cost: Cost | None = None
 
 
+class _FitRows(TypedDict):
+    """The rows every supervised reference fits on (the keyword arguments that
+    :func:`lorasent.references.fit_tfidf_lr` and ``fit_encoder_lr`` share)."""
+
+    train_texts: Sequence[str]
+    y_train: Sequence[int]
+    val_texts: Sequence[str]
+    y_val: Sequence[int]
+    labels: Sequence[str]
+    class_weighting: str
+
+
 def fit_references(params: BaselineParams, *, rows: Sequence[dict[str, Any]],
                    validation: Sequence[dict[str, Any]],
                    sets: dict[str, Sequence[dict[str, Any]]], labels: list[str],
@@ -261,9 +273,9 @@ def fit_references(params: BaselineParams, *, rows: Sequence[dict[str, Any]],
     reference that cannot be fitted (:class:`lorasent.references.ReferenceNotFitted`) is
     logged in one line and kept as a note."""
     texts, y = [r["text"] for r in rows], [r["label_id"] for r in rows]
-    common = dict(train_texts=texts, y_train=y, val_texts=[r["text"] for r in validation],
-                  y_val=[r["label_id"] for r in validation], labels=labels,
-                  class_weighting=class_weighting)
+    common = _FitRows(train_texts=texts, y_train=y, val_texts=[r["text"] for r in validation],
+                      y_val=[r["label_id"] for r in validation], labels=labels,
+                      class_weighting=class_weighting)
     out: dict[str, SupervisedResult] = {}
     for name in SUPERVISED:
         if name == "encoder" and not params.encoder.enabled:

@@ -149,11 +149,9 @@ class EvaluateResult:
         line per extra test set, the file, then the warnings."""
         m = self.metrics
         lines = []
-        if m.strongest_supervised and m.references:  # first: what a reviewer asks first
-            seconds = seconds_here(metrics_path.parent / PROVENANCE_DIR.name)
-            lines.append("test split: the adapter: " + supervised_verdict(
-                m.strongest_supervised, dump(m.references[m.strongest_supervised]),
-                seconds.get(m.strongest_supervised)))
+        verdict = m.strongest_verdict(seconds_here(metrics_path.parent / PROVENANCE_DIR.name))
+        if verdict:  # first: what a reviewer asks first
+            lines.append(f"test split: the adapter: {verdict}")
         lines.append(f"test split: {_headline(m)}")
         lines += [f"{name}: {_headline(s)}" for name, s in m.test_sets.items()]
         lines.append(f"Details: {metrics_path} (make metrics)")
@@ -499,8 +497,8 @@ def _set_metrics(s: ScoredSet, *, labels: list[str], wanted: str,
         "references": references,
         "reference_notes": dict(s.reference_notes or {}),
         "strongest_supervised": strongest,
-        "verdict": None if strongest is None else supervised_verdict(
-            strongest, references[strongest]),
+        "verdict": supervised_verdict(strongest, best)
+        if strongest and (best := references[strongest]) else None,
         "calibration": calibration,
         "label_issues": {"rows": len(issues.indices), "share": len(issues.indices) / len(y),
                          "method": issues.method, "file": issues_file},

