@@ -297,7 +297,7 @@ def _stale(repo, changes):
             if "params.yaml" in change.get("changed deps", {})}
 
 
-def test_an_evaluate_param_reruns_evaluate_and_a_test_set_baseline_too(repo):
+def test_evaluate_and_baseline_params_rerun_their_stages_not_train(repo):
     assert _stale(repo, {"evaluate": {"reference": "majority"}}) == {"evaluate": ["evaluate"]}
     # another test set: evaluate scores it; baseline, which runs before train, checks the
     # sets first (so that a bad one stops dvc repro before a training), and reruns too
@@ -305,6 +305,10 @@ def test_an_evaluate_param_reruns_evaluate_and_a_test_set_baseline_too(repo):
              "more": {"source": "packaged:reviews-zh", "size": 6}}
     assert _stale(repo, {"evaluate": {"test_sets": added}}) == {
         "baseline": ["evaluate.test_sets"], "evaluate": ["evaluate"]}
+    # a supervised reference's grid: the baseline stage refits the references (evaluate
+    # follows on its outputs); the adapter is not retrained
+    assert _stale(repo, {"baseline": {"tfidf_lr": {"C": [1.0, 4.0]}}}) == {
+        "baseline": ["baseline"]}
 
 
 def test_lora_rank_reruns_train_and_evaluate_only(repo):
