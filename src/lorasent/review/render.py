@@ -571,8 +571,7 @@ def references_section(sides: Sequence[Side]) -> list[str]:
                                  digits=3)
         p = None if name == "adapter" else ref.paired
         paired = "—" if p is None else (
-            with_interval(p.delta_accuracy, p.delta_accuracy_ci95_low,
-                          p.delta_accuracy_ci95_high, digits=3, signed=True, minus="−")
+            delta_text(p.delta_accuracy, p.delta_accuracy_ci95_low, p.delta_accuracy_ci95_high)
             + f", McNemar {p_text(p.mcnemar_p)}: {p.verdict}")
         c = ref.cost
         cost = "—" if c is None else (
