@@ -108,7 +108,8 @@ def test_the_closures_hold_what_writes_and_maps_the_outputs():
                                                    "metrics", "modeling", "scoring",
                                                    "statistics", "subsets"}
     assert closure("evaluate") - closure("train") == {"stages.evaluate", "stages.test_sets",
-                                                      "stages.fetch", "stages.split"}
+                                                      "stages.fetch", "stages.split",
+                                                      "references"}
 
 
 def test_exempt_modules_are_in_some_closure():

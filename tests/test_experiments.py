@@ -508,7 +508,11 @@ def test_revisions_scored_on_other_rows_get_no_paired_test(sweep, tmp_path):
             f"{', '.join(f'other{i:012d}' for i in range(5))}, … (19 more))" in text)
     # the test split's part: no paired test (the second test set's rows still pair)
     split_part, _, reviews = text.partition("## Test set reviews-zh")
-    assert "McNemar" not in split_part and "## Is the difference real?" not in split_part
+    assert "## Is the difference real?" not in split_part
+    # no McNemar between A and B there (each side's adapter against its own references,
+    # and the warning of it, keep theirs)
+    metrics_part = split_part.partition("## Metrics (test split)")[2]
+    assert "McNemar" not in metrics_part.partition("## References trained on the same rows")[0]
     assert "A 95% interval" in split_part  # each side's own interval instead
     assert "McNemar" in reviews
 
@@ -545,7 +549,7 @@ def test_warnings_a_reviewer_cannot_miss_are_in_the_report_and_the_comment(sweep
     # no_temperature: the tiny run keeps none (its fit is at scikit-learn's bound), A too
     assert list(in_b) == ["below_majority", f"never_predicted:{others}",
                           f"collapsed:{LABELS[rarest]}", "weak_reference:zero_shot:0.100",
-                          "no_temperature"]
+                          "not_better:tfidf_lr", "no_temperature"]
     assert "no_temperature" in in_a
     expected = [f"- ⚠ B: {w}\n" if kind not in in_a else
                 f"- Note: A and B alike, so not this change: {alike(in_a[kind], w)}\n"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from lorasent.params import read_yaml
+from lorasent.stages.evaluate import REFERENCES
 from tiny_repo import (
     GIT,
     LABELS,
@@ -47,14 +48,13 @@ def test_metrics_have_every_key_in_range(repo):
     assert sum(sum(row.values()) for row in m["confusion_matrix"].values()) == 24
     assert 0.0 <= m["baseline"]["majority_accuracy"] <= 1.0
     assert 0.0 <= m["baseline"]["zero_shot_accuracy"] <= 1.0
-    # evaluate.reference auto: the calibrated zero-shot baseline when it beats the other
+    # evaluate.reference auto: the strongest reference (ties: the first, the cheaper)
     base = m["baseline"]
-    expected = ("zero_shot_calibrated" if base["zero_shot_calibrated_accuracy"]
-                > base["zero_shot_accuracy"] else "zero_shot")
-    assert m["reference"] == expected
-    assert m["reference_accuracy"] == base[f"{expected}_accuracy"] == m["references"][
-        expected]["accuracy"]
-    assert m["references"]["majority"]["accuracy"] == base["majority_accuracy"]
+    found = {name: ref["accuracy"] for name, ref in m["references"].items() if ref}
+    expected = max(found, key=lambda name: (found[name], -REFERENCES.index(name)))
+    assert m["reference"] == expected and m["reference_accuracy"] == found[expected]
+    for name in ("majority", "zero_shot", "zero_shot_calibrated"):
+        assert m["references"][name]["accuracy"] == base[f"{name}_accuracy"]
     if m["relative_error_reduction"] is None:
         assert m["relative_error_reduction_note"]
     else:
@@ -125,6 +125,12 @@ def test_intervals_row_ids_and_the_stage_line(repo):
     # the ECE; the file; the warnings
     last = run(repo, "dvc", "repro", "--force", "--single-item", "evaluate").splitlines()
     line = next(i for i, text in enumerate(last) if text.startswith("test split: "))
+    if m["verdict"]:  # first, the adapter against the strongest supervised reference, with
+        # its seconds here (the machine record's; eval.json's sentence has none)
+        head, facts = m["verdict"].split(" rows: ")
+        assert last[line].startswith(f"test split: the adapter: {head} rows")
+        assert last[line].endswith(f": {facts}")
+        line += 1
     extra = m["test_sets"]["reviews-zh"]
     assert last[line:line + 3] == ["test split: " + _headline(m), "reviews-zh: " + _headline(extra),
                                    "Details: metrics/eval.json (make metrics)"]
@@ -142,12 +148,16 @@ def test_intervals_row_ids_and_the_stage_line(repo):
     assert {line.split(",")[1] for line in flagged[1:]} <= set(ids[1:])
     assert json.loads(run(repo, "dvc", "status", "--json")) == {}  # the same bytes again
     shown = run(repo, "lorasent", "metrics").splitlines()
+    if m["verdict"]:  # first: the adapter against the strongest supervised reference
+        assert shown[0].startswith(f"The adapter: {m['verdict'].split(' rows')[0]} rows")
+        shown = shown[1:]
     assert shown[1] == (f"  {'accuracy':<26}{m['accuracy']:.4f} [{m['accuracy_ci95_low']:.4f}"
                         f", {m['accuracy_ci95_high']:.4f}]")
-    assert [s[:28] for s in shown[4:6]] == [f"    vs {REFERENCE_NAMES[name]}".ljust(28)
-                                            for name in REFERENCE_NAMES
-                                            if name != m["reference"]]
-    assert [s.split()[:2] for s in shown[6:9]] == [["F1", label] for label in LABELS]
+    others = [name for name, ref in m["references"].items() if ref and name != m["reference"]]
+    at = 4 + len(others)
+    assert [s[:28] for s in shown[4:at]] == [f"    vs {REFERENCE_NAMES[name]}".ljust(28)
+                                             for name in others]
+    assert [s.split()[:2] for s in shown[at:at + 3]] == [["F1", label] for label in LABELS]
     warnings = [f"WARNING: {w}" for w in m["warnings"]] + [  # each set's, all of them
         f"WARNING (reviews-zh): {w}" for w in extra["warnings"]]
     assert shown[len(shown) - len(warnings):] == warnings
@@ -264,9 +274,13 @@ def _rerun(repo, changes):
 
 def _headline(s):
     """The evaluate stage's line of one test set, from its metrics."""
-    def ci(name):
-        return (f"{s[name]:.4f} [{s[f'{name}_ci95_low']:.4f}, "
-                f"{s[f'{name}_ci95_high']:.4f}]")
+    def ci(name):  # a reduction against a reference that makes no errors: n/a; one that
+        # makes none on some resample: no interval
+        value, low, high = (s[f"{name}{end}"] for end in ("", "_ci95_low", "_ci95_high"))
+        if value is None:
+            return "n/a"
+        return f"{value:.4f}" + ("" if low is None or high is None
+                                 else f" [{low:.4f}, {high:.4f}]")
 
     from lorasent.contracts import REFERENCE_NAMES
 

@@ -15,10 +15,9 @@ stage did, and writes ``metrics/eval.json`` (:class:`lorasent.contracts.EvalMetr
   reduction (accuracy - ref) / (1 - ref) against each of the three, its interval paired
   with that reference's own predictions on the same resampled rows (``null`` with a
   note when ref = 1). ``relative_error_reduction`` is the one against ``reference``,
-  chosen by ``evaluate.reference``: ``auto`` takes the zero-shot baseline with contextual
-  calibration (Zhao et al. 2021) when it beats the uncalibrated one, else the
-  uncalibrated one; a mode without a zero-shot baseline (``seq_cls``;
-  :data:`lorasent.modes.MODES`) has the majority class, and ``reference_note`` says why;
+  chosen by ``evaluate.reference``: ``auto`` takes the strongest reference on the set (the
+  highest accuracy of the majority class, the zero-shot baselines and the supervised
+  references; ties: the cheaper), and ``reference_note`` says which, against which others;
 - ``calibration``: NLL, Brier score and ECE (15 bins) of the raw probabilities with
   intervals, and the same after the temperature fitted on the validation split by the
   train stage (``models/adapter/calibration.json``; ``lorasent.calibration``);
