@@ -196,13 +196,4 @@ def test_a_remote_whose_plugin_is_missing_names_what_to_install(tmp_path):
                     "(docs/sharing.md#cloud-remotes)")
 
 
-@pytest.mark.parametrize(("url", "shown"), [
-    ("ssh://user:s3cret@host:2222/srv/store", "ssh://user@host:2222/srv/store"),
-    ("https://:tok@example.com/x", "https://example.com/x"),
-    ("ssh://user@host/srv/store", "ssh://user@host/srv/store"),
-    ("/srv/store", "/srv/store"),
-])
-def test_a_remotes_url_is_shown_without_its_password(url, shown):
-    from lorasent.repro import shown_url
-
-    assert shown_url(url) == shown
+# A remote's URL as every line shows it (lorasent.addresses.redact): tests/test_addresses.py.

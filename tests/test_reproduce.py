@@ -167,7 +167,7 @@ def test_no_train_without_revs_adapter_runs_the_whole_pipeline_after_saying_so(
     said: list[str] = []
     monkeypatch.setattr(rp, "run_dvc", lambda *a, **k: "/cache")
     monkeypatch.setattr(rp, "_run", lambda argv, cwd, progress: ran.append(argv[1:]))
-    monkeypatch.setattr(rp, "_checkout", lambda clone, progress: set())
+    monkeypatch.setattr(rp, "_checkout", lambda clone, progress, timeout_s: set())
     judged = rp.Verdict("identical", "HEAD", "abc", "judged")
     monkeypatch.setattr(rp, "judge", lambda *a, **k: judged)
     assert rp._rerun(tmp_path, "HEAD", "abc", tmp_path / "clone", True, TOLERANCE,

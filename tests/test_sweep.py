@@ -200,26 +200,7 @@ def test_a_learning_curve_of_edited_params_says_what_that_command_can_do(tmp_pat
     assert not (tmp_path / "out").exists()
 
 
-def test_an_address_where_nothing_answers_is_refused_in_one_line_at_once():
-    import socket
-
-    from lorasent.review.sweep import CONNECT_TIMEOUT_S, _reachable
-
-    with socket.socket() as listening:  # a port that answers, then one that no longer does
-        listening.bind(("127.0.0.1", 0))
-        listening.listen()
-        port = listening.getsockname()[1]
-        _reachable(f"127.0.0.1:{port}")
-    with pytest.raises(LorasentError) as err:
-        _reachable(f"127.0.0.1:{port}")
-    assert str(err.value) == (
-        f"sweep: no Ray cluster answers at --address 127.0.0.1:{port} (Connection refused, "
-        f"within {CONNECT_TIMEOUT_S:g} s): start one there with `ray start --head`, use "
-        "--address auto for the one `ray start` started on this machine, or leave --address "
-        "out for a local cluster")
-    with pytest.raises(LorasentError, match=r"\('x' is not a port number, within 10 s\)"):
-        _reachable("head:x")
-
+# An --address where nothing, or something other than Ray, answers: tests/test_addresses.py.
 
 def test_an_address_without_a_port_is_tried_at_rays_default_port_for_its_scheme(monkeypatch):
     import socket
@@ -374,7 +355,7 @@ def test_the_sweep_command_trains_equal_values_once(monkeypatch, tmp_path):
     for argv in (["git", "init", "-q"], ["git", "add", "-A"], [*git, "commit", "-qm", "x"]):
         subprocess.run(argv, cwd=tmp_path, check=True)
     started: list[str] = []
-    monkeypatch.setattr(sweep, "_check_repo", lambda repo, runs, remote, command:
+    monkeypatch.setattr(sweep, "_check_repo", lambda repo, runs, remote, command, timeout_s:
                         ("c" * 40, str(repo), {}))
     def runs(todo, **kwargs):
         started.extend(r.name for r in todo)

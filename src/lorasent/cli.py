@@ -878,7 +878,11 @@ def _ray_options(command: Callable[..., None]) -> Callable[..., None]:
                          "cluster of several machines); the experiments are pulled back from "
                          "it."),
             click.option("--cache-dir", help="DVC cache of the runs on other machines (a "
-                         "shared filesystem)  [default: one per machine]"))):
+                         "shared filesystem)  [default: one per machine]"),
+            click.option("--connect-timeout", type=FiniteFloat(min=0, min_open=True),
+                         help="Seconds each address (--address, the git remote, the DVC "
+                              "remote) gets to connect and answer  [default: "
+                              "$LORASENT_CONNECT_TIMEOUT, else 10]"))):
         command = option(command)
     return command
 
@@ -895,7 +899,7 @@ def _ray_options(command: Callable[..., None]) -> Callable[..., None]:
 @_user_errors
 def sweep(sets: tuple[str, ...], seeds: int, name: str, address: str | None,
           cpus_per_run: int | None, num_gpus: int | None, git_remote: str | None,
-          cache_dir: str | None) -> None:
+          cache_dir: str | None, connect_timeout: float | None) -> None:
     """Run a grid of params x seeds on Ray, one GPU (or --cpus-per-run CPUs) per run.
 
     Each run clones HEAD, runs `dvc exp run --temp` and lands as the DVC experiment
@@ -907,7 +911,8 @@ def sweep(sets: tuple[str, ...], seeds: int, name: str, address: str | None,
 
     result = run_sweep(name=name, sets=sets, seeds=seeds, address=address,
                        num_gpus=num_gpus, cpus_per_run=cpus_per_run, git_remote=git_remote,
-                       cache_dir=cache_dir, progress=lambda line: click.echo(line, err=True))
+                       cache_dir=cache_dir, connect_timeout=connect_timeout,
+                       progress=lambda line: click.echo(line, err=True))
     click.echo(result.summary())
     if result.failed:
         raise LorasentError(f"sweep: {len(result.failed)} of {len(result.runs)} runs failed: "
@@ -935,7 +940,8 @@ def sweep(sets: tuple[str, ...], seeds: int, name: str, address: str | None,
 @_user_errors
 def learning_curve(fractions: str, seeds: int, name: str, out_dir: Path | None, force: bool,
                    project_to: float, address: str | None, cpus_per_run: int | None,
-                   num_gpus: int | None, git_remote: str | None, cache_dir: str | None) -> None:
+                   num_gpus: int | None, git_remote: str | None, cache_dir: str | None,
+                   connect_timeout: float | None) -> None:
     """Would more labels help? Train HEAD's params on fractions of the training split.
 
     Each fraction x seed is a run of `lorasent sweep` (a DVC experiment); runs that
@@ -958,7 +964,7 @@ def learning_curve(fractions: str, seeds: int, name: str, out_dir: Path | None, 
                       project_to=project_to,
                       progress=lambda line: click.echo(line, err=True), address=address,
                       cpus_per_run=cpus_per_run, num_gpus=num_gpus, git_remote=git_remote,
-                      cache_dir=cache_dir)
+                      cache_dir=cache_dir, connect_timeout=connect_timeout)
     click.echo(curve.sweep.summary())
     click.echo(f"learning-curve: {curve.summary_sentence}")
     click.echo(f"wrote {folder / MD_FILE}")
@@ -1023,12 +1029,16 @@ def compare(rev_a: str, rev_b: str, out_dir: Path | None, force: bool) -> None:
 @click.option("--seed-groups", nargs=2, metavar="REV_GROUP HERE_GROUP",
               help="Judge two groups of runs over seeds instead (experiments, e.g. 'ref-seed*' "
               "'here-seed*', as lorasent seeds names them): Welch's t-test, olympic means.")
+@click.option("--connect-timeout", type=FiniteFloat(min=0, min_open=True),
+              help="Seconds the default DVC remote gets to connect and answer (--no-train "
+                   "pulls from it)  [default: $LORASENT_CONNECT_TIMEOUT, else 10]")
 @click.option("--after-run", is_flag=True, hidden=True,
               help="make run's call: a workspace that is no reproduction, or cannot be "
               "judged, is said in one line, never a failure.")
 @_user_errors
 def reproduce(rev: str, workspace: bool, no_train: bool, tolerance: float | None,
-              seed_groups: tuple[str, str] | None, after_run: bool) -> None:
+              seed_groups: tuple[str, str] | None, connect_timeout: float | None,
+              after_run: bool) -> None:
     """Did this machine reproduce REV's run (default HEAD)? One verdict line first:
     identical, equivalent (within --tolerance), consistent (no detectable difference by
     the paired test) or different; then each file that differs and the two machines side
@@ -1045,7 +1055,8 @@ def reproduce(rev: str, workspace: bool, no_train: bool, tolerance: float | None
             verdict = run_reproduce(repo, rev, workspace=workspace or after_run,
                                     no_train=no_train,
                                     tolerance=TOLERANCE if tolerance is None else tolerance,
-                                    progress=lambda line: click.echo(line, err=True))
+                                    progress=lambda line: click.echo(line, err=True),
+                                    connect_timeout=connect_timeout)
         except (LorasentError, FileNotFoundError) as err:
             # make run's call never fails the run: a workspace that is no reproduction (a
             # preset's params), or one that cannot be judged (no commit yet, no

@@ -1,7 +1,7 @@
 """``make run``'s pipeline run: ``dvc repro`` in this process, then one closing hint.
 
-Usage: ``python -m lorasent.repro [--pull]`` (``make run`` passes ``--pull`` when a
-default DVC remote is set; docs/sharing.md).
+Usage: ``python -m lorasent.repro [--pull] [--connect-timeout S]`` (``make run`` passes
+``--pull`` when a default DVC remote is set; docs/sharing.md).
 
 With ``--pull`` DVC first tries to take each unchanged stage's outputs from the remote.
 On a new, empty remote (or one this run was never pushed to) it cannot, and says so
@@ -33,8 +33,10 @@ Before all that, with ``--pull``, the default remote is asked whether its folder
 folder). A remote that refuses this machine (a key file the SSH server does not take,
 credentials S3 refuses) or that cannot be reached would otherwise end ``dvc repro
 --pull`` in DVC's "unexpected error - Permission denied ..."; the run stops instead, in
-one line naming the remote (its URL without a password) and what to fix, and nothing is
-pulled or trained.
+one line naming the remote (through :func:`lorasent.addresses.redact`: no password, no
+token or signature) and what to fix, and nothing is pulled or trained. A remote that
+accepts the connection and never answers gets ``--connect-timeout`` seconds
+(``LORASENT_CONNECT_TIMEOUT``, else 10) to connect and answer, not the plugins' minutes.
 """
 
 from __future__ import annotations
@@ -48,6 +50,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from lorasent.addresses import (
+    CONNECT_TIMEOUT_ENV,
+    CONNECT_TIMEOUT_S,
+    RAISE_IT,
+    NoAnswer,
+    connect_timeout_s,
+    redact,
+    within,
+)
 
 # DVC's log records (their format strings, not the formatted text) that mean "the
 # remote lacks this stage's outputs", and the one that starts a stage here.
@@ -221,7 +233,7 @@ def damage_message(damaged: list[Damaged], remote: tuple[str, str] | None) -> st
     do."""
     first = damaged[0]
     what = f"{first.path}'s file list" if first.listing else first.path
-    source = (f"from DVC remote '{remote[0]}' ({remote[1]})" if remote
+    source = (f"from DVC remote '{remote[0]}' ({redact(remote[1])})" if remote
               else "from the DVC cache")
     more = (f" (and {len(damaged) - 1} more file{'s' * (len(damaged) > 2)}: "
             + ", ".join(d.path for d in damaged[1:4]) + (", ..." if len(damaged) > 4 else "")
@@ -282,28 +294,32 @@ OTHER_FIX = ("check its credentials (docs/sharing.md#credentials: .dvc/config.lo
              "environment, never .dvc/config)")
 
 
-def shown_url(url: str) -> str:
-    """``url`` with any password taken out (``ssh://user:pw@host`` -> ``ssh://user@host``)."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    netloc = f"{parts.username}@{host}" if parts.username else host
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-def remote_problem(root: Path = Path(".")) -> str | None:
+def remote_problem(root: Path = Path("."), timeout_s: float | None = None) -> str | None:
     """Whether ``root``'s default DVC remote lets this machine in: its fs (the remote's
     DVC plugin, with the credentials DVC would use) asked whether the remote's folder
     exists. None when it answers (yes or no: a new, empty remote is fine) or no default
-    remote is set; else one line naming the remote (its URL without a password, and an
-    S3 ``endpointurl``), what it said, and what to fix: a refusal (PermissionError, DVC's
-    AuthError) names the key file or the credentials (:data:`REFUSED_FIX`), and so do no
-    credentials at all (:func:`no_credentials`); an address that does not answer (any
-    other error of the plugin's) says so, and so do a plugin (or a library it needs) that
-    is missing and a setting DVC rejects."""
+    remote is set; else one line naming the remote (its URL and an S3 ``endpointurl``
+    through :func:`lorasent.addresses.redact`: no password, no signature), what it said,
+    and what to fix: a refusal (PermissionError, DVC's AuthError) names the key file or
+    the credentials (:data:`REFUSED_FIX`), and so do no credentials at all
+    (:func:`no_credentials`); an address that does not answer (any other error of the
+    plugin's) says so, and so do a plugin (or a library it needs) that is missing and a
+    setting DVC rejects.
+
+    ``timeout_s``: the seconds the remote gets to connect and answer (None:
+    :func:`lorasent.addresses.connect_timeout_s`, 10 unless ``LORASENT_CONNECT_TIMEOUT``
+    says otherwise). A remote that accepts the connection and stays silent (DVC's plugins
+    would wait 120 to 300 s, and retry) is named as not answering within them.
+
+    Raises:
+        LorasentError: ``LORASENT_CONNECT_TIMEOUT`` is not a number of seconds above 0.
+    """
+    timeout_s = connect_timeout_s(timeout_s)
+    problem = _remote_problem(root, timeout_s)
+    return None if problem is None else redact(problem)
+
+
+def _remote_problem(root: Path, timeout_s: float) -> str | None:
     from urllib.parse import urlsplit
 
     from dvc.config import ConfigError
@@ -326,14 +342,25 @@ def remote_problem(root: Path = Path(".")) -> str | None:
         config = dict(repo.config["remote"][name])
         url = str(config.get("url", ""))
         scheme = urlsplit(url).scheme if "://" in url else "local"
-        where = shown_url(url) + (f" at {config['endpointurl']}"
-                                  if config.get("endpointurl") else "")
+        where = url + (f" at {config['endpointurl']}" if config.get("endpointurl") else "")
         said = f"DVC remote '{name}' ({where})"
         fix = REFUSED_FIX.get(scheme, OTHER_FIX).format(
             name=name, keyfile=config.get("keyfile") or "none set")
-        try:
+
+        def ask() -> None:
             remote = repo.cloud.get_remote(name)
             remote.fs.exists(remote.path)
+
+        try:
+            within(ask, timeout_s)
+        except NoAnswer:
+            check = ("that its folder's filesystem answers (a network mount)"
+                     if scheme == "local" else
+                     f"its {'endpointurl' if config.get('endpointurl') else 'URL'}'s host "
+                     f"and port, that the {scheme} server there runs and that nothing "
+                     "between blocks it")
+            return (f"{said} did not answer within {timeout_s:g} s (the time it gets to "
+                    f"connect and give its first answer): check {check}; {RAISE_IT}")
         except (RemoteMissingDepsError, ImportError) as err:  # DVC's plugin, or its deps
             install = (f"make setup (requirements.lock pins dvc-{scheme}), or pip install -e "
                        f"'.[{scheme}]'" if scheme in ("ssh", "s3")
@@ -372,20 +399,31 @@ def one_line(value: Any) -> str:
     return text or (type(value).__name__ if isinstance(value, BaseException) else "")
 
 
-def reproduce(pull: bool) -> int:
+def reproduce(pull: bool, connect_timeout: float | None = None) -> int:
     """``dvc repro`` (``--pull``) in this process, :data:`NOT_ON_REMOTE` after DVC's
     first warning that the remote lacks a stage's outputs, the check of what DVC pulled
     or checked out (:func:`check_checked_out`), and :func:`closing_hint` after a run that
     succeeded (none when git cannot tell what changed).
 
+    ``connect_timeout``: the seconds the remote gets to connect and answer the check
+    (None: ``LORASENT_CONNECT_TIMEOUT``, else 10).
+
     Returns:
-        1 when the default remote refuses this machine or does not answer
-        (:func:`remote_problem`, before anything runs) or a file DVC pulled or checked
-        out is damaged (after saying which); else DVC's exit status.
+        1 when the default remote refuses this machine or does not answer within
+        ``connect_timeout`` (:func:`remote_problem`, before anything runs; also a
+        ``LORASENT_CONNECT_TIMEOUT`` that is no number of seconds) or a file DVC pulled
+        or checked out is damaged (after saying which); else DVC's exit status.
     """
     from dvc.cli import main as dvc_main
 
-    if pull and (problem := remote_problem()):
+    from lorasent.errors import LorasentError
+
+    try:
+        problem = remote_problem(timeout_s=connect_timeout) if pull else None
+    except LorasentError as err:
+        print(f"run: {err}", file=sys.stderr, flush=True)
+        return 1
+    if problem:
         print(f"run: {problem}; nothing was pulled or trained", file=sys.stderr, flush=True)
         return 1
 
@@ -411,13 +449,29 @@ def reproduce(pull: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m lorasent.repro [--pull]``: exits with DVC's status."""
+    """``python -m lorasent.repro [--pull] [--connect-timeout S]``: exits with DVC's
+    status."""
     parser = argparse.ArgumentParser(prog="python -m lorasent.repro",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--pull", action="store_true",
                         help="dvc repro --pull: take unchanged stages' outputs from the "
                              "default DVC remote")
-    sys.exit(reproduce(parser.parse_args(argv).pull))
+    parser.add_argument("--connect-timeout", type=seconds, metavar="S",
+                        help="seconds the default DVC remote gets to connect and answer "
+                             f"before the run stops  [default: ${CONNECT_TIMEOUT_ENV}, else "
+                             f"{CONNECT_TIMEOUT_S:g}]")
+    args = parser.parse_args(argv)
+    sys.exit(reproduce(args.pull, args.connect_timeout))
+
+
+def seconds(text: str) -> float:
+    """``--connect-timeout``'s type: a finite number of seconds above 0."""
+    from lorasent.errors import LorasentError
+
+    try:
+        return connect_timeout_s(text)
+    except LorasentError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--connect-timeout ")) from None
 
 
 if __name__ == "__main__":

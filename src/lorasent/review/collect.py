@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lorasent.addresses import redact
 from lorasent.artifacts import machine_path, with_machine_facts
 from lorasent.contracts import EvalMetrics, parse
 from lorasent.errors import LorasentError
@@ -444,8 +445,9 @@ def run_dvc(repo: Path, *args: str, as_json: bool = True, command: str = "compar
                           env=environment())
     if done.returncode != 0:
         detail = (done.stderr or done.stdout).strip().splitlines()
-        raise LorasentError(f"{command}: `dvc {' '.join(args)}` failed in {repo.resolve()}: "
-                            + " ".join(detail[-3:]))  # unknown revisions: check_revisions
+        # dvc's lines may name a remote (exp pull <git remote>): no password, no token
+        raise LorasentError(redact(f"{command}: `dvc {' '.join(args)}` failed in "
+                                   f"{repo.resolve()}: " + " ".join(detail[-3:])))
     return json.loads(done.stdout or "{}") if as_json else done.stdout
 
 

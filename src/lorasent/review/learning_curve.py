@@ -3,7 +3,7 @@
 Usage: ``lorasent learning-curve [--fractions 0.125,0.25,0.5,1] [--seeds 3] [--name lc]
 [--project-to 2]``
 (and ``lorasent sweep``'s ``--address``, ``--cpus-per-run``, ``--num-gpus``,
-``--git-remote``, ``--cache-dir``)
+``--git-remote``, ``--cache-dir``, ``--connect-timeout``)
 
 HEAD's params are trained on nested stratified fractions of the training split
 (``train.fraction``, :mod:`lorasent.subsets`: each larger subset holds the smaller, for a
@@ -1172,7 +1172,7 @@ def learning_curve(*, name: str, fractions: Sequence[float] = FRACTIONS, seeds: 
         runner: :func:`sweep`'s (tests).
         project_to: the projection's end, in multiples of the largest fraction's rows.
         cluster: :func:`sweep`'s ``address``, ``num_gpus``, ``cpus_per_run``,
-            ``git_remote``, ``cache_dir``.
+            ``git_remote``, ``cache_dir``, ``connect_timeout``.
 
     Raises:
         LorasentError: bad fractions or seeds, a fraction whose subset misses a class,

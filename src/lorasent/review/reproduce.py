@@ -57,6 +57,7 @@ from typing import Any
 
 import numpy as np
 
+from lorasent.addresses import redact
 from lorasent.artifacts import machine_facts, machine_path, with_machine_facts
 from lorasent.calibration import ECE_BINS
 from lorasent.errors import LorasentError
@@ -676,7 +677,7 @@ def _run(argv: list[str], cwd: Path, progress: Progress) -> None:
     """
     from lorasent.review.sweep import _stop
 
-    progress(f"reproduce: $ {' '.join(argv)}")
+    progress(redact(f"reproduce: $ {' '.join(argv)}"))
     sys.stderr.flush()
     proc = subprocess.Popen(argv, cwd=cwd, env=environment(), stdin=subprocess.DEVNULL,
                             stdout=sys.stderr, start_new_session=True)
@@ -721,14 +722,17 @@ def _estimate(repo: Path, stages: Sequence[str]) -> str:
 
 
 def reproduce(repo: Path, rev: str = "HEAD", *, workspace: bool = False, no_train: bool = False,
-              tolerance: float = TOLERANCE, progress: Progress = print) -> Verdict:
+              tolerance: float = TOLERANCE, progress: Progress = print,
+              connect_timeout: float | None = None) -> Verdict:
     """Judge REV's run reproduced here: the workspace's outputs (``workspace``), or a
     rerun in a temporary clone (every stage; with ``no_train`` the evaluate stage on REV's
-    adapter).
+    adapter, its outputs pulled from the default DVC remote, which gets
+    ``connect_timeout`` seconds to answer: :func:`lorasent.repro.remote_problem`).
 
     Raises:
         LorasentError: REV unknown; the workspace is not a run of REV
-            (:class:`NotAReproduction`); a step of the rerun failed.
+            (:class:`NotAReproduction`); with ``no_train``, a default DVC remote that
+            refuses this machine or does not answer; a step of the rerun failed.
     """
     if not (0 < tolerance < 1):
         raise LorasentError(f"reproduce: --tolerance must be in (0, 1); got {tolerance:g}")
@@ -749,7 +753,8 @@ def reproduce(repo: Path, rev: str = "HEAD", *, workspace: bool = False, no_trai
     clone = Path(tempfile.mkdtemp(prefix="lorasent-reproduce-"))
     try:
         with _terminated_as_interrupt():
-            return _rerun(repo, rev, commit, clone, no_train, tolerance, progress)
+            return _rerun(repo, rev, commit, clone, no_train, tolerance, progress,
+                          connect_timeout)
     finally:
         shutil.rmtree(clone, ignore_errors=True)
 
@@ -762,7 +767,7 @@ def _full_commit(repo: Path, rev: str) -> str:
 
 
 def _rerun(repo: Path, rev: str, commit: str, clone: Path, no_train: bool, tolerance: float,
-           progress: Progress) -> Verdict:
+           progress: Progress, connect_timeout: float | None = None) -> Verdict:
     cache = run_dvc(repo, "cache", "dir", as_json=False, command="reproduce").strip()
     _run([program("git"), "clone", "-q", "--no-checkout", str(repo.resolve()), str(clone)],
          clone.parent, progress)
@@ -777,7 +782,7 @@ def _rerun(repo: Path, rev: str, commit: str, clone: Path, no_train: bool, toler
         _run([program("dvc"), *argv], clone, lambda _: None)
     stages = ["evaluate"]
     if no_train:
-        have = _checkout(clone, progress)
+        have = _checkout(clone, progress, connect_timeout)
         lacking = [p for p in (ADAPTER_DIR.as_posix(), SPLIT_DIR.as_posix(),
                                BASE_MODEL_DIR.as_posix()) if p not in have]
         if lacking:
@@ -800,18 +805,24 @@ def _rerun(repo: Path, rev: str, commit: str, clone: Path, no_train: bool, toler
     return judge(clone, rev, commit, tolerance)
 
 
-def _checkout(clone: Path, progress: Progress) -> set[str]:
+def _checkout(clone: Path, progress: Progress, connect_timeout: float | None = None
+              ) -> set[str]:
     """Check REV's outputs out of the cache, pulling what it lacks where a default remote
-    is set, and hash them against REV's dvc.lock (``lorasent.repro.check_checked_out``,
-    as ``make run`` does): the output paths that are there afterwards.
+    is set (asked first whether it lets this machine in and answers within
+    ``connect_timeout`` seconds, ``lorasent.repro.remote_problem``, as ``make run`` asks),
+    and hash them against REV's dvc.lock (``lorasent.repro.check_checked_out``, as ``make
+    run`` does): the output paths that are there afterwards.
 
     Raises:
-        LorasentError: a file the cache or the remote gave is not what dvc.lock records.
+        LorasentError: the default remote refuses this machine or does not answer; a
+            file the cache or the remote gave is not what dvc.lock records.
     """
-    from lorasent.repro import check_checked_out
+    from lorasent.repro import check_checked_out, remote_problem
 
     remote = subprocess.run([program("dvc"), "remote", "default"], cwd=clone,
                             capture_output=True).returncode == 0
+    if remote and (problem := remote_problem(clone, connect_timeout)):
+        raise LorasentError(f"reproduce: {problem}; nothing was pulled or re-scored")
     for argv in (["checkout", "--quiet"], ["pull", "--quiet"]):
         if argv[0] == "pull" and not remote:
             break

@@ -54,17 +54,19 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lorasent.addresses import CONNECT_TIMEOUT_S, RAISE_IT, connect_timeout_s, redact
 from lorasent.contracts import EvalMetrics
 from lorasent.errors import LorasentError
 from lorasent.params import ParamsError, merge, parse_params, read_yaml
 from lorasent.programs import environment, program, visible_devices
-from lorasent.repro import one_line, shown_url
+from lorasent.repro import one_line
 from lorasent.review.collect import (
     git_lines,
     read_at,
@@ -112,6 +114,8 @@ class Source:
     copied into the clones of the runs on this machine only: its paths and secrets are
     this machine's, and a path travels to the other machines, never its content (they
     need their own, in their environment, as for ``dvc push`` there).
+    ``connect_timeout_s``: the seconds a run's check of the DVC remote waits for it to
+    connect and answer (``--connect-timeout``: this command's, on every machine).
     """
 
     url: str
@@ -121,6 +125,7 @@ class Source:
     remote_cache_dir: str | None
     sweep_id: str
     local_config: str | None = None
+    connect_timeout_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -432,7 +437,8 @@ def run_one(spec: RunSpec, source: Source, events: Any = None) -> RunResult:
                 if step == "checkout" and here and source.local_config:
                     shutil.copy2(source.local_config, clone / ".dvc" / "config.local")
             remote = _step([program("dvc"), "remote", "default"], clone, out) == 0
-            if remote and (damage := pulled_and_checked(clone, out)):
+            if remote and (damage := pulled_and_checked(clone, out,
+                                                        source.connect_timeout_s)):
                 return result("failed", damage)
             for step, argv in (
                     ("dvc exp run", [program("dvc"), "exp", "run", "--temp", "-n", spec.name,
@@ -460,16 +466,17 @@ def run_log(source: Source, spec: RunSpec) -> Path:
     return sweep_folder(source) / "logs" / f"{spec.name}.log"
 
 
-def pulled_and_checked(clone: Path, out: Any) -> str | None:
+def pulled_and_checked(clone: Path, out: Any, timeout_s: float | None = None) -> str | None:
     """``dvc pull`` in a run's clone (what the remote lacks, the run makes), then every
     output it gave hashed against the commit's dvc.lock before the run uses it
     (``lorasent.repro.check_checked_out``, as ``make run`` does): the line that fails the
     run when one is damaged, also written to its log ``out``; None when all match. First
     the remote is asked whether it lets this machine in (``lorasent.repro.remote_problem``:
-    each machine has its own key or credentials): when not, that line fails the run."""
+    each machine has its own key or credentials; ``timeout_s``: the seconds it gets to
+    answer): when not, that line fails the run."""
     from lorasent.repro import check_checked_out, remote_problem
 
-    if problem := remote_problem(clone):
+    if problem := remote_problem(clone, timeout_s):
         out.write(f"{problem}\n")
         return problem
     _step([program("dvc"), "pull"], clone, out)
@@ -484,26 +491,41 @@ def _step(argv: list[str], cwd: Path, out: Any) -> int:
     """Run ``argv`` in ``cwd``, its output appended to ``out``, in a session of its own
     (a Ctrl-C at the terminal reaches this command alone, which stops the runs in
     order); returns its exit status. Interrupted (Ray's cancel), it stops the session's
-    processes and raises."""
-    out.write(f"$ {' '.join(argv)}\n")
+    processes and raises. The command line and each line of its output go through
+    :func:`lorasent.addresses.redact` (``git clone https://user:token@host/...``)."""
+    out.write(redact(f"$ {' '.join(argv)}") + "\n")
     out.flush()
-    proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, env=environment(),
                             start_new_session=True)
+    copier = threading.Thread(target=_copy_redacted, args=(proc.stdout, out), daemon=True)
+    copier.start()
     try:
         while True:
             with contextlib.suppress(subprocess.TimeoutExpired):
-                return proc.wait(timeout=POLL_S)
+                code = proc.wait(timeout=POLL_S)
+                copier.join()
+                return code
     except BaseException:
         _stop(proc)
+        copier.join(timeout=5)
         out.write("$ stopped: the sweep was cancelled\n")
         raise
 
 
-def _stop(proc: subprocess.Popen[Any]) -> None:
+def _copy_redacted(pipe: Any, out: Any) -> None:
+    """Each line of ``pipe`` (a program's output, bytes) to ``out`` through
+    :func:`lorasent.addresses.redact`."""
+    with pipe:
+        for raw in pipe:
+            out.write(redact(raw.decode("utf-8", errors="replace")))
+            out.flush()
+
+
+def _stop(proc: subprocess.Popen[Any], grace_s: float = STOP_GRACE_S) -> None:
     """SIGTERM to ``proc``'s session (dvc and the stage it runs), SIGKILL after
-    :data:`STOP_GRACE_S` seconds."""
-    for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 5.0)):
+    ``grace_s`` seconds."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -586,8 +608,8 @@ def log_place(result: RunResult) -> str:
 def _git(repo: Path, *args: str) -> str:
     done = subprocess.run([program("git"), *args], cwd=repo, capture_output=True, text=True)
     if done.returncode != 0:
-        raise LorasentError(f"sweep: `git {' '.join(args)}` failed in {repo.resolve()}: "
-                            + " ".join(done.stderr.strip().splitlines()[-2:]))
+        raise LorasentError(redact(f"sweep: `git {' '.join(args)}` failed in {repo.resolve()}: "
+                                   + " ".join(done.stderr.strip().splitlines()[-2:])))
     return done.stdout
 
 
@@ -650,12 +672,14 @@ def reusable(repo: Path, commit: str, runs: Sequence[RunSpec],
 
 
 def _check_repo(repo: Path, runs: Sequence[RunSpec], git_remote: str | None,
-                command: str = "sweep") -> tuple[str, str, list[str]]:
+                command: str = "sweep", timeout_s: float | None = None
+                ) -> tuple[str, str, list[str]]:
     """``(commit, url, reuse)``: HEAD, which must be clean (the runs clone it) and, with a
     ``git_remote``, on that remote; the url the runs clone from; and the runs that landed
     before (:func:`reusable`). No other run's name may be an existing experiment's.
     Errors are prefixed ``command`` and say what to do with an edited params.yaml for it
-    (:data:`PARAMS_EDIT`)."""
+    (:data:`PARAMS_EDIT`). The git remote is checked by :func:`_on_git_remote`, within
+    ``timeout_s`` seconds."""
     commit = _git(repo, "rev-parse", "HEAD").strip()
     dirty = [line[3:] for line in _git(repo, "status", "--porcelain",
                                        "--untracked-files=no").splitlines()]
@@ -673,31 +697,62 @@ def _check_repo(repo: Path, runs: Sequence[RunSpec], git_remote: str | None,
                             f"another --name, or remove them (dvc exp remove {' '.join(clash)})")
     if git_remote is None:
         return commit, str(repo.resolve()), reuse
-    url = _git(repo, "remote", "get-url", git_remote).strip()
+    return commit, _on_git_remote(repo, git_remote, commit, command, timeout_s), reuse
 
-    def ask(*args: str) -> str:
-        done = subprocess.run([program("git"), *args], cwd=repo, capture_output=True,
-                              text=True, env=environment())
-        if done.returncode != 0:
-            said = done.stderr.strip().splitlines()
-            raise LorasentError(f"{command}: git remote {git_remote} ({shown_url(url)}) does "
-                                f"not answer ({one_line(said[-1] if said else done.returncode)})"
-                                "; the runs clone from it: check its address and this "
-                                "machine's key")
-        return done.stdout
+
+def _on_git_remote(repo: Path, git_remote: str, commit: str, command: str = "sweep",
+                   timeout_s: float | None = None) -> str:
+    """The URL of ``repo``'s git remote ``git_remote``, which answers and holds
+    ``commit``: its branches as they are now (``git ls-remote``) fetched, and ``commit``
+    an ancestor of one of them.
+
+    The remote gets ``timeout_s`` seconds (None:
+    :func:`lorasent.addresses.connect_timeout_s`) to connect and list its branches: one
+    that accepts the connection and stays silent would hold the command for as long as git
+    and ssh wait (no limit), without a word. Every line names the URL through
+    :func:`lorasent.addresses.redact`.
+
+    Raises:
+        LorasentError: the remote did not answer in time, refused (git's last line), or
+            lacks ``commit``; prefixed ``command``.
+    """
+    url = _git(repo, "remote", "get-url", git_remote).strip()
+    wait_s = connect_timeout_s(timeout_s)
+
+    def ask(*args: str, limit_s: float | None = None) -> str:
+        proc = subprocess.Popen([program("git"), *args], cwd=repo, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                                env=environment(), start_new_session=True)
+        try:
+            stdout, stderr = proc.communicate(timeout=limit_s)
+        except subprocess.TimeoutExpired:
+            _stop(proc, grace_s=1.0)
+            proc.communicate()
+            raise LorasentError(redact(
+                f"{command}: git remote {git_remote} ({url}) did not answer within "
+                f"{limit_s:g} s (`git {args[0]}`: the time it gets to connect and list its "
+                "branches): check its address (host, port) and that a git server runs "
+                f"there; {RAISE_IT}")) from None
+        if proc.returncode != 0:
+            said = stderr.strip().splitlines()
+            raise LorasentError(redact(
+                f"{command}: git remote {git_remote} ({url}) does not answer "
+                f"({one_line(said[-1] if said else proc.returncode)}); the runs clone from "
+                "it: check its address and this machine's key"))
+        return stdout
 
     # the remote's branches as they are now, not as this clone last saw them (another
     # machine may have pushed, or a branch been deleted or reset there since): their tips
     # fetched, and HEAD an ancestor of one of them
-    tips = [line.split()[0] for line in ask("ls-remote", "--heads", git_remote).splitlines()
-            if line.strip()]
+    tips = [line.split()[0] for line in ask("ls-remote", "--heads", git_remote,
+                                            limit_s=wait_s).splitlines() if line.strip()]
     ask("fetch", "--quiet", git_remote)
     if not any(subprocess.run([program("git"), "merge-base", "--is-ancestor", commit, tip],
                               cwd=repo, capture_output=True).returncode == 0 for tip in tips):
-        raise LorasentError(f"{command}: commit {commit[:7]} is not on {git_remote} "
-                            f"({shown_url(url)}), and the runs clone it from there: git push "
-                            f"{git_remote} HEAD")
-    return commit, url, reuse
+        raise LorasentError(redact(f"{command}: commit {commit[:7]} is not on {git_remote} "
+                                   f"({url}), and the runs clone it from there: git push "
+                                   f"{git_remote} HEAD"))
+    return url
 
 
 def _cluster(address: str | None, num_gpus: int | None, git_remote: str | None,
@@ -736,7 +791,7 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
           cache_dir: str | None = None, progress: Progress = lambda line: None,
           runner: Callable[..., RunResult] = run_one,
           checked: Callable[[str, list[RunSpec]], None] | None = None,
-          command: str = "sweep") -> SweepResult:
+          command: str = "sweep", connect_timeout: float | None = None) -> SweepResult:
     """Run the grid ``sets`` × ``seeds`` seeds as Ray tasks and wait for them.
 
     Args:
@@ -759,6 +814,10 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
             there how many runs and about how long).
         command: the command the user ran, the prefix of the errors of the checks
             (``learning-curve`` runs a sweep).
+        connect_timeout: the seconds each address (the git remote, the default DVC
+            remote, here and in each run, and ``address``) gets to connect and give its
+            first answer; None: :func:`lorasent.addresses.connect_timeout_s`
+            (``LORASENT_CONNECT_TIMEOUT``, else 10).
 
     Runs of the grid that landed before as experiments of HEAD with the same params
     (:func:`reusable`) are taken as they are (status ``reused``), not run again: the
@@ -770,14 +829,16 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
     Raises:
         LorasentError: bad settings or repo state (an experiment of a run's name with
             other params among them), a git remote that does not answer or lacks HEAD,
-            or a default DVC remote that refuses this machine or does not answer (all
-            before anything runs), no Ray cluster at ``address``, or Ctrl-C (after
+            or a default DVC remote that refuses this machine or does not answer, within
+            ``connect_timeout`` (all before anything runs), no Ray cluster at
+            ``address`` (nothing there, or something other than Ray), or Ctrl-C (after
             stopping the runs; landed ones stay).
     """
     from lorasent.repro import remote_problem
 
     repo = repo.resolve()
     check_options(command, address=address, num_gpus=num_gpus, cache_dir=cache_dir)
+    timeout_s = connect_timeout_s(connect_timeout)
     params_text = _git(repo, "show", "HEAD:params.yaml")
     base_seed = parse_params(read_yaml(params_text, "params.yaml"), "params.yaml").base.seed
     sets, repeated = one_value_each(params_text, sets, command)
@@ -785,8 +846,8 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
         progress(line)
     runs = plan(name, sets, seeds, base_seed, command=command)
     check_params(params_text, runs, command=command)
-    commit, url, reuse = _check_repo(repo, runs, git_remote, command)
-    if problem := remote_problem(repo):  # the runs pull from it, and this command too
+    commit, url, reuse = _check_repo(repo, runs, git_remote, command, timeout_s)
+    if problem := remote_problem(repo, timeout_s):  # the runs pull from it, and this command too
         raise LorasentError(f"{command}: {problem}; no run was started")
     todo = [run for run in runs if run.name not in reuse]
     if checked is not None:
@@ -799,7 +860,7 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
         results |= _sweep_runs(todo, name=name, repo=repo, commit=commit, url=url,
                                address=address, num_gpus=num_gpus, cpus_per_run=cpus_per_run,
                                git_remote=git_remote, cache_dir=cache_dir, progress=progress,
-                               runner=runner)
+                               runner=runner, timeout_s=timeout_s)
     commits = resolve_commits(repo, *(r.name for r in results.values()
                                       if r.status in ("succeeded", "reused")))
     return SweepResult([SweepRun(spec, results[spec.name],
@@ -828,28 +889,29 @@ def check_options(command: str, *, address: str | None, num_gpus: int | None,
 def _sweep_runs(runs: Sequence[RunSpec], *, name: str, repo: Path, commit: str, url: str,
                 address: str | None, num_gpus: int | None, cpus_per_run: int | None,
                 git_remote: str | None, cache_dir: str | None, progress: Progress,
-                runner: Callable[..., RunResult]) -> dict[str, RunResult]:
+                runner: Callable[..., RunResult],
+                timeout_s: float = CONNECT_TIMEOUT_S) -> dict[str, RunResult]:
     """Run ``runs`` on Ray (a local cluster, or the one at ``address``); their results by
     name."""
     import ray
 
+    if address not in (None, "auto"):  # before Ray, which would retry for minutes
+        _reachable(address, timeout_s)
     cache = _dvc(repo, "cache", "dir").strip()
     sweep_id = f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    if address not in (None, "auto"):
-        _reachable(address)
     stop = signal.getsignal(signal.SIGTERM)
     try:
         try:
             resources, described = _cluster(address, num_gpus, git_remote, cpus_per_run)
         except ConnectionError as err:
-            raise LorasentError(f"sweep: no Ray cluster at --address {address}: "
-                                f"{' '.join(str(err).split())}") from None
+            raise LorasentError(redact(f"sweep: no Ray cluster at --address {address}: "
+                                       f"{' '.join(str(err).split())}")) from None
         # after ray.init, which sets its own SIGTERM handler (sys.exit: a crash dump, no
         # summary, the clones left): `kill` stops the runs as Ctrl-C does
         signal.signal(signal.SIGTERM, _interrupt)
         local = repo / ".dvc" / "config.local"
         source = Source(url, commit, ray.get_runtime_context().get_node_id(), cache, cache_dir,
-                        sweep_id, str(local) if local.is_file() else None)
+                        sweep_id, str(local) if local.is_file() else None, timeout_s)
         progress(f"sweep: {len(runs)} run{'s' * (len(runs) > 1)} of commit {commit[:7]} on Ray "
                  f"({described}); logs in {sweep_folder(source) / 'logs'}")
         return _run_all(runs, source, resources, progress, runner, git_remote, repo)
@@ -858,37 +920,85 @@ def _sweep_runs(runs: Sequence[RunSpec], *, name: str, repo: Path, commit: str, 
         ray.shutdown()
 
 
-CONNECT_TIMEOUT_S = 10.0  # an --address that does not answer in this time is refused
 RAY_DEFAULT_PORT = 6379   # the GCS port of `ray start --head` (Ray's docs)
 RAY_CLIENT_PORT = 10001   # the Ray Client server's port, for ray:// addresses (Ray's docs)
+# What a gRPC server (Ray's GCS and its Client server) is sent first, and answers: HTTP/2's
+# client preface and an empty SETTINGS frame; the server's preface is a SETTINGS frame
+# (RFC 9113, 3.4): 9 bytes of header, type 0x4, stream 0.
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+HTTP2_SETTINGS = 0x4
 
 
-def _reachable(address: str) -> None:
-    """Refuse, in one line and within :data:`CONNECT_TIMEOUT_S`, an ``--address``
-    (``host[:port]``, port :data:`RAY_DEFAULT_PORT` when left out; ``ray://host[:port]``,
-    port :data:`RAY_CLIENT_PORT`) where nothing accepts a TCP connection; Ray itself would
-    retry for minutes.
+def _reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Refuse, in one line and within ``timeout_s`` seconds (twice: to connect, then for
+    the first answer), an ``--address`` (``host[:port]``, port :data:`RAY_DEFAULT_PORT`
+    when left out; ``ray://host[:port]``, port :data:`RAY_CLIENT_PORT`) where Ray does not
+    answer: nothing accepts a TCP connection, or something that is not a gRPC server
+    (Ray's GCS and Client server are) accepts it and stays silent or answers otherwise
+    (:data:`HTTP2_PREFACE` sent, a SETTINGS frame expected back; over TLS when
+    ``RAY_USE_TLS`` is set). Ray itself would retry for minutes, in lines of its own, and
+    at this machine's outward address when the one given is a loopback one; refused
+    here, nothing is sent anywhere else.
 
     Raises:
         LorasentError: naming the address, why, and what to do.
     """
-    import socket
-
     bare = address.removeprefix("ray://")
     default = RAY_CLIENT_PORT if bare != address else RAY_DEFAULT_PORT
     host, _, port = bare.rpartition(":") if ":" in bare else (bare, "", str(default))
+    slow = f"; {RAISE_IT}"
     try:
-        with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S):
-            return
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+            first = _first_answer(sock, host, timeout_s)
     except ValueError:
-        why = f"{port!r} is not a port number"
+        why, slow = f"{port!r} is not a port number", ""
+    except TimeoutError:
+        why = f"no connection within {timeout_s:g} s"
     except OSError as err:
-        why = err.strerror or type(err).__name__
-    raise LorasentError(
-        f"sweep: no Ray cluster answers at --address {address} ({why}, within "
-        f"{CONNECT_TIMEOUT_S:g} s): start one there with `ray start --head`, use "
-        "--address auto for the one `ray start` started on this machine, or leave --address "
-        "out for a local cluster")
+        why, slow = err.strerror or type(err).__name__, ""
+    else:
+        if first is not None and len(first) >= 9 and first[3] == HTTP2_SETTINGS \
+                and not any(first[5:9]):
+            return
+        if first is None:
+            why = f"something accepted the connection and did not answer within {timeout_s:g} s"
+        else:
+            slow = ""
+            why = ("something accepted the connection and closed it without a word"
+                   if not first else "something answers there, but not as Ray's gRPC "
+                   "server does")
+    raise LorasentError(redact(
+        f"sweep: no Ray cluster answers at --address {address} ({why}): check the address "
+        "and port (`ray start --head` prints them), start one there with `ray start "
+        "--head`, use --address auto for the one `ray start` started on this machine, or "
+        f"leave --address out for a local cluster{slow}"))
+
+
+def _first_answer(sock: socket.socket, host: str, timeout_s: float) -> bytes | None:
+    """The first bytes (up to a frame header's 9) that ``sock``'s server sends back to
+    :data:`HTTP2_PREFACE` within ``timeout_s`` seconds; None when it sends none in that
+    time, ``b""`` when it closes the connection."""
+    import ssl
+
+    if os.environ.get("RAY_USE_TLS", "").lower() in ("1", "true"):
+        context = ssl.create_default_context()  # the probe reads no secret: no check
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        context.set_alpn_protocols(["h2"])
+        sock = context.wrap_socket(sock, server_hostname=host)
+    sock.settimeout(timeout_s)
+    try:
+        sock.sendall(HTTP2_PREFACE)
+        got = b""
+        while len(got) < 9:
+            chunk = sock.recv(9 - len(got))
+            if not chunk:
+                break
+            got += chunk
+    except TimeoutError:
+        return got or None
+    except ConnectionError:  # reset: it closed the connection on the preface
+        pass
+    return got
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -963,7 +1073,7 @@ def _result_of(ref: Any, spec: RunSpec, node: str | None, source: Source) -> Run
         return ray.get(ref)
     except (ray.exceptions.RayError, OSError) as err:
         now = time.time()
-        why = one_line(err).split(". ")[0][:200]
+        why = redact(one_line(err).split(". ")[0][:200])
         if node is None:
             return RunResult(spec.name, "failed", "?", {}, "(none: the task died before it "
                              "started)", now, now, f"the task died: {why}")
