@@ -204,3 +204,54 @@ def test_baseline_and_evaluate_check_the_test_sets_as_doctor_does(tmp_path, monk
     assert findings[0] == expected and findings[1].startswith(
         "evaluate.test_sets.odd (data/sources/odd.csv): unknown label 'joy' in row 1 (rows "
         "count data rows from 1)")
+
+
+def test_a_test_set_linked_to_a_file_outside_the_project_gets_advice_about_the_link(tmp_path):
+    """Issue 62, kind 8: a source that is a symbolic link out of the deps was told to set
+    the source to the value it already had; the link, its target and the way out are
+    named (a link to a file outside the project, to one inside it but outside the deps, a
+    folder on the path that is a link)."""
+    root = _project(tmp_path / "project", ["data/sources"])
+    outside = tmp_path / "elsewhere"
+    (outside / "folder").mkdir(parents=True)
+    (outside / "mine.csv").write_text("text,label\n", encoding="utf-8")
+    (outside / "folder" / "set.csv").write_text("text,label\n", encoding="utf-8")
+    (root / "data/sources").mkdir(parents=True)
+    (root / "data/other").mkdir()
+    (root / "data/other/near.csv").write_text("text,label\n", encoding="utf-8")
+    (root / "data/sources/mine.csv").symlink_to(outside / "mine.csv")
+    (root / "data/sources/near.csv").symlink_to("../other/near.csv")
+    (root / "data/sources/folder").symlink_to(outside / "folder")
+    said = {}
+    for source in ("data/sources/mine.csv", "data/sources/near.csv",
+                   "data/sources/folder/set.csv"):
+        with pytest.raises(LorasentError) as err:
+            require_deps("evaluate", {"evaluate.test_sets.mine.source": source}, root)
+        said[source] = str(err.value)
+    target = (outside / "mine.csv").resolve()
+    assert said["data/sources/mine.csv"] == (
+        "evaluate.test_sets.mine.source: data/sources/mine.csv is read through the symbolic "
+        f"link data/sources/mine.csv -> {target}, outside the project: no commit holds that "
+        "file, so a clone or another machine lacks it (or has another file there) and the "
+        "metrics cannot be made again from the repository; put a copy in place of the link "
+        f"(cp --remove-destination {target} data/sources/mine.csv) and commit it (git add, or "
+        "dvc add for a large file)")
+    assert said["data/sources/near.csv"] == (
+        "evaluate.test_sets.mine.source: data/sources/near.csv is read through the symbolic "
+        "link data/sources/near.csv -> data/other/near.csv, and data/other/near.csv is not "
+        "among the deps of the evaluate stage in dvc.yaml, so `dvc status` need not see an "
+        "edit of it; put the file itself in place of the link (rm data/sources/near.csv && mv "
+        "data/other/near.csv data/sources/near.csv), or add data/other/near.csv to evaluate's "
+        "deps")
+    folder = (outside / "folder").resolve()
+    assert said["data/sources/folder/set.csv"].startswith(
+        "evaluate.test_sets.mine.source: data/sources/folder/set.csv is read through the "
+        f"symbolic link data/sources/folder -> {folder}, outside the project: ")
+    assert f"(rm data/sources/folder && cp -r {folder} data/sources/folder)" in \
+        said["data/sources/folder/set.csv"]
+    for message in said.values():  # never the advice to set what is already set
+        assert "and set evaluate.test_sets.mine.source" not in message
+    # a link that stays inside the deps is fine
+    (root / "data/sources/copy.csv").symlink_to("near-real.csv")
+    (root / "data/sources/near-real.csv").write_text("text,label\n", encoding="utf-8")
+    require_deps("evaluate", {"evaluate.test_sets.mine.source": "data/sources/copy.csv"}, root)

@@ -720,3 +720,44 @@ def test_a_band_or_interval_past_accuracys_range_is_clipped_to_it_and_says_so():
     inside = analyse(points, resamples=50)
     assert inside.projection is not None and inside.projection.clipped == []
     assert "clipped" not in inside.sentence
+
+
+def test_one_seed_per_fraction_cannot_tell_a_flat_curve_from_noise():
+    """Issue 62, kind 8: with one seed per fraction a flat curve was "not shown to help",
+    with intervals of width 0; one seed cannot tell (the spread over seeds is unknown)."""
+    found = analyse([(n, [a]) for n, a in {200: 0.60, 400: 0.70, 800: 0.75, 1600: 0.75}.items()],
+                    resamples=10)
+    assert found.backtest is not None and found.backtest.chosen == "last_observation"
+    assert found.sentence == (
+        "one seed cannot tell whether more labels help: from the smaller runs, no further gain "
+        "(the last observation) predicted 1,600 rows within 0.000, closer than the fitted "
+        "curves (a − b·n^(−c) missed by 0.025, 1 − b·n^(−c) by 0.059), but a fraction with one "
+        "run has no spread over seeds (unknown), so neither a gain nor its absence is shown; 2 "
+        "more seeds per fraction would tell (--seeds 3)")
+    record = found.record() | {"fractions": [], "baselines": {}, "failed": []}
+    assert (record["trend"]["ci95_low"], record["trend"]["ci95_high"]) == (None, None)
+    for forecast in record["backtest"]["forecasts"].values():
+        assert (forecast["ci95_low"], forecast["ci95_high"], forecast["inside"]) == (
+            None, None, None)
+    gain = record["fit"]["projected"]["2x"]
+    assert [gain[k] for k in ("gain_ci95_low", "gain_ci95_high", "gain_seeds_ci95_low",
+                              "gain_seeds_ci95_high")] == [None] * 4
+    assert {b["accuracy_ci95_low"] for b in record["fit"]["band"]} == {None}
+    assert record["fit"]["interval"] == ("none: one run per fraction has no spread over seeds "
+                                         "(unknown), so every interval over seeds is null")
+    json.dumps(record, allow_nan=False)  # strict JSON: no NaN
+    md = markdown(record, None)
+    assert ("| the last observation (chosen) | 0.7500 (no interval: one seed, the spread over "
+            "seeds unknown) | +0.0000 | — | — |") in md
+    assert "[0.7500, 0.7500]" not in md
+    # a rising curve of one seed: too noisy, and the backtest's clause names no interval
+    rising = analyse([(n, [0.8 - 2.0 * n ** -0.5]) for n in (200, 400, 800, 1600)],
+                     resamples=10)
+    assert rising.sentence.startswith("too noisy to tell: a fraction with one run has no spread "
+                                      "over seeds; 2 more seeds per fraction would measure it "
+                                      "(--seeds 3); the fit (")
+    assert "(no interval: one seed per fraction has no spread over seeds; " in rising.sentence
+    # two seeds at one fraction give a spread: the intervals are measured
+    two = analyse([(200, [0.60, 0.62]), (400, [0.70]), (800, [0.75]), (1600, [0.75])],
+                  resamples=10)
+    assert two.trend is not None and not math.isnan(two.trend.interval[0])

@@ -256,6 +256,7 @@ def test_tables_beyond_the_bound_are_cut_after_the_verdict():
 
 
 WORKFLOW = REPO / ".github" / "workflows" / "metrics-diff.yml"
+RUN_URL = "https://github.com/owner/repo/actions/runs/99"  # the comment job's own
 SAME_REPO = "github.event.pull_request.head.repo.full_name == github.repository"
 
 
@@ -287,7 +288,8 @@ def _post(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str | bytes,
     (tmp_path / "pr-report" / "comment.md").write_bytes(
         body if isinstance(body, bytes) else body.encode("utf-8"))
     monkeypatch.chdir(tmp_path)
-    for key, value in {"PR": "7", "REPO": "owner/repo", "BOT": "github-actions[bot]"}.items():
+    for key, value in {"PR": "7", "REPO": "owner/repo", "BOT": "github-actions[bot]",
+                       "RUN_URL": RUN_URL}.items():
         monkeypatch.setenv(key, value)
     script["gh"] = gh
     printed = io.StringIO()
@@ -315,7 +317,7 @@ def test_the_workflow_edits_only_its_own_marked_comment(tmp_path, monkeypatch):
     assert status == 0 and printed == "edited comment 3, the workflow's own\n"
     assert calls == [["api", "--paginate", "repos/owner/repo/issues/7/comments"],
                      ["api", "--method", "PATCH", "repos/owner/repo/issues/comments/3", "-F",
-                      "body=@pr-report/comment.md"]]
+                      "body=@comment-posted.md"]]
     # comment-id, written by the job that ran the pull request's code, is never read
     (tmp_path / "pr-report" / "comment-id").write_text("2\n", encoding="utf-8")
     assert _post(tmp_path, monkeypatch, body, _listed())[1][1][3].endswith("/comments/3")
@@ -324,7 +326,7 @@ def test_the_workflow_edits_only_its_own_marked_comment(tmp_path, monkeypatch):
     status, calls, printed = _post(tmp_path / "new", monkeypatch, body, others)
     assert status == 0 and printed == "posted a new comment\n"
     assert calls[1] == ["pr", "comment", "7", "--repo", "owner/repo", "--body-file",
-                        "pr-report/comment.md"]
+                        "comment-posted.md"]
     # the same choice as pr-comment's, which names it in comment-id
     script = _posting_step()
     for listed in (_listed(), others):
@@ -494,3 +496,50 @@ def test_the_command_refuses_bad_comments_in_one_line_and_writes_nothing(
         f"lorasent pr-comment: error: {error.format(path=bad)}"]
     assert subprocess.run(["git", "status", "--porcelain"], cwd=pull_request,
                           capture_output=True, text=True).stdout == ""
+
+
+def test_the_workflow_posts_what_the_pull_requests_code_wrote_made_inert(tmp_path, monkeypatch):
+    """Issue 62, kind 8: the trusted job posted comment.md as the pull request's code wrote
+    it, once its first line was the marker. It now escapes what it posts: no HTML but the
+    fold's tags, no link but its own run's, no image, mention, issue link or autolink;
+    lorasent's own comment comes through byte for byte."""
+    hostile = (f"{marker(HEAD_B)}\n@octocat @org/team #12 gh-12 <img src=x onerror=alert(1)> "
+               "<!-- hidden --> &#64;user [phish](https://evil.example) ![p](//evil.example/p.png)"
+               " [ref][1]\n\n[1]: /elsewhere\n<https://evil.example> www.evil.example "
+               "a@b.example \u202eabc <details open><summary>x</summary>`@in code`</details>\n"
+               f"[this run]({RUN_URL})\n")
+    status, calls, printed = _post(tmp_path, monkeypatch, hostile, _listed())
+    assert status == 0 and printed == "edited comment 3, the workflow's own\n"
+    posted = (tmp_path / "comment-posted.md").read_text(encoding="utf-8")
+    z = "\u200b"
+    assert posted == (
+        f"{marker(HEAD_B)}\n@{z}octocat @{z}org/team #{z}12 gh{z}-12 &lt;img src=x "
+        f"onerror=alert(1)> &lt;!-- hidden --> &amp;#{z}64;user [phish]\\(https:{z}//evil.example) "
+        f"![p]\\(//evil.example/p.png) [ref][1]\n\n[1]\\: /elsewhere\n&lt;https:{z}//evil.example> "
+        f"www{z}.evil.example a@{z}b.example ‹U+202E›abc &lt;details open><summary>x</summary>"
+        f"`@{z}in code`</details>\n[this run]({RUN_URL})\n")
+    tokens = [t for token in MarkdownIt("commonmark", {"html": True}).enable("table").parse(posted)
+              for t in [token, *(token.children or [])]]
+    assert [t.attrGet("href") for t in tokens if t.type == "link_open"] == [RUN_URL]
+    assert not [t for t in tokens if t.type == "image"]
+    raw = "".join(t.content for t in tokens if t.type in ("html_inline", "html_block"))
+    assert re.sub(r"<!-- lorasent-pr-comment head=b{40} -->|</?(details|summary)>", "",
+                  raw).strip() == ""
+    words = "".join(t.content for t in tokens if t.type in ("text", "code_inline"))
+    assert not re.findall(r"@\w|#\d|\bgh-\d|https?://|www\.", words, re.IGNORECASE)
+    # lorasent's own comment, hostile values and all, is posted as it wrote it
+    from test_hostile import _documents
+
+    own = _documents()["comment.md"].replace("https://example.com/run", RUN_URL)
+    _post(tmp_path / "own", monkeypatch, own, _listed())
+    assert (tmp_path / "own" / "comment-posted.md").read_text(encoding="utf-8") == own
+    for listed in (_classes_diff(3), _classes_diff(150)):
+        body = comment_text(HEAD_B, "main", listed, None, "7", RUN_URL, "main-vs-head")
+        assert _posting_step()["inert"](body, RUN_URL) == body
+    # escaping that takes the body over the bound refuses it
+    wide = marker(HEAD_B) + "\n" + "<a" * (COMMENT_LIMIT // 4)
+    status, calls, printed = _post(tmp_path / "wide", monkeypatch, wide, _listed())
+    assert status == 1 and calls == []
+    assert printed == ("::error title=No comment posted::pr-report/comment.md is 75,075 bytes "
+                       "once escaped, over lorasent's bound of 60,000; the compare job wrote it, "
+                       "and this job posts only lorasent's own comment\n")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -208,15 +209,26 @@ def made_here(copy: Path, source: Path) -> Path:
 
 
 def commit_changed_predictions(repo: Path, change) -> None:
-    """A commit whose metrics/predictions.csv ``change`` rewrote (REV), then the run's own
-    file back in the workspace: the workspace is the run, REV a run that differs."""
+    """A commit whose metrics/predictions.csv ``change`` rewrote (REV), its metrics that
+    follow from it (eval.json's accuracy, macro-F1, per-class scores and confusion matrix,
+    confusion.json) made again from it, so that REV is a whole run; then the run's own
+    files back in the workspace: the workspace is the run, REV a run that differs."""
+    from lorasent.metrics import confusion_records
     from tiny_repo import GIT, run
 
     path = repo / PREDICTIONS
     lines = path.read_text().splitlines()
     path.write_text("\n".join([lines[0], *change(lines[1:])]) + "\n")
+    made = _metrics_of(path.read_bytes())
+    evals = json.loads((repo / "metrics/eval.json").read_text())
+    evals.update({key: made[key] for key in ("accuracy", "macro_f1", "per_class",
+                                             "confusion_matrix")})
+    (repo / "metrics/eval.json").write_text(json.dumps(evals, indent=2) + "\n")
+    (repo / "metrics/confusion.json").write_text(json.dumps(confusion_records(
+        made["confusion_matrix"], made["labels"]), indent=2) + "\n")
     run(repo, *GIT, "commit", "-qam", "predictions changed")
-    run(repo, "git", "checkout", "HEAD~1", "--", PREDICTIONS)
+    run(repo, "git", "checkout", "HEAD~1", "--", PREDICTIONS, "metrics/eval.json",
+        "metrics/confusion.json")
 
 
 def relabelled(rows: list[str], how_many: int, gold: bool = False) -> list[str]:
@@ -299,7 +311,7 @@ def test_a_run_a_few_rows_from_rev_is_consistent_and_one_far_from_it_different(
     from tiny_repo import run
 
     run(repo, "git", "reset", "-q", "--hard", "HEAD~1")
-    # a damaged file: every row claimed right; the run was right on 6 of the 24
+    # a run right on every row, where this one was right on 6 of the 24
     commit_changed_predictions(repo, lambda rows: relabelled(rows, 24, gold=True))
     done = lorasent(repo, "--workspace")
     assert done.returncode == 1
@@ -367,12 +379,12 @@ def test_seed_groups_are_judged_by_welch_s_test_and_reported_by_their_olympic_me
     runs = {"ref-seed1": 0.70, "ref-seed2": 0.71, "ref-seed3": 0.69, "ref-seed4": 0.74,
             "mine-seed1": 0.705, "mine-seed2": 0.695, "mine-seed3": 0.715, "mine-seed4": 0.70,
             "far-seed1": 0.61, "far-seed2": 0.60, "far-seed3": 0.62, "far-seed4": 0.605}
-    monkeypatch.setattr("lorasent.review.collect.expand_group",
-                        lambda repo, spec: sorted(r for r in runs if r.startswith(spec[:-1])))
-    monkeypatch.setattr(rp, "check_revisions", lambda repo, sides: None)
+    monkeypatch.setattr("lorasent.review.collect.expand_group", lambda repo, spec, **_: sorted(
+        r for r in runs if r.startswith(spec[:-1])))
+    monkeypatch.setattr(rp, "check_revisions", lambda repo, sides, **_: None)
     monkeypatch.setattr(rp, "resolve_commits", lambda repo, *revs: {r: r for r in revs})
     monkeypatch.setattr(rp, "read_at", lambda repo, rev, path: json.dumps(
-        {"accuracy": runs[rev]}))
+        {"accuracy": runs[rev]}) if path == "metrics/eval.json" else None)
     same = rp.judge_groups(Path("."), "ref-seed*", "mine-seed*")
     assert same.tier == "consistent"
     assert same.line == (
@@ -441,3 +453,220 @@ def test_the_paired_verdict_names_this_run_and_rev_in_sentence_case():
     said = rp._paired_said(paired_comparison(y, y, y, LABELS), "HEAD")
     assert said.startswith("no detectable difference: accuracy +0.000")
     assert said.endswith(". This run and HEAD are right on exactly the same rows.")
+
+
+# ------------------------------------------- issue 62, kind 3: files that are not what they claim
+
+DAMAGED = "reproduce: different: damaged (not what it claims, so nothing is judged on it): "
+RESTORE = ("; restore this run's (git checkout, dvc pull) or remake it (dvc repro), then judge "
+           "again")
+
+
+def _rewritten(data: bytes, change) -> bytes:
+    """A predictions file with ``change`` applied to each row's probabilities (a list of
+    3 floats, written back to 6 decimals) and predicted label."""
+    import csv
+    import io
+
+    table = list(csv.reader(io.StringIO(data.decode())))
+    for row in table[1:]:
+        row[2], probs = change(row[2], [float(x) for x in row[3:]])
+        row[3:] = [f"{p:.6f}" for p in probs]
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(table)
+    return out.getvalue().encode()
+
+
+def test_probabilities_that_do_not_sum_to_one_are_damaged_in_the_first_line():
+    """Issue 62: rows summing to 0.5, with the same labels, were "consistent"."""
+    ids, gold, probs = rows()
+    good = csv_bytes(ids, gold, probs)
+    halved = _rewritten(good, lambda label, p: (label, [x / 2 for x in p]))
+    total = sum(round(x / 2, 6) for x in map(float, good.decode().splitlines()[1].split(",")[3:]))
+    verdict = verdict_of({PREDICTIONS: (good, halved)}, rev="HEAD")
+    assert (verdict.tier, verdict.ok) == ("different", False)
+    assert verdict.text().splitlines()[0] == (
+        f"{DAMAGED}this run's metrics/predictions.csv: the probabilities of 60 of its 60 rows "
+        f"do not sum to 1 (row row000: {total:.6g}; allowed ±0.0001), so they are no "
+        f"probabilities{RESTORE}")
+    # REV's side, named as REV's; a predicted label that is not the row's most probable
+    swapped = _rewritten(good, lambda label, p: (
+        LABELS[int(np.argmin(p))] if label == "neutral" else label, p))
+    neutral = [i for i in range(60) if probs[i].argmax() == 1]
+    i = neutral[0]
+    line = verdict_of({PREDICTIONS: (swapped, good)}, rev="v1").text().splitlines()[0]
+    assert line == (
+        "reproduce: different: damaged (not what it claims, so nothing is judged on it): v1's "
+        f"metrics/predictions.csv: {len(neutral)} of its 60 rows predict a label that is not "
+        f"their most probable class (row {ids[i]}: predicted {LABELS[probs[i].argmin()]} at "
+        f"{round(probs[i].min(), 6):.6g}, neutral at {round(probs[i, 1], 6):.6g}); v1's are "
+        "as committed: judge against a revision whose files are whole")
+    # a probability outside [0, 1]: the reader's own line, as damage
+    over = _rewritten(good, lambda label, p: (label, [p[0] + 1, p[1], p[2]]))
+    line = verdict_of({PREDICTIONS: (good, over)}, rev="HEAD").text().splitlines()[0]
+    assert line == (f"{DAMAGED}this run's metrics/predictions.csv: line 2 (id row000): "
+                    f"p_negative is '{round(probs[0, 0], 6) + 1:.6f}', not a probability in "
+                    f"[0, 1]{RESTORE}")
+
+
+def _metrics_of(data: bytes) -> dict[str, Any]:
+    from lorasent.metrics import classification_metrics, read_predictions
+
+    p = read_predictions(data.decode(), "p")
+    return {**classification_metrics(p.actual, p.predicted, p.labels), "labels": p.labels,
+            "test_rows": len(p.ids)}
+
+
+def _repo(root: Path, files: dict[str, bytes]) -> str:
+    """A git repo in ``root`` whose dvc.lock lists ``files`` as evaluate's outputs, which
+    git tracks; its commit."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com",
+           "-c", "commit.gpgsign=false"]
+    lock = {"schema": "2.0", "stages": {"evaluate": {"cmd": "lorasent evaluate", "outs": [
+        {"path": name, "md5": "0" * 32} for name in files]}}}
+    for name, data in {**files, "dvc.lock": yaml.safe_dump(lock).encode()}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run([*git, "commit", "-qm", "run"], cwd=root, check=True)
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+def test_a_hand_edited_eval_json_beside_the_same_predictions_is_damaged(tmp_path):
+    """Issue 62: an eval.json that disagrees with identical predictions got the headline
+    "no predictions"; the metrics are recomputed from the predictions beside them."""
+    ids, gold, probs = rows()
+    predictions = csv_bytes(ids, gold, probs)
+    record = _metrics_of(predictions)
+    commit = _repo(tmp_path, {PREDICTIONS: predictions,
+                              "metrics/eval.json": json.dumps(record).encode()})
+    (tmp_path / "metrics/eval.json").write_text(json.dumps({**record, "accuracy": 0.9}))
+    verdict = rp.judge(tmp_path, "HEAD", commit)
+    assert verdict.text().splitlines()[0] == (
+        f"{DAMAGED}this run's metrics/eval.json: accuracy 0.9 does not follow from "
+        f"metrics/predictions.csv beside it ({record['accuracy']:.6g}){RESTORE}")
+    # a confusion cell likewise, and an eval.json that stayed while the labels moved
+    cells = [{"actual": a, "predicted": b, "count": n} for a, row in
+             record["confusion_matrix"].items() for b, n in row.items()]
+    flipped = probs.copy()
+    flipped[:3] = flipped[:3][:, [1, 2, 0]]
+    moved = csv_bytes(ids, gold, flipped)
+    verdict = verdict_of({PREDICTIONS: (predictions, moved)}, rev="HEAD", beside={
+        "metrics/eval.json": json.dumps(record).encode(),
+        "metrics/confusion.json": json.dumps(cells).encode()})
+    now = _metrics_of(moved)
+    a, b = next((a, b) for a, row in record["confusion_matrix"].items() for b in row
+                if row[b] != now["confusion_matrix"][a][b])
+    assert verdict.text().splitlines()[0] == (
+        "reproduce: different: damaged (not what they claim, so nothing is judged on them): "
+        f"this run's metrics/confusion.json: the cell {a} → {b} counts "
+        f"{record['confusion_matrix'][a][b]} rows where metrics/predictions.csv beside it "
+        f"gives {now['confusion_matrix'][a][b]}; this run's metrics/eval.json: accuracy "
+        f"{record['accuracy']:.6g} does not follow from metrics/predictions.csv beside it "
+        f"({now['accuracy']:.6g}){RESTORE.replace('remake it', 'remake them')}")
+    # the same records made from the moved predictions: consistent, as before
+    verdict = verdict_of({PREDICTIONS: (predictions, moved),
+                          "metrics/eval.json": (json.dumps(record).encode(),
+                                                json.dumps(now).encode())}, rev="HEAD")
+    assert verdict.tier == "consistent", verdict.text()
+
+
+def test_metrics_that_differ_beside_identical_predictions_say_so_not_no_predictions():
+    """Without predictions that moved, the line says the predictions are REV's."""
+    old = json.dumps({"calibration": {"nll": 0.65}}).encode()
+    new = json.dumps({"calibration": {"nll": 0.75}}).encode()
+    verdict = verdict_of({"metrics/eval.json": (old, new)}, rev="HEAD", commit="abcdef1")
+    assert verdict.text().splitlines()[0] == (
+        "reproduce: different: every predictions file is HEAD (abcdef1)'s, byte for byte, but "
+        "1 file differs beyond its tolerance: metrics/eval.json")
+
+
+def test_the_first_line_names_each_test_set_that_moved():
+    """Issue 62: when only an extra test set moved, the headline did not name it."""
+    ids, gold, probs = rows()
+    flipped = probs.copy()
+    flipped[:3] = flipped[:3][:, [1, 2, 0]]
+    extra = "metrics/test_sets/reviews-zh/predictions.csv"
+    same, moved = csv_bytes(ids, gold, probs), csv_bytes(ids, gold, flipped)
+    only = verdict_of({extra: (same, moved)}, rev="HEAD")
+    assert only.tier == "consistent"
+    assert only.line.startswith("3 of 60 predictions of test set reviews-zh differ from HEAD; "
+                                "no detectable difference: accuracy ")
+    nudged = probs + np.array([4e-4, -4e-4, 0])
+    both = verdict_of({PREDICTIONS: (same, csv_bytes(ids, gold, nudged)), extra: (same, moved)},
+                      rev="HEAD")
+    assert both.line.startswith("0 of 60 predictions and 3 of 60 predictions of test set "
+                                "reviews-zh differ from HEAD; the test split: no detectable "
+                                "difference: accuracy +0.000 [+0.000, +0.000]")
+    assert both.notes[0].startswith(f"  {extra}: 3 of 60 predictions differ; no detectable")
+    # the test split within the tolerance, the extra set moved: the extra set leads
+    within = verdict_of({PREDICTIONS: (same, csv_bytes(ids, gold, probs + [1e-6, -1e-6, 0])),
+                         extra: (same, moved)}, rev="HEAD")
+    assert within.line.startswith("3 of 60 predictions of test set reviews-zh differ from HEAD; "
+                                  "no detectable")
+    assert within.notes[0].startswith(f"  {PREDICTIONS}: 0 of 60 predictions differ")
+
+
+def test_a_seed_group_whose_eval_json_does_not_follow_from_its_predictions_is_damaged(
+        monkeypatch):
+    ids, gold, probs = rows()
+    predictions = csv_bytes(ids, gold, probs)
+    accuracy = _metrics_of(predictions)["accuracy"]
+    runs = {"a-1": accuracy, "a-2": accuracy, "b-1": accuracy, "b-2": 0.99}
+    monkeypatch.setattr("lorasent.review.collect.expand_group", lambda repo, spec, **_: sorted(
+        r for r in runs if r.startswith(spec[:-1])))
+    monkeypatch.setattr(rp, "check_revisions", lambda repo, sides, **_: None)
+    monkeypatch.setattr(rp, "resolve_commits", lambda repo, *revs: {r: r for r in revs})
+    monkeypatch.setattr(rp, "read_at", lambda repo, rev, path: json.dumps(
+        {"accuracy": runs[rev]}) if path == "metrics/eval.json" else predictions.decode())
+    verdict = rp.judge_groups(Path("."), "a-*", "b-*")
+    assert (verdict.tier, verdict.line) == ("different", (
+        "damaged (not what it claims, so no accuracy of it is judged): b-2's "
+        "metrics/eval.json: accuracy 0.99 does not follow from metrics/predictions.csv beside "
+        f"it ({accuracy:.6g}); remake those runs (dvc exp run) or judge groups whose files are "
+        "whole"))
+
+
+# --------------------------------------- issue 62, kind 8: the line starts with its own command
+
+
+def test_an_unknown_revision_is_said_as_reproduce_s_own_line(tmp_path, monkeypatch):
+    """It started with `compare:`; every command that shares the revision check names
+    itself (reproduce, its seed groups, pr-comment)."""
+    from lorasent.cli import main
+    from lorasent.errors import LorasentError
+
+    def no_dvc(*args, **kwargs):
+        raise LorasentError("no DVC here")  # no experiments: no `dvc exp list` subprocess
+
+    monkeypatch.setattr("lorasent.review.collect.run_dvc", no_dvc)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _repo(repo, {})
+    monkeypatch.chdir(repo)
+    branch = subprocess.run(["git", "branch", "--show-current"], capture_output=True,
+                            text=True).stdout.strip()
+    tail = (": not a commit, branch, tag or experiment here. Experiments: none; branches: "
+            f"{branch}; tags: none (`git log --oneline` lists the commits)\n")
+    result = CliRunner().invoke(main, ["reproduce", "nope"])
+    assert (result.exit_code, result.output) == (
+        1, f"lorasent reproduce: error: unknown revision 'nope' (REV){tail}")
+    result = CliRunner().invoke(main, ["reproduce", "--seed-groups", "nope", "HEAD"])
+    assert result.output == ("lorasent reproduce: error: unknown revision 'nope' (a seed "
+                             f"group){tail}")
+    result = CliRunner().invoke(main, ["reproduce", "--after-run", "nope"])
+    assert result.output == ("run: could not be judged against nope: unknown revision 'nope' "
+                             f"(REV){tail}")
+    from lorasent.review.pr_comment import pr_comment
+
+    with pytest.raises(LorasentError) as err:
+        pr_comment("nope", tmp_path / "out", repo=repo)
+    assert str(err.value) == f"pr-comment: unknown revision 'nope' (base){tail.rstrip()}"
+    elsewhere = tmp_path / "no-git"
+    elsewhere.mkdir()
+    with pytest.raises(LorasentError) as err:
+        rp.reproduce(elsewhere, "HEAD", workspace=True)
+    assert str(err.value) == (f"reproduce: {elsewhere.resolve()} is not in a git repository; REV "
+                              "is read from git: run reproduce in the project's folder")

@@ -17,7 +17,7 @@ def _queue(*rows: str, workers: int) -> str:
 def _follow(monkeypatch, screens, restarts=None):
     """wait_for over a scripted sequence of `dvc queue status` screens."""
     shown = iter(screens)
-    monkeypatch.setattr(seeds, "run_dvc", lambda repo, *args, as_json=True: next(shown))
+    monkeypatch.setattr(seeds, "run_dvc", lambda repo, *args, as_json=True, **_: next(shown))
     monkeypatch.setattr(seeds, "POLL_S", 0)
     lines: list[str] = []
     restart = None if restarts is None else (lambda: restarts.append(1))
@@ -54,3 +54,15 @@ def test_without_a_restart_a_stuck_queue_is_an_error(monkeypatch):
     with pytest.raises(LorasentError, match="a-seed43 queued but no queue worker runs; "
                                             "`dvc queue start` runs them"):
         _follow(monkeypatch, [stuck] * 3)
+
+
+def test_a_dvc_failure_while_following_the_queue_is_said_as_seeds_own_line(monkeypatch):
+    """Issue 62, kind 8: its lines started with `compare:`, the shared helper's default."""
+    import subprocess
+
+    failed = subprocess.CompletedProcess([], 1, stdout="", stderr="ERROR: no queue here")
+    monkeypatch.setattr("lorasent.review.collect.subprocess.run", lambda *a, **k: failed)
+    with pytest.raises(LorasentError) as err:
+        seeds.wait_for(Path("."), ["a-seed42"], progress=lambda line: None)
+    assert str(err.value) == (f"seeds: `dvc queue status` failed in {Path('.').resolve()}: "
+                              "ERROR: no queue here")

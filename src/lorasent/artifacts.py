@@ -16,6 +16,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -453,7 +454,9 @@ def require_deps(stage: str, files: dict[str, str], root: Path = Path(".")) -> N
 
     Raises:
         LorasentError: the first file that is not a dep, in one line: the key, the file,
-            and the two ways out.
+            and the two ways out; for a path that is a dep as written but reaches outside
+            the deps through a symbolic link (the file or a folder above it), the link,
+            its target and how to put the file in its place.
     """
     deps = stage_deps(root, stage)
     if deps is None:
@@ -466,11 +469,45 @@ def require_deps(stage: str, files: dict[str, str], root: Path = Path(".")) -> N
             param = re.sub(r"^evaluate\.test_sets\.[^.]+\.", "evaluate.test_sets.<name>.", key)
             folder = FILE_PARAMS.get(param, (stage, "data/sources"))[1]
             readers = " and ".join(dict.fromkeys(s for s, f in FILE_PARAMS.values() if f == folder))
+            link = _link_on_the_way(root, value, deps, stage)
+            if link is not None:  # the path as written is a dep; a link on it leads out
+                raise LorasentError(f"{key}: {value} {link}")
             raise LorasentError(
                 f"{key}: {value} is not among the deps of the {stage} stage in dvc.yaml, so "
                 f"`dvc status` would not see an edit of it and its metrics would go stale "
                 f"silently; move it into {folder}/ (a dep of {readers}) and "
                 f"set {key}: {folder}/{Path(value).name}, or add it to {stage}'s deps")
+
+
+def _link_on_the_way(root: Path, value: str, deps: Sequence[Path], stage: str) -> str | None:
+    """Where the path ``value`` (relative to ``root``) is among ``deps`` as written but a
+    symbolic link on it (the file, or a folder above it) leads out of them: the words
+    that follow ``value`` in the refusal, naming the link, its target and what to do;
+    None otherwise."""
+    top = root.resolve()
+    written = Path(os.path.abspath(top / value))
+    if not _within(written, top) or not any(_within(written, dep) for dep in deps):
+        return None
+    for part in [*reversed(written.parents), written]:
+        if _within(part, top) and part != top and part.is_symlink():
+            shown, target = part.relative_to(top).as_posix(), part.resolve()
+            break
+    else:
+        return None
+    link, to = shlex.quote(shown), shlex.quote(str(target))
+    copy = (f"rm {link} && cp -r {to} {link}" if target.is_dir()
+            else f"cp --remove-destination {to} {link}")
+    if _within(target, top):
+        inner = target.relative_to(top).as_posix()
+        return (f"is read through the symbolic link {shown} -> {inner}, and {inner} is not "
+                f"among the deps of the {stage} stage in dvc.yaml, so `dvc status` need not see "
+                f"an edit of it; put the file itself in place of the link (rm {link} && mv "
+                f"{shlex.quote(inner)} {link}), or add {inner} to {stage}'s deps")
+    return (f"is read through the symbolic link {shown} -> {target}, outside the project: "
+            "no commit holds that file, so a clone or another machine lacks it (or has "
+            "another file there) and the metrics cannot be made again from the repository; "
+            f"put a copy in place of the link ({copy}) and commit it (git add, or dvc add "
+            "for a large file)")
 
 
 def _contents(folder: Path) -> tuple[list[Path], list[Path], list[Path]]:

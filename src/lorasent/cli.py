@@ -1065,7 +1065,7 @@ def reproduce(rev: str, workspace: bool, no_train: bool, tolerance: float | None
                 raise
             what = "not judged as a reproduction of" if isinstance(
                 err, NotAReproduction) else "could not be judged against"
-            click.echo(f"run: {what} {rev}: {str(err).removeprefix('compare: ')}")
+            click.echo(f"run: {what} {rev}: {str(err).removeprefix('reproduce: ')}")
             return
     click.echo(verdict.text())
     if not verdict.ok and not after_run:

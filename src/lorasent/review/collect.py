@@ -252,10 +252,15 @@ def read_predictions_strict(text: str, source: str) -> Predictions:
     return read_predictions(text, source)
 
 
-def expand_group(repo: Path, spec: str) -> list[str]:
+def expand_group(repo: Path, spec: str, command: str = "compare") -> list[str]:
     """The revisions of one side: ``spec`` split at commas, patterns expanded against the
     experiments' names (``dvc exp list --all-commits --name-only``); a ``spec`` that git
-    resolves whole (a tag or branch whose name holds a comma) is that one revision."""
+    resolves whole (a tag or branch whose name holds a comma) is that one revision.
+
+    Raises:
+        LorasentError: a pattern no experiment's name matches; the message starts with
+            ``command``, the command whose argument it is.
+    """
     if "," in spec and spec in resolve_commits(repo, spec):
         return [spec]
     revs: list[str] = []
@@ -265,11 +270,12 @@ def expand_group(repo: Path, spec: str) -> list[str]:
             revs.append(part)
             continue
         if names is None:
-            listed = run_dvc(repo, "exp", "list", "--all-commits", "--name-only", as_json=False)
+            listed = run_dvc(repo, "exp", "list", "--all-commits", "--name-only", as_json=False,
+                             command=command)
             names = sorted(set(listed.split()))
         matched = fnmatch.filter(names, part)
         if not matched:
-            raise LorasentError(f"compare: no experiment name matches {part!r}; experiments: "
+            raise LorasentError(f"{command}: no experiment name matches {part!r}; experiments: "
                                 f"{_listing(names)} (`dvc exp list --all-commits --name-only`)")
         revs += matched
     return list(dict.fromkeys(revs)) or [spec]
@@ -451,9 +457,14 @@ def run_dvc(repo: Path, *args: str, as_json: bool = True, command: str = "compar
     return json.loads(done.stdout or "{}") if as_json else done.stdout
 
 
-def check_revisions(repo: Path, sides: dict[str, list[str]]) -> None:
+def check_revisions(repo: Path, sides: dict[str, list[str]], command: str = "compare") -> None:
     """Check that git or DVC knows each revision of each side, before DVC reads them, so
     that a typo gets the names it could have meant rather than DVC's error.
+
+    Args:
+        sides: ``{the side's name in the message: its revisions}``.
+        command: the command whose arguments they are; each message starts with it
+            (``reproduce: unknown revision ...``).
 
     Raises:
         LorasentError: ``repo`` is not in a git repository; a revision is neither a
@@ -467,11 +478,14 @@ def check_revisions(repo: Path, sides: dict[str, list[str]]) -> None:
     if not unknown:
         return
     if git_lines(repo, "rev-parse", "--git-dir") is None:
-        raise LorasentError(f"compare: {repo.resolve()} is not in a git repository; A and B "
-                            "are read from git: run compare in the project's folder")
+        named = " and ".join(sides)
+        raise LorasentError(f"{command}: {repo.resolve()} is not in a git repository; {named} "
+                            f"{'are' if len(sides) > 1 else 'is'} read from git: run {command} "
+                            "in the project's folder")
     program("dvc")  # a missing dvc is said as such, not as a repository without experiments
     try:
-        listed = run_dvc(repo, "exp", "list", "--all-commits", "--name-only", as_json=False)
+        listed = run_dvc(repo, "exp", "list", "--all-commits", "--name-only", as_json=False,
+                         command=command)
     except LorasentError:  # not a DVC repository: no experiments
         listed = ""
     experiments = sorted(set(listed.split()))
@@ -489,7 +503,7 @@ def check_revisions(repo: Path, sides: dict[str, list[str]]) -> None:
             ": not a commit, branch, tag or experiment here."))
     shallow = (git_lines(repo, "rev-parse", "--is-shallow-repository") or [""])[0] == "true"
     raise LorasentError(
-        "compare: " + "; ".join(parts) + f" Experiments: {_listing(experiments)}; "
+        f"{command}: " + "; ".join(parts) + f" Experiments: {_listing(experiments)}; "
         f"branches: {_listing(branches)}; tags: {_listing(tags)} (`git log --oneline` "
         "lists the commits)" + (
             ". This clone is shallow: it lacks the older commits; `git fetch --unshallow` "

@@ -271,6 +271,19 @@ def _redrawn(points: Sequence[tuple[int, Sequence[float]]],
         yield [a for _, accs in points for a in rng.choice(accs, size=len(accs), replace=True)]
 
 
+def _spread(points: Sequence[tuple[int, Sequence[float]]],
+            drawn: Any) -> tuple[list[float], list[float]]:
+    """The :data:`lorasent.statistics.CONFIDENCE` percentile interval of each row of
+    ``drawn`` (the refits on :func:`_redrawn` runs): the seeds' spread. NaN (unknown) where
+    every fraction of ``points`` has one run: a redraw of one run is that run, so the
+    interval would be of width 0, which says nothing of the spread over seeds."""
+    rows = len(drawn)
+    if max(len(accs) for _, accs in points) < 2:
+        return [math.nan] * rows, [math.nan] * rows
+    low, high = percentile_interval(np.asarray(drawn))
+    return [float(v) for v in low], [float(v) for v in high]
+
+
 @dataclass(frozen=True)
 class Projection:
     """The chosen form fitted to every run and the projected gains in accuracy at 2× the
@@ -292,6 +305,7 @@ class Projection:
     to: float = PROJECT_TO
     seed_band: tuple[tuple[float, float, float], ...] = ()
     check: Backtest | None = None
+    most_seeds: int = 2                         # the most runs of a fraction
 
     def margin_at(self, reach: float) -> float:
         """Accuracy added to each side of the seeds' interval at ``reach``× the largest
@@ -390,7 +404,7 @@ def project(points: Sequence[tuple[int, Sequence[float]]], resamples: int = FIT_
             drawn.append([again.at(k * full) - again.at(full) for k in multiples]
                          + [again.at(n) for n in grid])
     if drawn:
-        low, high = (v.tolist() for v in percentile_interval(np.asarray(drawn).T))
+        low, high = _spread(points, np.asarray(drawn).T)
     else:
         low = high = [math.nan] * (len(multiples) + len(grid))
     k = len(multiples)
@@ -398,7 +412,8 @@ def project(points: Sequence[tuple[int, Sequence[float]]], resamples: int = FIT_
                       {m: (low[i], high[i]) for i, m in enumerate(multiples)},
                       min(len(accs) for _, accs in points), len(drawn), resamples, at_bound,
                       float(to), tuple((float(n), lo, hi) for n, lo, hi
-                                       in zip(grid, low[k:], high[k:], strict=True)), check)
+                                       in zip(grid, low[k:], high[k:], strict=True)), check,
+                      max(len(accs) for _, accs in points))
 
 
 @dataclass(frozen=True)
@@ -425,9 +440,12 @@ class Backtest:
         """Predicted minus measured (accuracy)."""
         return self.forecasts[form].predicted - self.measured
 
-    def inside(self, form: str) -> bool:
-        """The measured mean within the forecast's interval."""
+    def inside(self, form: str) -> bool | None:
+        """The measured mean within the forecast's interval; None: no interval (one seed
+        at some fraction: the spread over seeds is unknown)."""
         low, high = self.forecasts[form].interval
+        if math.isnan(low) or math.isnan(high):
+            return None
         return bool(low <= self.measured <= high)
 
     @property
@@ -472,8 +490,7 @@ def backtest(points: Sequence[tuple[int, Sequence[float]]],
             continue
         drawn = [again.at(held) for ys in _redrawn(rest, resamples)
                  if (again := fit_power_law(rows, ys, form)) is not None]
-        low, high = (percentile_interval(np.asarray([drawn])) if drawn
-                     else ([math.nan], [math.nan]))
+        low, high = _spread(rest, [drawn]) if drawn else ([math.nan], [math.nan])
         forecasts[form] = Forecast(found, found.at(held), (float(low[0]), float(high[0])))
     return Backtest(held, float(np.mean(accs)), tuple(n for n, _ in rest), forecasts)
 
@@ -516,8 +533,8 @@ def trend(points: Sequence[tuple[int, Sequence[float]]],
     """The :class:`Trend` of the runs ``points`` (``(training rows, accuracy of each
     seed)`` per fraction): the slope by least squares (``numpy.polyfit``, degree 1, on
     log2 of the rows), its interval from ``resamples`` redraws of each fraction's seeds
-    with replacement (the generator and percentiles of :func:`project`). None: fewer than
-    2 fractions with runs."""
+    with replacement (the generator and percentiles of :func:`project`; NaN, unknown, with
+    one run at every fraction: :func:`_spread`). None: fewer than 2 fractions with runs."""
     points = sorted((n, list(accs)) for n, accs in points if accs)
     if len(points) < 2:
         return None
@@ -527,7 +544,7 @@ def trend(points: Sequence[tuple[int, Sequence[float]]],
     drawn = [np.polyfit(x, [a for _, accs in points
                             for a in rng.choice(accs, size=len(accs), replace=True)], 1)[0]
              for _ in range(resamples)]
-    low, high = percentile_interval(np.asarray([drawn]))
+    low, high = _spread(points, [drawn])
     (n0, a0), (n1, a1) = points[0], points[-1]
     return Trend(slope, (float(low[0]), float(high[0])), (n0, float(np.mean(a0))),
                  (n1, float(np.mean(a1))), min(len(accs) for _, accs in points))
@@ -660,21 +677,30 @@ def trust(b: Backtest) -> str:
     error = abs(b.error(form))
     what = (f"the fit ({FORMS[form]}, the closest of {len(b.forecasts)} forms in the "
             f"backtest) predicted {b.rows:,} rows from the smaller runs")
-    where = "inside" if b.inside(form) else "outside"
-    if error <= ROUGH_ERROR and b.inside(form):
-        return f"{what} within {error:.3f} ({where} its interval; {_others(b, form)})"
-    return (f"{what} but missed by {error:.3f} ({where} its interval; {_others(b, form)}): "
+    inside = b.inside(form)
+    where = ("no interval: one seed per fraction has no spread over seeds" if inside is None
+             else f"{'inside' if inside else 'outside'} its interval")
+    if error <= ROUGH_ERROR and inside is not False:
+        return f"{what} within {error:.3f} ({where}; {_others(b, form)})"
+    return (f"{what} but missed by {error:.3f} ({where}; {_others(b, form)}): "
             "treat the projection as rough")
 
 
 def favours_last(b: Backtest, p: Projection) -> str:
     """The sentence when no fitted form predicted the largest fraction from the smaller
     ones better than the last observation did (Kielhöfer et al. 2024: a forecast hard to
-    beat): no gain is projected."""
-    return (f"more labels like these are not shown to help: from the smaller runs, no "
-            f"further gain (the last observation) predicted {b.rows:,} rows within "
-            f"{abs(b.error(LAST)):.3f}, closer than the fitted curves ({_others(b, LAST)}); "
-            f"the projection is no gain, accuracy {p.fit.a:.3f} at {p.full_rows:,} rows")
+    beat): no gain is projected. With one seed at some fraction that cannot be told from
+    noise (no spread over seeds to judge the errors by), and the sentence says so."""
+    closest = (f"from the smaller runs, no further gain (the last observation) predicted "
+               f"{b.rows:,} rows within {abs(b.error(LAST)):.3f}, closer than the fitted "
+               f"curves ({_others(b, LAST)})")
+    if p.seeds < 2:
+        return (f"one seed cannot tell whether more labels help: {closest}, but "
+                "a fraction with one run has no spread over seeds (unknown), so neither a "
+                f"gain nor its absence is shown; {3 - p.seeds} more seeds per fraction would "
+                "tell (--seeds 3)")
+    return (f"more labels like these are not shown to help: {closest}; the projection is "
+            f"no gain, accuracy {p.fit.a:.3f} at {p.full_rows:,} rows")
 
 
 
@@ -710,13 +736,14 @@ class Analysis:
         return {
             "trend": None if t is None else {
                 "model": "accuracy = intercept + slope * log2(n), n = training rows",
-                "accuracy_per_doubling": t.slope, "ci95_low": t.interval[0],
-                "ci95_high": t.interval[1], "falls": t.falls},
+                "accuracy_per_doubling": t.slope, "ci95_low": _known(t.interval[0]),
+                "ci95_high": _known(t.interval[1]), "falls": t.falls},
             "backtest": None if b is None else {
                 "held_out_train_rows": b.rows, "measured_accuracy_mean": b.measured,
                 "fitted_on_train_rows": list(b.fitted_on),
                 "forecasts": {form: {"model": FORM_MODELS[form], "predicted": f.predicted,
-                                     "ci95_low": f.interval[0], "ci95_high": f.interval[1],
+                                     "ci95_low": _known(f.interval[0]),
+                                     "ci95_high": _known(f.interval[1]),
                                      "error": b.error(form), "inside": b.inside(form),
                                      "at_bound": list(f.fit.bounds)}
                               for form, f in b.forecasts.items()},
@@ -732,17 +759,20 @@ class Analysis:
                 "project_to": p.to,
                 "projected": {f"{k:g}x": {
                     "train_rows": round(k * p.full_rows), "accuracy": p.fit.at(k * p.full_rows),
-                    "gain": p.gain[k], "gain_ci95_low": interval[k][0],
-                    "gain_ci95_high": interval[k][1],
-                    "gain_seeds_ci95_low": p.seed_interval[k][0],
-                    "gain_seeds_ci95_high": p.seed_interval[k][1],
+                    "gain": p.gain[k], "gain_ci95_low": _known(interval[k][0]),
+                    "gain_ci95_high": _known(interval[k][1]),
+                    "gain_seeds_ci95_low": _known(p.seed_interval[k][0]),
+                    "gain_seeds_ci95_high": _known(p.seed_interval[k][1]),
                     "backtest_margin": margin[k]} for k in p.gain},
-                "interval": ("the seeds' bootstrap interval widened on each side by the "
+                "interval": (ONE_SEED if p.most_seeds < 2 else
+                             "the seeds' bootstrap interval widened on each side by the "
                              "backtest's error x log(reach) / log(the backtest's step)"
                              if b is not None else "the seeds' bootstrap interval (untested: "
                              "no backtest to widen it by)"),
-                "band": [{"train_rows": n, "accuracy_ci95_low": low, "accuracy_ci95_high": high,
-                          "accuracy_seeds_ci95_low": s_low, "accuracy_seeds_ci95_high": s_high}
+                "band": [{"train_rows": n, "accuracy_ci95_low": _known(low),
+                          "accuracy_ci95_high": _known(high),
+                          "accuracy_seeds_ci95_low": _known(s_low),
+                          "accuracy_seeds_ci95_high": _known(s_high)}
                          for (n, low, high), (_, s_low, s_high)
                          in zip(p.band, p.seed_band, strict=True)],
                 "clipped": p.clipped,
@@ -753,6 +783,15 @@ class Analysis:
             },
             "sentence": self.sentence,
         }
+
+
+ONE_SEED = ("none: one run per fraction has no spread over seeds (unknown), so every "
+            "interval over seeds is null")
+
+
+def _known(value: float) -> float | None:
+    """``value``, or None for NaN (an interval over seeds that one seed cannot give)."""
+    return None if math.isnan(value) else value
 
 
 def analyse(points: Sequence[tuple[int, Sequence[float]]], *,
@@ -935,8 +974,12 @@ def backtest_lines(record: dict[str, Any]) -> list[str]:
         return ["", md_text(fit["untested"], None) + "."] if fit and fit["untested"] else []
     shown = ", ".join(f"{n:,}" for n in b["fitted_on_train_rows"])
     rows = [[FORMS[form] + (" (chosen)" if form == b["chosen"] else ""),
-             f"{_number(f['predicted'])} [{_number(f['ci95_low'])}, {_number(f['ci95_high'])}]",
-             f"{f['error']:+.4f}", "yes" if f["inside"] else "no",
+             f"{_number(f['predicted'])} " + (
+                 "(no interval: one seed, the spread over seeds unknown)"
+                 if f["ci95_low"] is None else
+                 f"[{_number(f['ci95_low'])}, {_number(f['ci95_high'])}]"),
+             f"{f['error']:+.4f}",
+             "—" if f["inside"] is None else "yes" if f["inside"] else "no",
              ", ".join(f["at_bound"]) or "—"] for form, f in b["forecasts"].items()]
     return ["", f"Backtest: each form fitted to the runs of {shown} rows, then its forecast of "
             f"the mean accuracy at {b['held_out_train_rows']:,} rows against the measured "

@@ -225,7 +225,7 @@ def pr_comment(base: str, out: str | Path, comments: str | None = None,
     for line in (earlier.ignored_line(author), earlier.damaged_line(author)) if earlier else ():
         if line:
             say(f"pr-comment: {line}")
-    _own(check_revisions, repo, {"base": [base]})
+    check_revisions(repo, {"base": [base]}, command="pr-comment")
     against_base = _own(collect, repo, base, "HEAD")
     previous: Comparison | str | None = None  # the comparison, or why there is none
     if earlier and earlier.head and earlier.head != head[:len(earlier.head)]:

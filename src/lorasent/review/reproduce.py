@@ -25,7 +25,13 @@ GPU or bf16 rounds sums another way. So "reproduced" has tiers, judged in this o
   reference runs over seeds;
 - **different**: anything else, with the paired verdict and the files.
 
-The verdict is one line first; then each file that differs, with its largest deviation;
+Before any tier, each file read for the verdict is checked as what it claims to be
+(:func:`damage`): probabilities in [0, 1] whose rows sum to 1 within the tolerance, each
+row's label its most probable class, metrics that follow from the predictions beside
+them; a file that is not makes the verdict "different", its first line naming the file.
+
+The verdict is one line first (naming each test set that moved); then each file that
+differs, with its largest deviation;
 then the two machines side by side (:data:`MACHINE_ROWS`). Exit status 0 for identical,
 equivalent and consistent, 1 for different.
 
@@ -61,11 +67,25 @@ from lorasent.addresses import redact
 from lorasent.artifacts import machine_facts, machine_path, with_machine_facts
 from lorasent.calibration import ECE_BINS
 from lorasent.errors import LorasentError
-from lorasent.metrics import Predictions, read_predictions
+from lorasent.metrics import (
+    NoRowIdsError,
+    Predictions,
+    PredictionsFileError,
+    classification_metrics,
+    read_predictions,
+)
 from lorasent.paths import (
     ADAPTER_DIR,
     BASE_MODEL_DIR,
+    BASELINE_CALIBRATED_PREDICTIONS,
+    BASELINE_CONFUSION,
+    BASELINE_METRICS,
+    BASELINE_PREDICTIONS,
+    BASELINE_REFERENCES,
+    EVAL_CONFUSION,
+    EVAL_METRICS,
     EVAL_PREDICTIONS,
+    EVAL_TEST_SETS,
     PROVENANCE_DIR,
     RAW_DIR,
     SPLIT_DIR,
@@ -375,6 +395,224 @@ def _predictions_sets(files: dict[str, tuple[bytes, bytes]]) -> list[str]:
     return [p for p in [main, *others] if p in files]
 
 
+# ------------------------------------------------------------------ what a file claims
+
+# A predictions file writes each probability to 6 decimals (lorasent.metrics.predictions_csv):
+# a row's sum may be off 1 by half a unit of the last place per class, beside the tolerance.
+ROUNDING = 5e-7
+# The keys of a metrics record that follow from the predictions file beside it
+# (lorasent.metrics.classification_metrics), and how close a recomputed float must be: the
+# same computation on the same labels gives the same float, a JSON round trip keeps it.
+RECOMPUTED = ("accuracy", "macro_f1", "per_class", "confusion_matrix")
+RECOMPUTED_RTOL = 1e-9
+
+
+def predictions_damage(p: Predictions, tolerance: float) -> str | None:
+    """Why a predictions file read back (:func:`lorasent.metrics.read_predictions`, which
+    checks each probability is a number in [0, 1]) is not what it claims, in words that
+    follow its name; None when it is. Each row's probabilities sum to 1 within
+    ``tolerance`` (and the file's :data:`ROUNDING` per class), and its predicted label is
+    its most probable class (within the same)."""
+    allowed = tolerance + ROUNDING * len(p.labels)
+    sums = p.probabilities.sum(axis=1)
+    off = np.flatnonzero(np.abs(sums - 1.0) > allowed)
+    if off.size:
+        i = int(off[0])
+        return (f"the probabilities of {off.size} of its {len(p.ids)} rows do not sum to 1 "
+                f"(row {visible(p.ids[i])}: {sums[i]:.6g}; allowed ±{allowed:.2g}), so they are "
+                "no probabilities")
+    chosen = p.probabilities[np.arange(len(p.ids)), p.predicted]
+    wrong = np.flatnonzero(chosen < p.probabilities.max(axis=1) - allowed)
+    if wrong.size:
+        i = int(wrong[0])
+        top = int(np.argmax(p.probabilities[i]))
+        said = visible(p.labels[p.predicted[i]])
+        return (f"{wrong.size} of its {len(p.ids)} rows predict a label that is not their most "
+                f"probable class (row {visible(p.ids[i])}: predicted {said} at {chosen[i]:.6g}, "
+                f"{visible(p.labels[top])} at {p.probabilities[i, top]:.6g})")
+    return None
+
+
+def claims(name: str, data: Any) -> list[tuple[str, Any, str]]:
+    """The records of the metrics file ``name`` (its parsed JSON ``data``) that follow from
+    a predictions file: ``(where in the file, the record, the predictions file)``.
+
+    - ``metrics/eval.json``: its top level from ``metrics/predictions.csv``; each
+      ``test_sets.<set>`` from ``metrics/test_sets/<set>/predictions.csv``; each
+      ``references.<ref>`` (and ``test_sets.<set>.references.<ref>``) from the
+      reference's predictions (the zero-shot baselines' files, else
+      ``metrics/references/<ref>/<test or set>.csv``);
+    - ``metrics/baseline.json``: ``zero_shot``, ``zero_shot_calibrated`` and each
+      ``references.<ref>`` likewise;
+    - ``metrics/confusion.json``, ``metrics/baseline_confusion.json`` and
+      ``metrics/test_sets/<set>/confusion.json``: the records of a confusion plot.
+    """
+    def reference(ref: str, set_name: str) -> str:
+        if set_name == "test" and ref == "zero_shot":
+            return BASELINE_PREDICTIONS.as_posix()
+        if set_name == "test" and ref == "zero_shot_calibrated":
+            return BASELINE_CALIBRATED_PREDICTIONS.as_posix()
+        return f"{BASELINE_REFERENCES.as_posix()}/{ref}/{set_name}.csv"
+
+    def references(at: str, record: Any, set_name: str) -> list[tuple[str, Any, str]]:
+        refs = record.get("references") if isinstance(record, dict) else None
+        return [(f"{at}references.{ref}", value, reference(str(ref), set_name))
+                for ref, value in (refs.items() if isinstance(refs, dict) else ())]
+
+    if name == EVAL_METRICS.as_posix() and isinstance(data, dict):
+        found = [("", data, EVAL_PREDICTIONS.as_posix()), *references("", data, "test")]
+        sets = data.get("test_sets")
+        for set_name, record in (sets.items() if isinstance(sets, dict) else ()):
+            found.append((f"test_sets.{set_name}", record,
+                          f"{EVAL_TEST_SETS.as_posix()}/{set_name}/predictions.csv"))
+            found += references(f"test_sets.{set_name}.", record, str(set_name))
+        return found
+    if name == BASELINE_METRICS.as_posix() and isinstance(data, dict):
+        return [(key, data.get(key), reference(key, "test"))
+                for key in ("zero_shot", "zero_shot_calibrated")] + references("", data, "test")
+    if name == EVAL_CONFUSION.as_posix():
+        return [("", data, EVAL_PREDICTIONS.as_posix())]
+    if name == BASELINE_CONFUSION.as_posix():
+        return [("", data, BASELINE_PREDICTIONS.as_posix())]
+    folder = f"{EVAL_TEST_SETS.as_posix()}/"
+    if name.startswith(folder) and name.endswith("/confusion.json"):
+        return [("", data, name.removesuffix("confusion.json") + "predictions.csv")]
+    return []
+
+
+def claimed_files() -> tuple[str, ...]:
+    """The metrics files :func:`claims` reads (test sets' confusion files by their end)."""
+    return (EVAL_METRICS.as_posix(), BASELINE_METRICS.as_posix(), EVAL_CONFUSION.as_posix(),
+            BASELINE_CONFUSION.as_posix())
+
+
+def _is_claimed(name: str) -> bool:
+    return name in claimed_files() or (name.startswith(f"{EVAL_TEST_SETS.as_posix()}/")
+                                       and name.endswith("/confusion.json"))
+
+
+def _shown(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else visible(str(value))
+
+
+def record_damage(record: Any, p: Predictions, beside: str) -> str | None:
+    """Why a metrics record (a dict of :func:`lorasent.metrics.classification_metrics`'s
+    keys, or the list of a confusion plot's records) does not follow from the predictions
+    ``p`` of the file ``beside``, in words that name the key; None when it does (or holds
+    none of those keys)."""
+    computed = classification_metrics(p.actual, p.predicted, p.labels)
+    if isinstance(record, list):  # a confusion plot: {actual, predicted, count} per cell
+        cells: dict[tuple[str, str], Any] = {}
+        for row in record:
+            if not isinstance(row, dict):
+                return "a record that is not an object"
+            cells[(str(row.get("actual")), str(row.get("predicted")))] = row.get("count")
+        for (actual, predicted), count in cells.items():
+            want = computed["confusion_matrix"].get(actual, {}).get(predicted)
+            if want is None:
+                return (f"the cell {visible(actual)} → {visible(predicted)} names a class {beside} "
+                        "does not have")
+            if count != want:
+                return (f"the cell {visible(actual)} → {visible(predicted)} counts {_shown(count)} "
+                        f"rows where {beside} beside it gives {want}")
+        return None
+    if not isinstance(record, dict):
+        return None
+    expected: dict[str, Any] = {}
+    for key in RECOMPUTED:
+        if key in record:
+            expected.update({k: v for k, v in _leaves(computed[key], key)})
+    if "test_rows" in record:
+        expected["test_rows"] = len(p.ids)
+    if "labels" in record:
+        expected["labels"] = p.labels
+    found = {k: v for key in RECOMPUTED if key in record for k, v in _leaves(record[key], key)}
+    for key in ("test_rows", "labels"):
+        if key in record:
+            found[key] = record[key]
+    for key, value in found.items():
+        want = expected.get(key)
+        same = key in expected and (
+            math.isclose(float(value), float(want), rel_tol=RECOMPUTED_RTOL, abs_tol=1e-12)
+            if _number(value) and _number(want) and want is not None else value == want)
+        if not same:
+            return (f"{key} {_shown(value)} does not follow from {beside} beside it"
+                    + (f" ({_shown(want)})" if key in expected else " (no such class there)"))
+    missing = sorted(set(expected) - set(found))
+    if missing and any(k in record for k in RECOMPUTED):
+        return f"{missing[0]} is missing, which {beside} beside it gives"
+    return None
+
+
+def damage(pairs: dict[str, tuple[bytes, bytes]], beside: dict[str, bytes], rev: str,
+           tolerance: float) -> list[str]:
+    """Each file read for the verdict that is not what it claims, one phrase each naming
+    its side (``REV's`` or ``this run's``) and path: a predictions file that does not
+    parse (:func:`lorasent.metrics.read_predictions`: a probability outside [0, 1] among
+    others; a file of before row ids aside) or fails :func:`predictions_damage`, and a
+    metrics record that does not follow from the predictions beside it
+    (:func:`claims`, :func:`record_damage`). Read: the predictions files that differ, and
+    each metrics file's records where the record's file or its predictions differ, on
+    both sides (``beside``: files the same on both)."""
+    sides = (f"{visible(rev)}'s", "this run's")
+
+    def content(name: str, side: int) -> bytes | None:
+        if name in pairs:
+            return pairs[name][side] or None
+        return beside.get(name)
+
+    read: dict[tuple[str, int], Predictions | str | None] = {}
+
+    def predictions(name: str, side: int) -> Predictions | str | None:
+        if (name, side) not in read:
+            data = content(name, side)
+            try:
+                read[(name, side)] = None if data is None else read_predictions(
+                    data.decode("utf-8", errors="replace"), name)
+            except NoRowIdsError:  # written before row ids: what it is, only older
+                read[(name, side)] = None
+            except PredictionsFileError as err:
+                read[(name, side)] = str(err).removeprefix(f"{name}: ").removeprefix(name)
+        return read[(name, side)]
+
+    found: list[str] = []
+    wanted = list(_predictions_sets(pairs))
+    for name in sorted(set(pairs) | set(beside)):
+        if not _is_claimed(name):
+            continue
+        for side in (0, 1):
+            data = content(name, side)
+            if data is None:
+                continue
+            try:
+                parsed = json.loads(data)
+            except ValueError:
+                if name in pairs:
+                    found.append(f"{sides[side]} {visible(name)} is not JSON")
+                continue
+            for at, record, source in claims(name, parsed):
+                if name not in pairs and source not in pairs:
+                    continue  # neither moved: compared byte for byte, equal
+                if source not in wanted:
+                    wanted.append(source)
+                p = predictions(source, side)
+                if not isinstance(p, Predictions):
+                    continue  # absent, or damaged (said below)
+                why = record_damage(record, p, visible(source))
+                if why:
+                    where = f"{visible(name)}" + (f" at {visible(at)}" if at else "")
+                    found.append(f"{sides[side]} {where}: {why}")
+    files = []
+    for name in wanted:
+        for side in (0, 1):
+            p = predictions(name, side)
+            why = p if isinstance(p, str) else (
+                predictions_damage(p, tolerance) if p is not None else None)
+            if why:
+                files.append(f"{sides[side]} {visible(name)}: {why.lstrip(' :')}")
+    return list(dict.fromkeys(files + found))
+
+
 # ------------------------------------------------------------------ the machines
 
 MACHINE_ROWS: tuple[tuple[str, Callable[[dict[str, Any]], Any]], ...] = (
@@ -434,6 +672,7 @@ def judge(repo: Path, rev: str, commit: str, tolerance: float = TOLERANCE,
     new_outs = outputs(read_lock(repo, "workspace"))
     sides = Sides(repo, commit)
     pairs: dict[str, tuple[bytes, bytes]] = {}
+    beside: dict[str, bytes] = {}  # files the same on both sides, read to check others by
     changed, missing = [], []
     for path in sorted(set(old_outs) | set(new_outs)):
         if _under(path, DESCRIPTIONS):
@@ -449,10 +688,11 @@ def judge(repo: Path, rev: str, commit: str, tolerance: float = TOLERANCE,
             continue
         differing = {name: (old.get(name, b""), new.get(name, b""))
                      for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)}
+        beside.update({name: data for name, data in old.items() if new.get(name) == data})
         if differing or (tracked is None and old_outs.get(path) != new_outs.get(path)):
             changed.append(path)
         pairs.update(differing)
-    return verdict_of(pairs, rev=rev, commit=commit, tolerance=tolerance,
+    return verdict_of(pairs, rev=rev, commit=commit, tolerance=tolerance, beside=beside,
                       inputs=[p for p in changed if _under(p, INPUTS)], missing=missing,
                       outputs=len([p for p in old_outs if not _under(p, DESCRIPTIONS)]),
                       machines=machine_rows(_record(repo, commit, record_stage),
@@ -462,11 +702,17 @@ def judge(repo: Path, rev: str, commit: str, tolerance: float = TOLERANCE,
 def verdict_of(pairs: dict[str, tuple[bytes, bytes]], *, rev: str, commit: str = "",
                tolerance: float = TOLERANCE, inputs: Sequence[str] = (),
                missing: Sequence[str] = (), outputs: int | None = None,
-               machines: Sequence[tuple[str, str, str]] = ()) -> Verdict:
+               machines: Sequence[tuple[str, str, str]] = (),
+               beside: dict[str, bytes] | None = None) -> Verdict:
     """The tier of the files that differ (``{path: (REV's bytes, these bytes)}``; a side
-    without the file has ``b""``), as the module says.
+    without the file has ``b""``), as the module says. First, each file read for it is
+    checked as what it claims to be (:func:`damage`): one that is not makes the verdict
+    "different", the first line naming each such file and why, before anything is judged
+    on it.
 
     Args:
+        beside: files the same on both sides (``{path: bytes}``), read to check a file
+            that differs by: the predictions a metrics file's records follow from.
         inputs: outputs among :data:`INPUTS` that differ (nothing is paired after them).
         missing: outputs that differ but whose REV copy could not be read.
         outputs: how many outputs were compared, for the identical line.
@@ -487,6 +733,7 @@ def verdict_of(pairs: dict[str, tuple[bytes, bytes]], *, rev: str, commit: str =
                                   read_predictions(new_bytes.decode(), name), tolerance))
         except LorasentError as err:
             sets.append(SetResult(name, 0, [], [], math.inf, None, str(err)))
+    damaged = damage(pairs, beside or {}, rev, tolerance)
     moved = any(s.flipped for s in sets)
     probs_within = all(s.within(tolerance) for s in sets)
     flags_moved = any(_flagged(old) != _flagged(new) for name, (old, new) in pairs.items()
@@ -497,6 +744,17 @@ def verdict_of(pairs: dict[str, tuple[bytes, bytes]], *, rev: str, commit: str =
     files += [FileDiff(p, "differs; REV's copy is neither in git nor in the DVC cache "
                        "(dvc pull), so no deviation", _under(p, (ADAPTER_DIR,)))
               for p in missing]
+    if damaged:
+        ours = [d for d in damaged if d.startswith("this run's ")]
+        advice = ([f"restore this run's (git checkout, dvc pull) or remake "
+                   f"{'them' if len(ours) > 1 else 'it'} (dvc repro), then judge again"]
+                  if ours else []) + (
+            [f"{visible(rev)}'s are as committed: judge against a revision whose files are "
+             "whole"] if len(ours) < len(damaged) else [])
+        return Verdict("different", rev, commit,
+                       f"damaged (not what {'they claim' if len(damaged) > 1 else 'it claims'}, "
+                       f"so nothing is judged on {'them' if len(damaged) > 1 else 'it'}): "
+                       + "; ".join(damaged + advice), files, sets, machines)
     if inputs:
         return Verdict("different", rev, commit,
                        f"its inputs differ from {visible(rev)}'s ({', '.join(inputs)}): the "
@@ -513,21 +771,47 @@ def verdict_of(pairs: dict[str, tuple[bytes, bytes]], *, rev: str, commit: str =
                        f"{said}; probabilities within {deviation:.2g} (tolerance "
                        f"{tolerance:g}); every metric within its tolerance; {len(files)} "
                        "files differ (below)", files, sets, machines)
-    main = next((s for s in sets if s.paired is not None), None)
-    if main is None or main.paired is None:
+    beyond = [d.path for d in files if not d.within]
+    if not sets:
+        return Verdict("different", rev, commit,
+                       f"every predictions file is {where}'s, byte for byte, but "
+                       + (f"{len(beyond)} files differ beyond their tolerances"
+                          if len(beyond) != 1 else "1 file differs beyond its tolerance")
+                       + f": {_listing(beyond)}", files, sets, machines)
+    paired = [s for s in sets if s.paired is not None]
+    if not paired:
         return Verdict("different", rev, commit,
                        "files differ beyond the tolerances and no test set could be paired "
                        f"with {visible(rev)}'s: "
-                       + ("; ".join(s.problem or s.name for s in sets) or "no predictions"),
+                       + "; ".join(f"{set_name(s.name)}: {s.problem}" for s in sets),
                        files, sets, machines)
     significant = any(s.paired is None or s.paired.significant for s in sets)
-    line = (f"{len(main.flipped)} of {main.rows} predictions differ from {where}; "
-            + _paired_said(main.paired, rev))
+    shifted = [s for s in sets if not s.within(tolerance)] or paired[:1]
+    lead = next(s for s in [*shifted, *paired] if s.paired is not None)
+    counted = [f"{len(s.flipped)} of {s.rows} predictions"
+               + ("" if s.name == EVAL_PREDICTIONS.as_posix() else f" of {set_name(s.name)}")
+               for s in shifted if s.paired is not None]
+    unpaired = [f"{set_name(s.name)} not paired ({s.problem})" for s in shifted
+                if s.paired is None]
+    assert lead.paired is not None
+    line = "; ".join([f"{' and '.join(counted)} differ from {where}", *unpaired]) + "; " + (
+        f"{set_name(lead.name)}: " if len(shifted) > 1 else "") + _paired_said(lead.paired, rev)
     notes = [f"  {visible(s.name)}: {len(s.flipped)} of {s.rows} predictions differ; "
              + (_paired_said(s.paired, rev) if s.paired else f"not paired: {s.problem}")
-             for s in sets[1:]]
+             for s in sets if s is not lead]
     return Verdict("different" if significant else "consistent", rev, commit, line, files,
                    sets, machines, notes)
+
+
+def set_name(name: str) -> str:
+    """A predictions file as its test set: ``the test split``, ``test set reviews-zh``, or
+    the file (a baseline's)."""
+    if name == EVAL_PREDICTIONS.as_posix():
+        return "the test split"
+    folder = f"{EVAL_TEST_SETS.as_posix()}/"
+    if name.startswith(folder) and name.endswith("/predictions.csv"):
+        return f"test set {visible(name[len(folder):-len('/predictions.csv')])}"
+    return visible(name)
 
 
 def _paired_said(paired: PairedComparison, rev: str) -> str:
@@ -736,7 +1020,7 @@ def reproduce(repo: Path, rev: str = "HEAD", *, workspace: bool = False, no_trai
     """
     if not (0 < tolerance < 1):
         raise LorasentError(f"reproduce: --tolerance must be in (0, 1); got {tolerance:g}")
-    check_revisions(repo, {"REV": [rev]})
+    check_revisions(repo, {"REV": [rev]}, command="reproduce")
     commit = _full_commit(repo, rev)
     if workspace:
         ran = check_workspace(repo, rev, commit)
@@ -852,21 +1136,36 @@ def judge_groups(repo: Path, rev_group: str, here_group: str) -> Verdict:
     """
     from lorasent.review.collect import expand_group
 
-    accuracies = []
+    accuracies, damaged = [], []
     for spec in (rev_group, here_group):
-        revs = expand_group(repo, spec)
-        check_revisions(repo, {"a seed group": revs})
+        revs = expand_group(repo, spec, command="reproduce")
+        check_revisions(repo, {"a seed group": revs}, command="reproduce")
         commits = resolve_commits(repo, *revs)
         values = []
         for rev in revs:
             text = read_at(repo, commits[rev], "metrics/eval.json")
             if not text:
                 raise LorasentError(f"reproduce: {visible(rev)} has no metrics/eval.json")
-            values.append(float(json.loads(text)["accuracy"]))
+            predictions = read_at(repo, commits[rev], EVAL_PREDICTIONS.as_posix())
+            if predictions is not None:  # the accuracy judged follows from them
+                pairs = {EVAL_METRICS.as_posix(): (text.encode(), text.encode()),
+                         EVAL_PREDICTIONS.as_posix(): (predictions.encode(),
+                                                       predictions.encode())}
+                damaged += [d for d in damage(pairs, {}, rev, TOLERANCE)
+                            if d.startswith(f"{visible(rev)}'s ")]  # one side is enough
+            try:
+                values.append(float(json.loads(text)["accuracy"]))
+            except (ValueError, KeyError, TypeError):
+                damaged.append(f"{visible(rev)}'s metrics/eval.json holds no accuracy")
         if len(values) < 2:
             raise LorasentError(f"reproduce: the group {visible(spec)} holds {len(values)} run; "
                                 "a group over seeds needs at least 2 (lorasent seeds -n 3)")
         accuracies.append(values)
+    if damaged:
+        return Verdict("different", rev_group, "",
+                       "damaged (not what it claims, so no accuracy of it is judged): "
+                       + "; ".join(damaged) + "; remake those runs (dvc exp run) or judge "
+                       "groups whose files are whole")
     test = group_comparison("accuracy", *accuracies)
 
     def olympic(values: Sequence[float]) -> float:

@@ -110,12 +110,13 @@ def run_seeds(*, n: int, name: str, sets: Sequence[str] = (), jobs: int = 1,
     check_params(params_text, specs, command="seeds", one_process=False)
     runs = {spec.name: spec.seed for spec in specs}
     existing = set(run_dvc(repo, "exp", "list", "--all-commits", "--name-only",
-                        as_json=False).split())
+                           as_json=False, command="seeds").split())
     if clash := sorted(existing & set(runs)):
         raise LorasentError(f"seeds: experiments {', '.join(clash)} exist already; choose "
                             f"another --name, or remove them (dvc exp remove {' '.join(clash)})")
     uncommitted = [f"{key}: {v.get('old')} -> {v.get('new')}"
-                   for keys in run_dvc(repo, "params", "diff", "--json").values()
+                   for keys in run_dvc(repo, "params", "diff", "--json",
+                                       command="seeds").values()
                    for key, v in keys.items()]
     if uncommitted:
         progress("seeds: params.yaml differs from HEAD, and every run takes it: "
@@ -123,7 +124,7 @@ def run_seeds(*, n: int, name: str, sets: Sequence[str] = (), jobs: int = 1,
                  "dvc checkout` returns to HEAD's params)")
     for spec in specs:
         run_dvc(repo, "exp", "run", "--queue", "-n", spec.name,
-                *(arg for s in spec.sets for arg in ("-S", s)), as_json=False)
+                *(arg for s in spec.sets for arg in ("-S", s)), as_json=False, command="seeds")
     start = functools.partial(_start_workers, repo, jobs)
     start()
     progress(f"seeds: queued {', '.join(runs)}; running {jobs} at a time "
@@ -164,7 +165,8 @@ def wait_for(repo: Path, names: Sequence[str], timeout_s: float | None = None,
     seen: dict[str, str] = {}
     while True:
         statuses, workers = {}, None
-        for line in run_dvc(repo, "queue", "status", as_json=False).splitlines():
+        for line in run_dvc(repo, "queue", "status", as_json=False,
+                            command="seeds").splitlines():
             words = line.split()
             for exp in names:
                 if exp in words:
