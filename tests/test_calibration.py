@@ -28,6 +28,7 @@ from lorasent.calibration import (
     coverage_at,
     ece,
     fit_temperature,
+    interval_note,
     label_issues,
     nll,
     reliability_bins,
@@ -147,6 +148,43 @@ def test_intervals_are_bit_identical_across_runs_and_hold_their_point():
     for name, value in (("nll", nll(y, p)), ("brier", brier(y, p)), ("ece", ece(y, p))):
         assert first[name] == pytest.approx(value, rel=1e-12)
         assert first[f"{name}_ci95_low"] < value < first[f"{name}_ci95_high"], name
+
+
+def _calibrated(seed, n=300):
+    """``n`` rows whose labels are drawn from their own probabilities (K = 3): calibrated,
+    so the plug-in ECE's upward bias is all of it."""
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet([1, 1, 1], size=n)
+    return np.array([rng.choice(3, p=row) for row in p]), p
+
+
+def test_an_interval_that_leaves_out_its_estimate_says_why_and_one_that_holds_it_says_nothing():
+    """Issue 62: the committed ECE after temperature 0.0295 had the interval [0.0297,
+    0.0744]. Seed 5's calibrated rows do the same; seed 0's interval holds its ECE."""
+    y, p = _calibrated(5)
+    m = calibration_metrics(y, p)
+    assert m["ece"] < m["ece_ci95_low"]
+    assert m["interval_note"] == (
+        f"the 95% interval of ECE [{m['ece_ci95_low']:.4f}, {m['ece_ci95_high']:.4f}] lies "
+        f"above its estimate {m['ece']:.4f}: ECE over equal-width bins is biased upward, the "
+        "more so the fewer rows per bin (Kumar et al. 2019), and a resample repeats rows; "
+        "the interval is the spread of the resampled ECE, the estimate is the point")
+    y, p = _calibrated(0)
+    m = calibration_metrics(y, p)
+    assert m["ece_ci95_low"] <= m["ece"] <= m["ece_ci95_high"]
+    assert "interval_note" not in m
+
+
+def test_interval_note_names_each_statistic_and_side_it_misses():
+    assert interval_note(("nll", "brier", "ece"), (0.5, 0.3, 0.02), (0.4, 0.31, 0.0),
+                         (0.6, 0.4, 0.05)) == (
+        "the 95% interval of Brier score [0.3100, 0.4000] lies above its estimate 0.3000: "
+        "a resample repeats rows; the interval is the spread of the resampled Brier score, "
+        "the estimate is the point")
+    note = interval_note(("ece",), (0.01,), (-0.05,), (0.0,), label="Δ ")
+    assert note is not None and note.startswith("the 95% interval of Δ ECE [-0.0500, 0.0000] "
+                                                "lies below its estimate 0.0100:")
+    assert interval_note(("ece",), (0.02,), (0.02,), (0.05,)) is None
 
 
 def _row_bootstrap(y, probs_a, probs_b=None, seed=7):

@@ -28,7 +28,7 @@ from lorasent.review.markup import md_code, md_text
 from lorasent.review.pr_comment import comment_text, earlier_comment, marker
 from lorasent.review.render import _markdown, html_page
 from lorasent.review.verdict import Side, judge
-from test_render_sets import BASELINE, _metrics
+from test_render_sets import BASELINE, _calibration, _metrics
 
 HEAD = "c" * 40
 PARTS = ["abc\u202edef", "<script>alert('script')</script>", "<img src=x onerror=alert('img')>",
@@ -55,7 +55,8 @@ def _evals(accuracy: float) -> EvalMetrics:
     per_class = {label: {"precision": accuracy, "recall": accuracy, "f1": accuracy,
                          "support": 10} for label in LABELS}
     matrix = {actual: {predicted: 5 for predicted in LABELS} for actual in LABELS}
-    one = {**_metrics(accuracy, 20, None), "per_class": per_class, "confusion_matrix": matrix,
+    calibration = {**_calibration(0.02, None), "interval_note": HOSTILE}
+    one = {**_metrics(accuracy, 20, calibration), "per_class": per_class, "confusion_matrix": matrix,
            "labels": LABELS, "reference": "zero_shot", "reference_accuracy": 0.1,
            "baseline": {**BASELINE, "majority_class": HOSTILE, "majority_accuracy": 0.9},
            "relative_error_reduction_note": HOSTILE}

@@ -18,6 +18,7 @@ from lorasent.review.render import (
     RELIABILITY,
     RISK_COVERAGE,
     calibration_specs,
+    interval_notes,
     write_report,
 )
 from lorasent.review.verdict import Side, delta_text, judge
@@ -111,6 +112,14 @@ def test_the_metrics_table_gives_each_sides_calibration(tmp_path):
         "| Brier score (raw probabilities) | 0.3000 | — | — | [0.2500, 0.3500] | — |",
         "| temperature (fitted on validation) | 1.5000 | — | — | — | — |"]
     assert lines[at + 16:at + 18] == ["", "## Is the difference real? (paired, same test rows)"]
+
+
+def test_a_side_s_interval_note_follows_the_metrics_table_escaped():
+    """Issue 62: an interval that leaves out its estimate says why in the report too."""
+    note = {"calibration": {"interval_note": "the 95% interval of ECE lies above <it>"}}
+    assert interval_notes((None, note)) == [
+        "", "Note on B: the 95% interval of ECE lies above &lt;it&gt;."]
+    assert interval_notes(({"calibration": {}}, None)) == []
 
 
 def test_the_paired_table_has_the_calibration_deltas(tmp_path):

@@ -24,6 +24,7 @@ predicted class of a row is its argmax (the first on ties, as lorasent predicts)
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, TypedDict
@@ -225,9 +226,51 @@ def _resampled(values: Array, bins: npt.NDArray[np.int64]
 
 
 _NAMES = ("nll", "brier", "ece")
+# why a percentile interval may leave out its own estimate (issue 62): the plug-in ECE is
+# biased upward, the more so the fewer rows per bin (Kumar et al. 2019, "Verified
+# Uncertainty Calibration"), and a resample repeats rows, which sharpens the bins, so
+# for a well-calibrated model nearly every resample's ECE lies above the estimate
+BIAS_REASON = {
+    "ece": "ECE over equal-width bins is biased upward, the more so the fewer rows per "
+           "bin (Kumar et al. 2019), and a resample repeats rows",
+    "nll": "a resample repeats rows, and the few rows of a probability near 0 weigh most",
+    "brier": "a resample repeats rows",
+}
 
 
-def calibration_metrics(y: ClassIds, probs: npt.ArrayLike) -> dict[str, float | int]:
+def interval_note(names: Sequence[str], points: Sequence[float], low: Sequence[float],
+                  high: Sequence[float], *, label: str = "") -> str | None:
+    """Why a percentile bootstrap interval leaves out its own estimate, or None where
+    every interval holds its estimate.
+
+    The percentile bootstrap reads a biased statistic's resamples, which sit off the
+    estimate by about the bias; the interval is then the spread of the resampled
+    statistic and the estimate is still the point (Efron & Tibshirani 1993, "An
+    Introduction to the Bootstrap", ch. 10 and 14). The record keeps both and this line.
+
+    Args:
+        names: the statistics' keys (``ece``, ``nll``, ``brier``), in ``BIAS_REASON``.
+        points, low, high: each statistic's estimate and 95% bounds.
+        label: the words before each name (``"Δ "`` for a paired difference).
+
+    Returns:
+        e.g. ``the 95% interval of ECE [0.0297, 0.0744] lies above its estimate 0.0295:
+        ECE over equal-width bins is biased upward ...; the interval is the spread of the
+        resampled ECE, the estimate is the point``.
+    """
+    notes = []
+    for name, point, lo, hi in zip(names, points, low, high, strict=True):
+        if lo <= point <= hi:
+            continue
+        side = "above" if lo > point else "below"
+        what = f"{label}{name.upper() if name != 'brier' else 'Brier score'}"
+        notes.append(f"the 95% interval of {what} [{lo:.4f}, {hi:.4f}] lies {side} its "
+                     f"estimate {point:.4f}: {BIAS_REASON[name]}; the interval is the "
+                     f"spread of the resampled {what}, the estimate is the point")
+    return "; ".join(notes) or None
+
+
+def calibration_metrics(y: ClassIds, probs: npt.ArrayLike) -> dict[str, float | int | str]:
     """NLL, Brier score and ECE (:data:`ECE_BINS` bins), each with its 95% interval.
 
     The intervals are a percentile bootstrap over the rows (10,000 resamples, seed 0), the
@@ -238,20 +281,24 @@ def calibration_metrics(y: ClassIds, probs: npt.ArrayLike) -> dict[str, float | 
 
     Returns:
         ``nll``, ``nll_ci95_low``, ``nll_ci95_high``, the same for ``brier`` and ``ece``,
-        and ``ece_bins``: 15.
+        and ``ece_bins``: 15; ``interval_note`` (str, :func:`interval_note`) only where
+        an interval leaves out its estimate.
     """
     values, bin_of = _values(*_checked(y, probs))
     points, (low, high) = _resampled(values, bin_of[:, None])
-    out: dict[str, float | int] = {}
+    out: dict[str, float | int | str] = {}
     for name, value, lo, hi in zip(_NAMES, points, low, high, strict=True):
         out[name], out[f"{name}_ci95_low"], out[f"{name}_ci95_high"] = (
             float(value), float(lo), float(hi))
     out["ece_bins"] = ECE_BINS
+    note = interval_note(_NAMES, points, low, high)
+    if note:
+        out["interval_note"] = note
     return out
 
 
 def calibration_deltas(y: ClassIds, probs_a: npt.ArrayLike, probs_b: npt.ArrayLike
-                       ) -> dict[str, float]:
+                       ) -> dict[str, float | str]:
     """B − A in NLL, Brier score and ECE on the same rows, with paired 95% intervals.
 
     Args:
@@ -263,7 +310,8 @@ def calibration_deltas(y: ClassIds, probs_a: npt.ArrayLike, probs_b: npt.ArrayLi
     Returns:
         ``delta_nll``, ``delta_nll_ci95_low``, ``delta_nll_ci95_high``, the same for
         ``brier`` and ``ece``: negative means B is better calibrated. The bootstrap
-        resamples the same rows for A and B (:data:`INTERVAL_METHOD`).
+        resamples the same rows for A and B (:data:`INTERVAL_METHOD`);
+        ``delta_interval_note`` only where an interval leaves out its estimate.
     """
     (ids, a), (_, b) = _checked(y, probs_a), _checked(y, probs_b)
     if a.shape != b.shape:
@@ -271,10 +319,13 @@ def calibration_deltas(y: ClassIds, probs_a: npt.ArrayLike, probs_b: npt.ArrayLi
     (values_a, bin_a), (values_b, bin_b) = _values(ids, a), _values(ids, b)
     points, (low, high) = _resampled(np.concatenate([values_a, values_b], axis=1),
                                      np.stack([bin_a, bin_b], axis=1))
-    out = {}
+    out: dict[str, float | str] = {}
     for name, value, lo, hi in zip(_NAMES, points, low, high, strict=True):
         out[f"delta_{name}"], out[f"delta_{name}_ci95_low"], out[f"delta_{name}_ci95_high"] = (
             float(value), float(lo), float(hi))
+    note = interval_note(_NAMES, points, low, high, label="Δ ")
+    if note:
+        out["delta_interval_note"] = note
     return out
 
 

@@ -829,6 +829,9 @@ def _calibration_rows(m: Any) -> list[tuple[str, str]]:
     rows = [("calibration (raw)", scores(c))]
     rows.append(("after temperature", f"T = {c.temperature:.3f}:  {scores(c.scaled)}"
                  if c.scaled and c.temperature is not None else f"none: {c.temperature_note}"))
+    rows += [(f"note ({side})", x.interval_note)
+             for side, x in (("raw", c), ("after temperature", c.scaled))
+             if x is not None and x.interval_note]
     if m.label_issues:
         rows.append(("likely label errors", f"{m.label_issues.rows} rows "
                      f"({m.label_issues.share:.1%}), ranked in {m.label_issues.file}"))

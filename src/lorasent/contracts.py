@@ -283,6 +283,9 @@ class CalibrationScores(_Contract):
     ece: float                    # expected calibration error (Guo et al. 2017), in [0, 1]
     ece_ci95_low: float | None
     ece_ci95_high: float | None
+    # why an interval leaves out its estimate (``lorasent.calibration.interval_note``);
+    # absent where each interval holds its estimate, and before issue 62
+    interval_note: str | None = None
 
 
 class Calibration(CalibrationScores):

@@ -332,8 +332,9 @@ def _markdown(c: Comparison, images: dict[str, list[str]], texts: dict[str, str]
         lines += params_table(c.changed_params())
 
     lines += ["", "## Metrics (test split)", ""]
-    lines += table(METRICS_HEADER, metrics_rows(HEADLINE, _pair_of(
-        dump(s.evals) if s.evals else None for s in sides)))
+    values = _pair_of(dump(s.evals) if s.evals else None for s in sides)
+    lines += table(METRICS_HEADER, metrics_rows(HEADLINE, values))
+    lines += interval_notes(values)
     if review.paired:
         lines += ["", "## Is the difference real? (paired, same test rows"
                   + ("; not a result: a side is stale)" if runs else ")"), ""]
@@ -394,7 +395,8 @@ def _not_run(runs: dict[str, dict[str, Any]] | None, file: str, key: str,
     return "; ".join(said)
 
 
-def paired_table(p: PairedComparison, calibration: dict[str, float] | None = None) -> list[str]:
+def paired_table(p: PairedComparison, calibration: dict[str, float | str] | None = None
+                 ) -> list[str]:
     """Markdown lines: Δ accuracy and Δ macro-F1 with their paired intervals, then (given
     ``calibration``, :func:`lorasent.calibration.calibration_deltas`'s) Δ ECE, Δ NLL and
     Δ Brier with theirs, McNemar's test, and each actual class's rows B fixed and broke;
@@ -409,6 +411,8 @@ def paired_table(p: PairedComparison, calibration: dict[str, float] | None = Non
     if calibration:
         lines += ["", "ECE, NLL and Brier score of the probabilities each predictions file "
                       "holds (raw, before temperature scaling): lower is better."]
+        if calibration.get("delta_interval_note"):
+            lines += ["", f"Note: {md_text(calibration['delta_interval_note'], None)}."]
     lines += ["", f"McNemar's exact test on the {p.rows} rows: {p.only_b_right} right only in B, "
                   f"{p.only_a_right} right only in A, {p_text(p.p_value)}.", ""]
     lines += table(["actual class", "rows B fixed (A wrong, B right)",
@@ -430,9 +434,20 @@ def set_section(name: str, review: Review, sides: tuple[Side, Side]) -> list[str
     if any(sources):
         lines += [f"Source: {_pair({'old': sources[0], 'new': sources[1]})}.", ""]
     lines += table(METRICS_HEADER, metrics_rows(SET_HEADLINE, values))
+    lines += interval_notes(values)
     if review.paired:
         lines += [""] + paired_table(review.paired, review.calibration)
     return lines + [""]
+
+
+def interval_notes(values: tuple[dict[str, Any] | None, dict[str, Any] | None]) -> list[str]:
+    """Markdown lines: each side's ``calibration.interval_note`` (why its ECE, NLL or
+    Brier interval leaves out the estimate, ``lorasent.calibration.interval_note``),
+    escaped: a side's eval.json is the pull request's."""
+    notes = [(side, lookup(v, "calibration.interval_note", None))
+             for side, v in zip("AB", values, strict=True)]
+    return [line for side, note in notes if note
+            for line in ("", f"Note on {side}: {md_text(note, None)}.")]
 
 
 def _pair_of(values: Iterable[dict[str, Any] | None]) -> tuple[dict[str, Any] | None,
