@@ -29,7 +29,7 @@ import numpy as np
 import yaml
 from scipy.stats import ttest_ind
 
-from lorasent.metrics import read_predictions
+from lorasent.metrics import Predictions, read_predictions
 from lorasent.review.verdict import outcome
 from lorasent.statistics import paired_comparison
 
@@ -71,11 +71,10 @@ def record(repo: Path, ref: str) -> dict:
     }
 
 
-def versus(repo: Path, r: dict, reference_csv: Path) -> dict:
+def versus(repo: Path, r: dict, theirs: Predictions) -> dict:
     """The experiment's paired verdict against a reference's predictions of its test rows."""
     ours = read_predictions(git(repo, "show", f"{r['commit']}:metrics/predictions.csv"),
                             f"{r['experiment']}:metrics/predictions.csv")
-    theirs = read_predictions(reference_csv.read_text(encoding="utf-8"), str(reference_csv))
     order = {row_id: i for i, row_id in enumerate(theirs.ids)}
     at = np.array([order[row_id] for row_id in ours.ids])
     assert list(theirs.labels) == list(ours.labels)
@@ -126,10 +125,12 @@ def main(argv: list[str] | None = None) -> None:
     refs = git(args.repo, "for-each-ref", "refs/exps", "--format=%(refname)").split()
     rows = sorted((record(args.repo, ref) for ref in refs), key=lambda r: r["experiment"])
     times = seconds(args.logs)
+    encoder = (read_predictions(args.encoder.read_text(encoding="utf-8"), str(args.encoder))
+               if args.encoder else None)
     for r in rows:
         r["run_seconds"] = times.get(r["experiment"])
-        if args.encoder and r["split.train_size"] == args.encoder_rows:
-            r.update(versus(args.repo, r, args.encoder))
+        if encoder and r["split.train_size"] == args.encoder_rows:
+            r.update(versus(args.repo, r, encoder))
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1) + "\n")
     print("| experiment | rows | epochs | lr | r | seed | steps | run time | test acc. "
