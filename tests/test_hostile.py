@@ -56,8 +56,9 @@ def _evals(accuracy: float) -> EvalMetrics:
                          "support": 10} for label in LABELS}
     matrix = {actual: {predicted: 5 for predicted in LABELS} for actual in LABELS}
     calibration = {**_calibration(0.02, None), "interval_note": HOSTILE}
-    one = {**_metrics(accuracy, 20, calibration), "per_class": per_class, "confusion_matrix": matrix,
-           "labels": LABELS, "reference": "zero_shot", "reference_accuracy": 0.1,
+    one = {**_metrics(accuracy, 20, calibration), "per_class": per_class,
+           "confusion_matrix": matrix, "labels": LABELS, "reference": "zero_shot",
+           "reference_accuracy": 0.1,
            "baseline": {**BASELINE, "majority_class": HOSTILE, "majority_accuracy": 0.9},
            "relative_error_reduction_note": HOSTILE}
     return EvalMetrics.model_validate({**one, "test_sets": {SET: {

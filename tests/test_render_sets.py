@@ -73,7 +73,7 @@ COMPARISON = Comparison("main", "HEAD", {"main": "aaaaaaa", "HEAD": "bbbbbbb"}, 
                         SIDES, REVIEW, {})
 
 
-def _deltas(calibration: dict[str, float] | None) -> list[str]:
+def _deltas(calibration: dict[str, Any] | None) -> list[str]:
     """The paired table's calibration rows, from ``calibration_deltas``'s numbers."""
     assert calibration is not None
     return [f"| {name} | {delta_text(calibration[key])} | "

@@ -24,10 +24,10 @@ predicted class of a row is its argmax (the first on ties, as lorasent predicts)
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import metadata
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -238,8 +238,8 @@ BIAS_REASON = {
 }
 
 
-def interval_note(names: Sequence[str], points: Sequence[float], low: Sequence[float],
-                  high: Sequence[float], *, label: str = "") -> str | None:
+def interval_note(names: Iterable[str], points: Iterable[float], low: Iterable[float],
+                  high: Iterable[float], *, label: str = "") -> str | None:
     """Why a percentile bootstrap interval leaves out its own estimate, or None where
     every interval holds its estimate.
 
@@ -270,7 +270,7 @@ def interval_note(names: Sequence[str], points: Sequence[float], low: Sequence[f
     return "; ".join(notes) or None
 
 
-def calibration_metrics(y: ClassIds, probs: npt.ArrayLike) -> dict[str, float | int | str]:
+def calibration_metrics(y: ClassIds, probs: npt.ArrayLike) -> dict[str, Any]:
     """NLL, Brier score and ECE (:data:`ECE_BINS` bins), each with its 95% interval.
 
     The intervals are a percentile bootstrap over the rows (10,000 resamples, seed 0), the
@@ -286,7 +286,7 @@ def calibration_metrics(y: ClassIds, probs: npt.ArrayLike) -> dict[str, float | 
     """
     values, bin_of = _values(*_checked(y, probs))
     points, (low, high) = _resampled(values, bin_of[:, None])
-    out: dict[str, float | int | str] = {}
+    out: dict[str, Any] = {}
     for name, value, lo, hi in zip(_NAMES, points, low, high, strict=True):
         out[name], out[f"{name}_ci95_low"], out[f"{name}_ci95_high"] = (
             float(value), float(lo), float(hi))
@@ -298,7 +298,7 @@ def calibration_metrics(y: ClassIds, probs: npt.ArrayLike) -> dict[str, float | 
 
 
 def calibration_deltas(y: ClassIds, probs_a: npt.ArrayLike, probs_b: npt.ArrayLike
-                       ) -> dict[str, float | str]:
+                       ) -> dict[str, Any]:
     """B − A in NLL, Brier score and ECE on the same rows, with paired 95% intervals.
 
     Args:
@@ -319,7 +319,7 @@ def calibration_deltas(y: ClassIds, probs_a: npt.ArrayLike, probs_b: npt.ArrayLi
     (values_a, bin_a), (values_b, bin_b) = _values(ids, a), _values(ids, b)
     points, (low, high) = _resampled(np.concatenate([values_a, values_b], axis=1),
                                      np.stack([bin_a, bin_b], axis=1))
-    out: dict[str, float | str] = {}
+    out: dict[str, Any] = {}
     for name, value, lo, hi in zip(_NAMES, points, low, high, strict=True):
         out[f"delta_{name}"], out[f"delta_{name}_ci95_low"], out[f"delta_{name}_ci95_high"] = (
             float(value), float(lo), float(hi))

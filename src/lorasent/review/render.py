@@ -395,7 +395,7 @@ def _not_run(runs: dict[str, dict[str, Any]] | None, file: str, key: str,
     return "; ".join(said)
 
 
-def paired_table(p: PairedComparison, calibration: dict[str, float | str] | None = None
+def paired_table(p: PairedComparison, calibration: dict[str, Any] | None = None
                  ) -> list[str]:
     """Markdown lines: Δ accuracy and Δ macro-F1 with their paired intervals, then (given
     ``calibration``, :func:`lorasent.calibration.calibration_deltas`'s) Δ ECE, Δ NLL and

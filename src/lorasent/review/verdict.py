@@ -133,7 +133,7 @@ class Review:
     rows: tuple[Predictions, Predictions] | None = None  # A's and B's, rows in A's order
     notes: list[str] = field(default_factory=list)  # true of A and B alike: not the change
     # ``lorasent.calibration.calibration_deltas`` of the paired rows' probabilities
-    calibration: dict[str, float | str] | None = None
+    calibration: dict[str, Any] | None = None
     # {row id: "A", "B" or "A, B"}: the rows B fixed or broke that a side's audit flags
     flagged: dict[str, str] = field(default_factory=dict)
     sets: dict[str, Review] = field(default_factory=dict)  # each extra test set's review
