@@ -2,10 +2,12 @@
 (tests/import_graph.py: imports at the top and inside functions, not under
 ``if TYPE_CHECKING:``).
 
-The layers: ``cli`` (the entry point: ``lorasent <command>`` dispatches to every stage,
-tool and review command), ``stages/``, ``tools/``, ``review/``, and the shared core (every
-other module at the package's top level). A broken rule fails with one line per offending
-import, naming the file, the line and the statement.
+The layers: ``cli`` (the entry point: the ``lorasent`` group), ``commands/`` (each
+command, calling a stage, tool or review function; ``commands.stages``, the one command
+module in the stages' deps, imports no other command module), ``stages/``, ``tools/``,
+``review/``, and the shared core (every other module at the package's top level). A
+broken rule fails with one line per offending import, naming the file, the line and the
+statement.
 
 That the review code loads no torch is tests/test_review.py's check (it runs the
 commands); this file checks only which modules import which.
@@ -20,8 +22,9 @@ from import_graph import SRC, Import, graph, lorasent_imports, module_names
 from lorasent.modes import MODES
 from lorasent.params import read_yaml
 
-PACKAGES = ("stages", "tools", "review")
+PACKAGES = ("commands", "stages", "tools", "review")
 TOP = "cli"
+STAGE_COMMANDS = "commands.stages"
 
 # Imports across the layers that the rules below would refuse, each with its reason. A new
 # one is a decision: add it here and to docs/architecture.md's import rules.
@@ -53,7 +56,7 @@ EXCEPTIONS = {
 
 
 def layer(module: str) -> str:
-    """``cli``, ``stages``, ``tools``, ``review`` or ``core``."""
+    """``cli``, ``commands``, ``stages``, ``tools``, ``review`` or ``core``."""
     first = module.split(".")[0]
     return first if module == TOP or first in PACKAGES else "core"
 
@@ -66,8 +69,12 @@ def broken_rule(importer: str, imported: str) -> str | None:
         return f"{importer}/__init__.py holds only its docstring: a package imports nothing"
     if imported == TOP:
         return "nothing imports cli: it is the entry point, the top of the graph"
+    if importer == STAGE_COMMANDS and layer(imported) not in {"core", "stages"}:
+        return (f"the stages' commands import {imported}; commands.stages may import the "
+                "core and stages/ only (it is the one command module in the stages' deps)")
     allowed = {
-        "cli": {"core", "stages", "tools", "review"},
+        "cli": {"commands"},
+        "commands": {"core", "stages", "tools", "review", "commands"},
         "core": {"core"},
         "stages": {"core"},
         "tools": {"core", "tools"},
@@ -76,9 +83,10 @@ def broken_rule(importer: str, imported: str) -> str | None:
     if layer(imported) in allowed:
         return None
     what = {"core": "the shared core", "stages": "a stage", "tools": "a tool",
-            "review": "the review code"}
+            "review": "the review code", "commands": "a command", "cli": "cli"}
     may = " and ".join("the core" if name == "core" else f"{name}/" for name in
-                       sorted(allowed, key=["core", "stages", "tools", "review"].index))
+                       sorted(allowed, key=["core", "commands", "stages", "tools",
+                                            "review"].index))
     return (f"{what[layer(importer)]} imports {what[layer(imported)]} ({imported}); "
             f"{layer(importer) if layer(importer) != 'core' else 'the core'} may import "
             f"{may} only")
@@ -180,6 +188,11 @@ def test_a_stage_that_imports_another_stage_is_one_line_naming_it():
     ("tools.predict", "stages.train", "a tool imports a stage (stages.train); tools may "
                                       "import the core and tools/ only"),
     ("tools.predict", "cli", "nothing imports cli"),
+    ("stages.train", "commands.stages", "a stage imports a command (commands.stages)"),
+    ("cli", "stages.train", "cli imports a stage (stages.train); cli may import commands/ only"),
+    ("commands.stages", "commands.options", "commands.stages may import the core and "
+                                            "stages/ only"),
+    ("commands.stages", "tools.predict", "the stages' commands import tools.predict"),
     ("review", "review.collect", "a package imports nothing"),
 ])
 def test_what_each_rule_refuses(importer, imported, rule):
@@ -188,7 +201,9 @@ def test_what_each_rule_refuses(importer, imported, rule):
 
 
 @pytest.mark.parametrize(("importer", "imported"), [
-    ("cli", "stages.train"), ("cli", "review.compare"), ("tools.device_check", "tools.bench"),
+    ("cli", "commands.stages"), ("commands.review", "review.compare"),
+    ("commands.stages", "stages.train"), ("commands.adapter", "commands.options"),
+    ("commands.project", "commands.stages"), ("tools.device_check", "tools.bench"),
     ("review.compare", "review.render"), ("stages.train", "modeling"), ("modeling", "params"),
     *EXCEPTIONS])
 def test_what_the_rules_allow(importer, imported):

@@ -6,7 +6,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from lorasent.cli import FiniteFloat, main
+from lorasent.cli import main
+from lorasent.commands.options import FiniteFloat
 
 
 def _numeric_options() -> list[tuple[str, str, object]]:

@@ -229,7 +229,7 @@ def test_a_stale_workspace_is_said_first_and_gives_no_result(changed_params, tmp
 
 @pytest.mark.slow
 def test_metrics_warns_first_when_the_workspace_is_stale(changed_params, monkeypatch):
-    from lorasent.cli import metrics
+    from lorasent.commands.project import metrics
 
     monkeypatch.chdir(changed_params)
     result = CliRunner().invoke(metrics, [])
@@ -241,7 +241,7 @@ def test_metrics_warns_first_when_the_workspace_is_stale(changed_params, monkeyp
 
 @pytest.mark.slow
 def test_metrics_prints_no_warning_when_the_workspace_is_fresh(metrics_repo, monkeypatch):
-    from lorasent.cli import metrics
+    from lorasent.commands.project import metrics
 
     monkeypatch.chdir(metrics_repo)
     result = CliRunner().invoke(metrics, [])

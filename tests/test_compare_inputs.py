@@ -191,7 +191,7 @@ def test_a_file_with_its_columns_in_another_order_is_paired(cases_repo, tmp_path
 @pytest.mark.slow
 def test_a_damaged_side_is_one_line_and_nothing_is_written(cases_repo, monkeypatch, a, b,
                                                             message):
-    from lorasent.cli import compare as compare_command
+    from lorasent.commands.review import compare as compare_command
 
     monkeypatch.chdir(cases_repo)
     result = CliRunner().invoke(compare_command, [a, b])

@@ -27,7 +27,8 @@ from click.testing import CliRunner
 
 from conftest import REPO, train_in
 from lorasent import environment
-from lorasent.cli import _user_errors, main
+from lorasent.cli import main
+from lorasent.command_errors import user_errors
 from lorasent.environment import NoSpaceLeft, filesystem
 from lorasent.stages.train import Checkpoints
 
@@ -252,7 +253,7 @@ def _command(raise_it):
     import click
 
     @click.command(name="train")
-    @_user_errors
+    @user_errors
     def train() -> None:
         raise_it()
 

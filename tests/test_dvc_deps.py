@@ -1,11 +1,13 @@
 """dvc.yaml's deps cover the code that makes each stage's outputs, and the workflow
 passes zizmor.
 
-A stage's code is its import closure: what ``lorasent <stage>`` runs in cli.py (the
-module's top level, the stage's function and the cli functions it names, such as
-``_stage``), and every lorasent module those import, at the top or inside a function,
-followed to the end. A module left out of the deps is one that cannot change results
-(:data:`EXEMPT`, with the reason each).
+A stage's code is its import closure: what ``lorasent <stage>`` runs in
+``commands/stages.py`` (the module's top level, the stage's function and the functions it
+names, such as ``stage``), and every lorasent module those import, at the top or inside
+a function, followed to the end. ``cli.py``, the group that dispatches to every command,
+is no stage's code: a change to it, or to any other command module, reruns nothing
+(:func:`test_a_change_to_a_command_outside_the_stages_reruns_no_stage`). A module left
+out of the deps is one that cannot change results (:data:`EXEMPT`, with the reason each).
 """
 
 import ast
@@ -45,11 +47,14 @@ def _module(name: str) -> ast.Module:
     return ast.parse((SRC / f"{name.replace('.', '/')}.py").read_text(encoding="utf-8"))
 
 
+COMMANDS = "commands.stages"
+
+
 def _cli_roots(stage: str) -> list[ast.stmt]:
-    """What ``lorasent <stage>`` runs of cli.py: its top level, and the functions reached
-    by name from the stage's function (its decorator ``_stage``, then ``_user_errors``,
-    ``_record``, ...)."""
-    tree = _module("cli")
+    """What ``lorasent <stage>`` runs of commands/stages.py: its top level, and the
+    functions reached by name from the stage's function (its decorator ``stage``, then
+    ``_stage_command``, ``params_record``, ...)."""
+    tree = _module(COMMANDS)
     functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
     top = [node for node in tree.body
            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)]
@@ -65,14 +70,14 @@ def _cli_roots(stage: str) -> list[ast.stmt]:
 
 
 def closure(stage: str) -> set[str]:
-    """The lorasent modules ``lorasent <stage>`` can run, cli included."""
+    """The lorasent modules ``lorasent <stage>`` can run, its command module included."""
     seen: set[str] = set()
-    todo = ["cli", f"stages.{stage}", *_imports(_cli_roots(stage))]
+    todo = [COMMANDS, f"stages.{stage}", *_imports(_cli_roots(stage))]
     while todo:
         name = todo.pop()
         if name not in seen:
             seen.add(name)
-            if name != "cli":  # cli's own imports: only those of _cli_roots
+            if name != COMMANDS:  # its own imports: only those of _cli_roots
                 todo += _imports(_module(name).body)
     return seen
 
@@ -83,7 +88,7 @@ def _declared_code(stage: str) -> list[str]:
 
 
 def test_the_walk_follows_imports_inside_functions():
-    # cli imports the stage module inside the stage's function, and params imports
+    # the command imports the stage module inside the stage's function, and params imports
     # artifacts inside update_params: both are followed
     assert "stages.train" in _imports(_cli_roots("train"))
     assert not any(name.startswith("review") for name in _imports(_cli_roots("train")))
@@ -102,8 +107,8 @@ def test_stage_deps_are_its_import_closure(stage):
 @pytest.mark.slow
 def test_the_closures_hold_what_writes_and_maps_the_outputs():
     assert closure("fetch") - set(EXEMPT) == {
-        "stages.fetch", "artifacts", "cli", "environment", "errors", "launch", "modes",
-        "params", "paths", "tables"}
+        "stages.fetch", "artifacts", "command_errors", "commands.stages", "environment",
+        "errors", "launch", "modes", "params", "paths", "tables"}
     assert closure("train") - closure("fetch") == {"stages.train", "calibration", "contracts",
                                                    "metrics", "modeling", "scoring",
                                                    "statistics", "subsets"}
@@ -119,6 +124,31 @@ def test_exempt_modules_are_in_some_closure():
 
 def test_the_training_key_hashes_the_train_closure():
     assert sorted(TRAIN_CODE) == sorted(closure("train") - set(EXEMPT))
+
+
+@pytest.mark.slow
+def test_a_change_to_a_command_outside_the_stages_reruns_no_stage(tiny_copy):
+    """An edit of the group (cli.py) or of a tool, review or experiment command leaves
+    every stage up to date: a `git pull` that touched `lorasent doctor` retrains nothing
+    and keeps the checkpoints (their key hashes TRAIN_CODE). An edit of the stages'
+    commands makes all five stale."""
+    from tiny_repo import run
+
+    root = tiny_copy
+    assert json.loads(run(root, "dvc", "status", "--json")) == {}
+    commands = root / "src/lorasent/commands"
+    others = [root / "src/lorasent/cli.py",
+              *(path for path in sorted(commands.glob("*.py")) if path.name != "stages.py")]
+    assert len(others) >= 5
+    for path in others:
+        path.write_text(path.read_text(encoding="utf-8") + "# edited\n", encoding="utf-8")
+    assert json.loads(run(root, "dvc", "status", "--json")) == {}
+    stages = commands / "stages.py"
+    stages.write_text(stages.read_text(encoding="utf-8") + "# edited\n", encoding="utf-8")
+    status = json.loads(run(root, "dvc", "status", "--json"))
+    assert sorted(status) == sorted(STAGES)
+    assert all({"changed deps": {"src/lorasent/commands/stages.py": "modified"}} in status[stage]
+               for stage in STAGES)
 
 
 def _zizmor() -> str:

@@ -168,7 +168,7 @@ def test_dvc_status_sees_an_edit_of_a_local_test_set(tiny_copy):
 
 @pytest.mark.parametrize("stage", ["baseline", "evaluate"])
 def test_baseline_and_evaluate_check_the_test_sets_as_doctor_does(tmp_path, monkeypatch, stage):
-    """One check (cli._input_problems) in doctor, baseline (which runs before train, so
+    """One check (commands.stages.input_problems) in doctor, baseline (which runs before train, so
     that a bad set stops `dvc repro` before a training) and evaluate."""
     from click.testing import CliRunner
 

@@ -18,8 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 from lorasent import programs
-from lorasent.cli import _user_errors
-from lorasent.cli import compare as compare_command
+from lorasent.command_errors import user_errors
+from lorasent.commands.review import compare as compare_command
 from lorasent.errors import LorasentError
 from lorasent.review.collect import check_revisions
 from lorasent.review.compare import compare
@@ -116,7 +116,7 @@ def test_a_missing_program_is_named_with_how_to_get_it(monkeypatch, tmp_path):
 
 @click.command()
 @click.argument("what")
-@_user_errors
+@user_errors
 def _fails(what: str) -> None:
     if what == "program":
         subprocess.run(["lorasent-no-such-program", "--version"], check=False)

@@ -1,5 +1,5 @@
 """The five stages of the DVC pipeline, one module each, run in this order by ``dvc repro``
-(dvc.yaml) through ``lorasent <stage>`` (:mod:`lorasent.cli`):
+(dvc.yaml) through ``lorasent <stage>`` (:mod:`lorasent.commands.stages`):
 
 - :mod:`~lorasent.stages.fetch`: the corpus into ``data/raw``, the base model into
   ``models/base``;

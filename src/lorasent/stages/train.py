@@ -431,9 +431,9 @@ def mean_loss(log_history: list[dict[str, Any]]) -> float | None:
 
 # The modules whose code the adapter depends on: the train stage's deps in dvc.yaml (its
 # import closure, checked by tests/test_dvc_deps.py).
-TRAIN_CODE = ("stages.train", "artifacts", "calibration", "cli", "contracts", "environment",
-              "errors", "launch", "metrics", "modeling", "modes", "params", "paths", "scoring",
-              "statistics", "subsets", "tables")
+TRAIN_CODE = ("stages.train", "artifacts", "calibration", "command_errors", "commands.stages",
+              "contracts", "environment", "errors", "launch", "metrics", "modeling", "modes",
+              "params", "paths", "scoring", "statistics", "subsets", "tables")
 CHECKPOINT_RECORD = "lorasent-checkpoint.json"
 
 

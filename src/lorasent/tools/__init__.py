@@ -15,7 +15,7 @@ The review of a change (``lorasent compare``, ``pr-comment``, ``seeds``) is
 
 def finite_float(text: str) -> float:
     """The ``type`` of the tools' float options (argparse): a number, never ``nan`` or
-    ``inf`` (``lorasent.cli.FiniteFloat`` is the commands')."""
+    ``inf`` (``lorasent.commands.options.FiniteFloat`` is the commands')."""
     import argparse
     import math
 
