@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import click
 
-from lorasent.artifacts import record_failure, require_deps
+from lorasent.dvc_project import require_deps
 from lorasent.errors import LorasentError
 from lorasent.params import Params, load_params
+from lorasent.provenance import record_failure
 
 if TYPE_CHECKING:
     from lorasent.environment import Finding
@@ -130,8 +131,9 @@ def _stage(func: Callable[[Params], str]) -> click.Command:
     ``dvc exp run -S`` left the bad value in params.yaml, and the way back
     (:func:`lorasent.params.experiment_params_advice`).
     """
+    from lorasent.experiment_params import experiment_params_advice, experiment_params_report
     from lorasent.launch import init_processes, is_launched, is_main, launch, needs_launch
-    from lorasent.params import ParamsError, experiment_params_advice, experiment_params_report
+    from lorasent.params import ParamsError
 
     model_stage = func.__name__ in PROVENANCE_STAGES
 
@@ -154,7 +156,7 @@ def _stage(func: Callable[[Params], str]) -> click.Command:
                        f"{params_path}); its paths are relative to it", err=True)
         with contextlib.chdir(folder), contextlib.ExitStack() as stack:  # back afterwards
             if func.__name__ == "train" and not is_launched():
-                from lorasent.artifacts import marked_as_written
+                from lorasent.atomic import marked_as_written
                 from lorasent.paths import ADAPTER_DIR
 
                 # from the start: predict says a train run is writing the adapter
@@ -251,9 +253,9 @@ def train(params: Params) -> str:
 
     result = run_train(base=params.base, prompt=params.prompt, train=params.train,
                        params_record=_record(params))
-    from lorasent.artifacts import read_provenance
     from lorasent.launch import is_main
     from lorasent.paths import PROVENANCE_DIR
+    from lorasent.provenance import read_provenance
 
     # the main process wrote the record; the others' summaries are never printed
     load = (read_provenance(PROVENANCE_DIR / "train.json").get("machine_load") or {}
@@ -335,9 +337,9 @@ def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_pat
     import contextlib
     import itertools
 
-    from lorasent.artifacts import check_output_file
     from lorasent.contracts import read_temperature_scaling
     from lorasent.modeling import load_trained_model
+    from lorasent.output_guard import check_output_file
     from lorasent.tables import check_separator
     from lorasent.tools.predict import (
         InputError,
@@ -388,7 +390,7 @@ def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_pat
             write_predictions(list(predictions) if to_terminal else predictions,
                               record.labels, sys.stdout, fmt, abstentions=abstentions)
         else:
-            from lorasent.artifacts import atomic_open
+            from lorasent.atomic import atomic_open
 
             with atomic_open(output_path) as out:  # streamed; complete or not there at all
                 write_predictions(predictions, record.labels, out, fmt, inputs.columns,
@@ -419,9 +421,9 @@ def export(adapter_dir: Path, base_dir: Path, out_dir: Path, force: bool, metric
            device: str | None) -> None:
     """Merge the adapter into its base model and save it for plain transformers, with a
     model card (README.md) giving the adapter's evaluation."""
-    from lorasent.artifacts import check_output_folder
     from lorasent.contracts import read_temperature_scaling
     from lorasent.modeling import load_trained_model, read_adapter_record
+    from lorasent.output_guard import check_output_folder
     from lorasent.tools.predict import adapter_evaluation, check_adapter_folder, export_merged
 
     check_output_folder(out_dir, command="export", force=force,
@@ -485,10 +487,11 @@ def queue(pool_path: str, budget: int, strategy: str, relabel: bool, random_shar
     least sure of for labelling: near-duplicates and texts of the splits left out,
     balanced over the predicted classes, the most extreme 5% left out and a share drawn
     at random (docs/active-learning.md)."""
-    from lorasent.artifacts import atomic_open, check_output_file, keep_aside, read_jsonl
+    from lorasent.atomic import atomic_open, read_jsonl
     from lorasent.calibration import label_issues
     from lorasent.contracts import read_temperature_scaling
     from lorasent.modeling import load_trained_model
+    from lorasent.output_guard import check_output_file, keep_aside
     from lorasent.tables import check_separator
     from lorasent.tools.label_queue import (
         SKIP_SHARE,
@@ -594,7 +597,6 @@ def doctor(params_path: Path, as_json: bool) -> None:
     """
     import json
 
-    from lorasent.artifacts import package_versions
     from lorasent.environment import (
         check_environment,
         disk_findings,
@@ -603,6 +605,7 @@ def doctor(params_path: Path, as_json: bool) -> None:
         params_choice,
     )
     from lorasent.paths import BASE_MODEL_DIR
+    from lorasent.provenance import package_versions
 
     given = (click.get_current_context().get_parameter_source("params_path")
              is not click.core.ParameterSource.DEFAULT)
@@ -953,7 +956,7 @@ def learning_curve(fractions: str, seeds: int, name: str, out_dir: Path | None, 
     is expected to add, from the form (a - b*n^(-c), 1 - b*n^(-c) or the last observation)
     that best predicted the largest fraction from the smaller ones (docs/learning-curve.md).
     """
-    from lorasent.artifacts import check_output_folder
+    from lorasent.output_guard import check_output_folder
     from lorasent.review.learning_curve import MD_FILE, OUT_MARKER, parse_fractions
     from lorasent.review.learning_curve import learning_curve as run_curve
     from lorasent.review.sweep import check_name
@@ -998,7 +1001,7 @@ def compare(rev_a: str, rev_b: str, out_dir: Path | None, force: bool) -> None:
     verdict.md, report.md, report.html (self-contained) and one PNG per plot, and prints
     the verdict.
     """
-    from lorasent.artifacts import check_output_folder
+    from lorasent.output_guard import check_output_folder
     from lorasent.review.compare import compare as write_report
     from lorasent.review.render import (
         REPORT_HTML,
@@ -1047,8 +1050,10 @@ def reproduce(rev: str, workspace: bool, no_train: bool, tolerance: float | None
     the paired test) or different; then each file that differs and the two machines side
     by side. Reruns REV in a temporary clone unless --workspace. Exit 1 when different.
     """
-    from lorasent.review.reproduce import TOLERANCE, NotAReproduction, judge_groups
+    from lorasent.review.diffs import TOLERANCE
+    from lorasent.review.reproduce import NotAReproduction
     from lorasent.review.reproduce import reproduce as run_reproduce
+    from lorasent.review.tiers import judge_groups
 
     repo = Path(".")
     if seed_groups:
@@ -1151,7 +1156,7 @@ def pr_comment(base: str, out_dir: Path, comments_path: Path | None, pr: str | N
     comment is to be edited (see .github/workflows/metrics-diff.yml). Reads committed
     metrics only; retrains nothing.
     """
-    from lorasent.artifacts import check_output_folder
+    from lorasent.output_guard import check_output_folder
     from lorasent.review.pr_comment import COMMENT_ID, COMMENT_MD
     from lorasent.review.pr_comment import pr_comment as write_comment
 
