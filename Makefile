@@ -49,7 +49,7 @@ setup: $(STAMP)  ## Create .venv with pinned dependencies (skipped when up to da
 CONFIG ?=
 # With a default DVC remote (docs/sharing.md), `dvc repro --pull` takes every unchanged
 # stage's outputs from it instead of running the stage: a clone of a pushed run trains
-# nothing. Without one, --pull would fail, so it is left out. lorasent.repro runs DVC's
+# nothing. Without one, --pull would fail, so it is left out. lorasent.run_pipeline runs DVC's
 # own `dvc repro [--pull]`, says once what DVC's "Unable to pull data" warnings mean (an
 # empty remote: the stages run here), and ends with what to commit (and push). Then the
 # reproduction verdict against HEAD's committed run (`lorasent reproduce --workspace`:
@@ -57,8 +57,8 @@ CONFIG ?=
 # preset's params, uncommitted code); it never changes make's exit status.
 run: $(STAMP)  ## Set up if needed, then run the pipeline (dvc repro; --pull with a DVC remote) and judge it against HEAD's run; CONFIG=configs/x.yaml applies a preset first
 	$(if $(CONFIG),$(BIN)/lorasent preset $(CONFIG))
-	if $(BIN)/dvc remote default >/dev/null 2>&1; then $(BIN)/python -m lorasent.repro --pull; \
-	else $(BIN)/python -m lorasent.repro; fi
+	if $(BIN)/dvc remote default >/dev/null 2>&1; then $(BIN)/python -m lorasent.run_pipeline --pull; \
+	else $(BIN)/python -m lorasent.run_pipeline; fi
 	$(BIN)/lorasent reproduce --after-run
 
 # REV (default HEAD) rerun in a temporary clone and judged against what it committed;

@@ -10,7 +10,7 @@ The tiers (pyproject.toml's markers; `make test` runs them in this order):
   and its copies (:func:`tiny_copy`).
 
 A selected test that asks for a fixture of a later tier than its own is refused at
-collection, and in the fast tier ``lorasent.stages.fetch._packaged_gemma`` (what
+collection, and in the fast tier ``lorasent.stages.fetch.packaged_gemma`` (what
 ``packaged:gemma-3-270m``, the bench and the integration fixtures convert the packaged
 Gemma through) fails the test (:func:`_tier_guard`).
 Each tier has a time limit per test, setup included (:data:`TIME_LIMIT_S`), unless the
@@ -124,7 +124,7 @@ def _tier_guard(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
                              "use the tiny_gemma_dir fixture, or mark the test "
                              "pytest.mark.integration")
 
-    monkeypatch.setattr("lorasent.stages.fetch._packaged_gemma", refuse)
+    monkeypatch.setattr("lorasent.stages.fetch.packaged_gemma", refuse)
 
 
 @pytest.fixture(scope="session")
@@ -147,9 +147,9 @@ def params(params_raw: dict[str, Any]) -> Params:
 @pytest.fixture(scope="session")
 def packaged_model_dir() -> Path:
     """The packaged Gemma 3 270M as a safetensors folder (converted once, then cached)."""
-    from lorasent.stages.fetch import _packaged_gemma
+    from lorasent.stages.fetch import packaged_gemma
 
-    return _packaged_gemma()
+    return packaged_gemma()
 
 
 @pytest.fixture(scope="session")
@@ -307,7 +307,7 @@ def minilm_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def split_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Eight labelled tweets as train and test splits, four as validation."""
-    from lorasent.artifacts import atomic_write_text, jsonl_text
+    from lorasent.atomic import atomic_write_text, jsonl_text
 
     rows = [{"text": t, "label": label, "label_id": LABELS.index(label)} for t, label in [
         ("I love this phone", "positive"), ("great service, thank you", "positive"),

@@ -46,7 +46,7 @@ from typing import NoReturn
 import pytest
 
 from conftest import REPO
-from lorasent.review.reproduce import Verdict
+from lorasent.review.tiers import Verdict
 
 CPU_DOCKERFILE = REPO / "docker" / "cpu" / "Dockerfile"
 ROCM_DOCKERFILE = REPO / "docker" / "rocm" / "Dockerfile"
@@ -813,7 +813,7 @@ def container_verdict(venv: Path, container: Path, names: list[str]) -> Verdict:
     and the two machines side by side (their evaluate stage's provenance)."""
     import json
 
-    from lorasent.review.reproduce import machine_rows, verdict_of
+    from lorasent.review.tiers import machine_rows, verdict_of
 
     pairs = {}
     for name in names:

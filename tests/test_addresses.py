@@ -120,10 +120,10 @@ def _project(root: Path, url: str, **options: str) -> Path:
 
 
 def _make_run(root: Path, monkeypatch, capsys, *argv: str) -> tuple[int, str]:
-    """``python -m lorasent.repro --pull`` in ``root`` (in this process, with a DVC that
+    """``python -m lorasent.run_pipeline --pull`` in ``root`` (in this process, with a DVC that
     fails the test if the run goes on): its exit status and its one line; neither
     standard output, standard error nor a file it wrote holds the secrets."""
-    from lorasent import repro
+    from lorasent import run_pipeline
 
     def no_repro(argv: list[str]) -> int:
         raise AssertionError(f"dvc {' '.join(argv)} ran: something was pulled or trained")
@@ -132,7 +132,7 @@ def _make_run(root: Path, monkeypatch, capsys, *argv: str) -> tuple[int, str]:
     monkeypatch.chdir(root)
     before = {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
     with pytest.raises(SystemExit) as done:
-        repro.main(["--pull", *argv])
+        run_pipeline.main(["--pull", *argv])
     out, err = capsys.readouterr()
     assert out == "" and len(err.splitlines()) == 1, err
     written = [p for p in root.rglob("*") if p.is_file()
@@ -252,7 +252,7 @@ def test_ssh_to_a_closed_port_names_the_remote_without_its_password(
 
 
 def test_the_damaged_pull_line_names_the_remote_without_its_secrets():
-    from lorasent.repro import Damaged, damage_message
+    from lorasent.run_pipeline import Damaged, damage_message
 
     line = damage_message([Damaged("data/split.csv", "split", "a" * 32, "b" * 32)],
                           ("store", f"s3://bob:{PASSWORD}@bucket/store{QUERY}"))

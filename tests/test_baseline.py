@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lorasent.artifacts import atomic_write_text, jsonl_text
+from lorasent.atomic import atomic_write_text, jsonl_text
 from lorasent.metrics import classification_metrics, predictions_csv, read_predictions
 from lorasent.modeling import load_model_and_prompt
 from lorasent.modes import MODES

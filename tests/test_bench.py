@@ -4,16 +4,8 @@ import pytest
 import torch
 
 from lorasent.environment import bf16_supported
-from lorasent.tools.bench import (
-    LONG_TEMPLATE,
-    bench_eval,
-    bench_scale,
-    bench_train,
-    main,
-    markdown,
-    scale_table,
-    summarise,
-)
+from lorasent.tools.bench import LONG_TEMPLATE, bench_eval, bench_scale, bench_train, main
+from lorasent.tools.bench_report import markdown, scale_table, summarise
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 

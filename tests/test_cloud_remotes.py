@@ -2,7 +2,7 @@
 sshd this module starts with its own config and keys) and one over S3 (dvc-s3, against
 moto's S3 server, which checks the request signatures against an IAM user's keys). For
 each: the tiny run pushed, a fresh clone (over SSH for the first) whose ``make run``
-(its ``python -m lorasent.repro --pull``) pulls every stage and trains none, and a remote
+(its ``python -m lorasent.run_pipeline --pull``) pulls every stage and trains none, and a remote
 that refuses the key or the secret: ``make run`` stops in one line naming the remote and
 what to fix, before any stage.
 Nothing is mocked; each fixture removes what it made (its server by pid, its folders).
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.slow
 # through dvc status; these are the ones predict reads).
 COMPARED = ("data/split", "models/adapter")
 PULLED = ("fetch", "split", "train")  # the stages with DVC-cached outputs
-REPRO = "python -m lorasent.repro --pull"
+REPRO = "python -m lorasent.run_pipeline --pull"
 
 
 def cannot_run(reason: str) -> NoReturn:
@@ -138,11 +138,11 @@ def make_run(clone: Path) -> subprocess.CompletedProcess[str]:
 
 
 def pull_and_check(shared: Shared, clone: Path) -> float:
-    """``make run``'s ``dvc repro --pull`` in ``clone`` (lorasent.repro, as make run runs
+    """``make run``'s ``dvc repro --pull`` in ``clone`` (lorasent.run_pipeline, as make run runs
     it): every stage pulled, none run, the outputs the origin's byte for byte and as
     dvc.lock records them; returns its seconds."""
     started = time.monotonic()
-    out = run(clone, sys.executable, "-m", "lorasent.repro", "--pull", logs=True)
+    out = run(clone, sys.executable, "-m", "lorasent.run_pipeline", "--pull", logs=True)
     seconds = time.monotonic() - started
     for stage in PULLED:
         assert f"Pulling data for stage: '{stage}'" in out, out

@@ -49,8 +49,8 @@ from container_tier import (
     started_engine,
     step_error,
 )
-from lorasent.artifacts import read_provenance
 from lorasent.environment import CONTAINER_MARKERS
+from lorasent.provenance import read_provenance
 from tiny_repo import GIT, TINY, copy_repo, run, set_params
 
 pytestmark = pytest.mark.container
@@ -169,7 +169,7 @@ def test_the_run_in_the_container_writes_the_venvs_bytes(
     assert verdict.tier == "identical", verdict.text()
     written = root / "metrics" / "eval.json"
     assert f"{written.stat().st_uid}:{written.stat().st_gid}" == user
-    # The image is a machine fact (artifacts.MACHINE_FACTS): the tracked record says only
+    # The image is a machine fact (provenance.MACHINE_FACTS): the tracked record says only
     # that the run was in a container; the git-ignored machine record names the image.
     record = "metrics/provenance/train.json"
     tracked = json.loads((root / record).read_text())["device"]["container"]

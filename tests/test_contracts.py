@@ -21,7 +21,7 @@ LABELS = ["negative", "neutral", "positive"]
 
 def round_trip(text: str,
                model: type[EvalMetrics] | type[AdapterRecord] | type[TemperatureScaling]) -> str:
-    """``text`` parsed through ``model`` and written as ``lorasent.artifacts.write_json``
+    """``text`` parsed through ``model`` and written as ``lorasent.atomic.write_json``
     writes it."""
     found = model.model_validate(json.loads(text))
     return json.dumps(dump(found), indent=2, ensure_ascii=False, allow_nan=False) + "\n"

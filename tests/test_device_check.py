@@ -11,7 +11,7 @@ import torch
 from conftest import REPO
 from lorasent.errors import LorasentError
 from lorasent.tools import device_check
-from lorasent.tools.bench import markdown as bench_markdown
+from lorasent.tools.bench_report import markdown as bench_markdown
 from lorasent.tools.device_check import (
     MIN_AGREEMENT,
     agreement_passes,
@@ -92,7 +92,7 @@ def _bench():
                                                           "accuracy": 0.4},
                                               "seed000": {"examples_per_s": 30.0,
                                                           "accuracy": 0.3}}}}}
-    from lorasent.tools.bench import summarise
+    from lorasent.tools.bench_report import summarise
 
     return {"machine": {"cpu": "AMD EPYC", "cores": 16, "torch": "2.8.0", "device": "cuda",
                         "gpu": "NVIDIA H200"},

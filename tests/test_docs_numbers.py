@@ -195,7 +195,7 @@ def readme_numbers() -> list[str]:
 def stage_times() -> tuple[str, ...]:
     """performance.md's sentence of the committed run's stage times, from the committed
     records where they hold the times (a run made before they went to the git-ignored
-    machine record, ``lorasent.artifacts.MACHINE_FACTS``); else the facts of it that
+    machine record, ``lorasent.provenance.MACHINE_FACTS``); else the facts of it that
     git keeps: the steps and the trainable parameters (the times are then stamped with
     the commit they were measured at)."""
     train = PROVENANCE["train"]

@@ -89,10 +89,10 @@ def _declared_code(stage: str) -> list[str]:
 
 def test_the_walk_follows_imports_inside_functions():
     # the command imports the stage module inside the stage's function, and params imports
-    # artifacts inside update_params: both are followed
+    # atomic inside update_params: both are followed
     assert "stages.train" in _imports(_cli_roots("train"))
     assert not any(name.startswith("review") for name in _imports(_cli_roots("train")))
-    assert "artifacts" in _imports(_module("params").body)
+    assert "atomic" in _imports(_module("params").body)
     # statistics names metrics only for the type checker
     assert "metrics" not in _imports(_module("statistics").body)
 
@@ -107,8 +107,9 @@ def test_stage_deps_are_its_import_closure(stage):
 @pytest.mark.slow
 def test_the_closures_hold_what_writes_and_maps_the_outputs():
     assert closure("fetch") - set(EXEMPT) == {
-        "stages.fetch", "artifacts", "command_errors", "commands.stages", "environment",
-        "errors", "launch", "modes", "params", "paths", "tables"}
+        "stages.fetch", "atomic", "characters", "command_errors", "commands.stages",
+        "dvc_project", "environment", "errors", "experiment_params", "hashes", "launch", "modes",
+        "params", "paths", "provenance", "tables"}
     assert closure("train") - closure("fetch") == {"stages.train", "calibration", "contracts",
                                                    "metrics", "modeling", "scoring",
                                                    "statistics", "subsets"}

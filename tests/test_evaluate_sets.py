@@ -211,7 +211,7 @@ EXTRA_CSV = ("text,label\n"
 def evaluated(tiny_base, tmp_path_factory):
     """baseline, train and evaluate of the tiny Gemma, with one extra test set (a CSV)."""
     from conftest import train_in
-    from lorasent.artifacts import atomic_write_text, jsonl_text
+    from lorasent.atomic import atomic_write_text, jsonl_text
     from lorasent.params import parse_params
     from lorasent.stages.baseline import run_baseline
     from lorasent.stages.evaluate import run_evaluate

@@ -206,7 +206,7 @@ def report(sweep):
 
 
 def test_report_names_every_metric_class_and_changed_param(sweep, report):
-    from lorasent.artifacts import OUTPUT_MARKER
+    from lorasent.output_guard import OUTPUT_MARKER
     from lorasent.review.render import cell
 
     assert sorted(p.name for p in report.iterdir()) == sorted(

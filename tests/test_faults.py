@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from conftest import REPO, minilm_folder, train_in
 from lorasent import modeling
-from lorasent.artifacts import atomic_dir, write_json
+from lorasent.atomic import atomic_dir, write_json
 from lorasent.cli import main
 from lorasent.errors import LorasentError
 from lorasent.scoring import TextEncoder
@@ -144,7 +144,7 @@ def test_pickled_adapter_is_never_loaded(tmp_path):
 ])
 def test_machine_load_reads_the_average_that_fits_in_the_stage(monkeypatch, wall_time_s,
                                                                window_s, load, busy):
-    from lorasent.artifacts import machine_load
+    from lorasent.provenance import machine_load
 
     monkeypatch.setattr("os.getloadavg", lambda: (1.0, 1.9, 4.0))  # busy only before
     monkeypatch.setattr("os.cpu_count", lambda: 2)
@@ -153,7 +153,7 @@ def test_machine_load_reads_the_average_that_fits_in_the_stage(monkeypatch, wall
 
 
 def test_a_provenance_record_is_split_into_what_defines_the_result_and_machine_facts(tmp_path):
-    from lorasent.artifacts import (
+    from lorasent.provenance import (
         machine_path,
         read_provenance,
         split_record,
@@ -222,7 +222,7 @@ def test_no_machine_fact_reaches_the_tracked_provenance(tmp_path, monkeypatch):
     MACHINE_FACTS differs in the machine records (a new one must be varied here too)."""
     import psutil
 
-    from lorasent.artifacts import MACHINE_FACTS, machine_path, provenance, write_provenance
+    from lorasent.provenance import MACHINE_FACTS, machine_path, provenance, write_provenance
 
     machine_records = []
     for i, fact in enumerate(MACHINES):

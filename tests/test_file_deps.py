@@ -1,6 +1,6 @@
 """Every file a stage reads is a dependency (issue 41, item 3): a local file a param names
 is among its stage's deps in dvc.yaml, so that `dvc status` sees an edit of it; a stage
-refuses one outside them before any work (:func:`lorasent.artifacts.require_deps`)."""
+refuses one outside them before any work (:func:`lorasent.dvc_project.require_deps`)."""
 
 import json
 import types
@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from conftest import REPO
-from lorasent.artifacts import FILE_PARAMS, require_deps, stage_deps
+from lorasent.dvc_project import FILE_PARAMS, require_deps, stage_deps
 from lorasent.errors import LorasentError
 from lorasent.params import Params
 
@@ -24,7 +24,7 @@ NOT_FILES = {"data.text_column", "data.label_column", "data.separator", "data.en
              "base.device", "base.precision", "base.attn_implementation", "evaluate.reference",
              *(f"evaluate.test_sets.<name>.{key}" for key in (
                  "text_column", "label_column", "separator", "encoding", "hf_split"))}
-# Names a file or folder, but not checked (lorasent.artifacts.FILE_PARAMS says why).
+# Names a file or folder, but not checked (lorasent.dvc_project.FILE_PARAMS says why).
 UNCHECKED = {"base.model", "baseline.encoder.model"}
 
 
@@ -48,7 +48,7 @@ def string_params(model: type[BaseModel], prefix: str = "") -> set[str]:
 def test_every_string_param_is_a_checked_file_or_named_as_no_file():
     found = string_params(Params)
     assert found - NOT_FILES - UNCHECKED == set(FILE_PARAMS), (
-        "a string param that may name a file: add it to lorasent.artifacts.FILE_PARAMS "
+        "a string param that may name a file: add it to lorasent.dvc_project.FILE_PARAMS "
         "(and its file to the stage's deps) or to NOT_FILES here")
 
 

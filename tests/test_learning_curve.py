@@ -13,12 +13,12 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import committed
-from lorasent.artifacts import write_provenance
 from lorasent.cli import main
 from lorasent.contracts import EvalMetrics, parse
 from lorasent.errors import LorasentError
 from lorasent.metrics import Predictions
 from lorasent.params import ParamsError, parse_params
+from lorasent.provenance import write_provenance
 from lorasent.review.learning_curve import (
     FLAT_GAIN,
     ZERO_GAIN,
@@ -401,7 +401,7 @@ def test_the_estimate_uses_the_machines_time_when_it_belongs_to_another_record(t
     from another machine)."""
     import subprocess
 
-    from lorasent.artifacts import write_json
+    from lorasent.atomic import write_json
 
     def git(*args: str) -> None:
         subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],

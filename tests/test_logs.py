@@ -15,7 +15,7 @@ import torch
 from transformers.utils import logging as hf_logging
 
 from conftest import LABELS, REPO, train_in
-from lorasent.artifacts import jsonl_text, read_jsonl
+from lorasent.atomic import jsonl_text, read_jsonl
 from lorasent.scoring import score_texts
 from tiny_repo import env, set_params
 

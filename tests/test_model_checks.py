@@ -19,8 +19,9 @@ import yaml
 from click.testing import CliRunner
 
 from lorasent import modeling
-from lorasent.artifacts import combined_sha256, jsonl_text, sha256_file, sha256_tree
+from lorasent.atomic import jsonl_text
 from lorasent.cli import main
+from lorasent.hashes import combined_sha256, sha256_file, sha256_tree
 from lorasent.modeling import (
     BaseModelChangedError,
     check_base_files,

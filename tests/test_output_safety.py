@@ -23,10 +23,11 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import CASES, train_in
-from lorasent.artifacts import (
+from lorasent.atomic import atomic_open
+from lorasent.cli import main
+from lorasent.output_guard import (
     OUTPUT_MARKER,
     OutputPathError,
-    atomic_open,
     check_output_file,
     check_output_folder,
     marker_text,
@@ -34,7 +35,6 @@ from lorasent.artifacts import (
     unwritable,
     written_files,
 )
-from lorasent.cli import main
 from lorasent.tables import spreadsheet_cell
 from lorasent.tools.predict import (
     Prediction,
@@ -751,8 +751,8 @@ def test_predict_csv_of_texts_with_carriage_returns_reads_back(trained, tmp_path
 
 def test_a_failed_write_half_way_says_exactly_which_outputs_it_replaced(tmp_path):
     """Issue 41: a stage that fails after replacing some of its tracked outputs (evaluate
-    writes seven in turn, lorasent.artifacts.write_in_turn) says which, in one line."""
-    from lorasent.artifacts import atomic_write_text, write_in_turn
+    writes seven in turn, lorasent.atomic.write_in_turn) says which, in one line."""
+    from lorasent.atomic import atomic_write_text, write_in_turn
     from lorasent.errors import LorasentError
 
     paths = [tmp_path / name for name in ("a.csv", "b.json", "c.json")]

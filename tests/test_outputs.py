@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from lorasent.artifacts import atomic_dir, atomic_open, atomic_write_text, sha256_file
+from lorasent.atomic import atomic_dir, atomic_open, atomic_write_text
 from lorasent.cli import main
 from lorasent.contracts import AdapterRecord, EvalMetrics, dump
+from lorasent.hashes import sha256_file
 from lorasent.tools.predict import (
     Prediction,
     adapter_evaluation,

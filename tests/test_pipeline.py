@@ -84,7 +84,7 @@ def test_outputs_and_provenance(repo, tiny_run):
     # not in a clone), joined back by its hash
     assert not {"wall_time_s", "machine_load", "git", "platform", "training_speed"} & set(train)
     assert "memory_free_bytes" not in train["device"]
-    from lorasent.artifacts import read_provenance
+    from lorasent.provenance import read_provenance
 
     assert read_provenance(repo / "metrics/provenance/train.json") == train
     whole = read_provenance(tiny_run / "metrics/provenance/train.json")

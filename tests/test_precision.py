@@ -14,7 +14,7 @@ import torch
 
 from conftest import train_in
 from lorasent import environment
-from lorasent.artifacts import atomic_write_text, jsonl_text
+from lorasent.atomic import atomic_write_text, jsonl_text
 from lorasent.environment import (
     check_environment,
     compute_dtype,

@@ -127,7 +127,7 @@ def test_make_run_config_applies_the_preset_before_dvc_repro():
                          text=True, check=True).stdout.splitlines()
     preset = next(i for i, line in enumerate(out)
                   if line.endswith("lorasent preset configs/cpu-minilm-seqcls-tweets.yaml"))
-    repro = next(i for i, line in enumerate(out) if "lorasent.repro" in line)  # dvc repro
+    repro = next(i for i, line in enumerate(out) if "lorasent.run_pipeline" in line)  # dvc repro
     assert preset < repro
 
 

@@ -203,7 +203,7 @@ def test_an_unknown_revision_in_a_shallow_clone_says_the_clone_is_shallow(tmp_pa
 
 
 def test_predict_while_train_runs_says_train_is_writing_the_adapter(tmp_path, monkeypatch):
-    from lorasent.artifacts import atomic_dir, being_written
+    from lorasent.atomic import atomic_dir, being_written
     from lorasent.tools.predict import AdapterFolderError, check_adapter_folder
 
     monkeypatch.chdir(tmp_path)
@@ -273,7 +273,7 @@ def test_the_train_stage_marks_the_adapter_as_written_from_its_start(tmp_path, m
     """Before the model (or torch) loads, predict already says a train run is writing the
     adapter; the mark is gone when the stage ends, whatever the outcome."""
     from conftest import committed
-    from lorasent.artifacts import being_written
+    from lorasent.atomic import being_written
     from lorasent.cli import main
     from lorasent.tools.predict import AdapterFolderError, check_adapter_folder
 

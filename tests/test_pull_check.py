@@ -1,4 +1,4 @@
-"""What `make run` (lorasent.repro) pulls or checks out is checked against dvc.lock before
+"""What `make run` (lorasent.run_pipeline) pulls or checks out is checked against dvc.lock before
 anything uses it: a project made by hand in DVC 3's formats (dvc.lock, a folder's file
 list in the cache), no subprocess. End to end, on a remote whose copy of the adapter
 changed by one byte: tests/test_remote.py."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lorasent.repro import (
+from lorasent.run_pipeline import (
     PullWarnings,
     check_checked_out,
     damage_message,
@@ -157,7 +157,7 @@ def test_a_stage_dvc_lock_lacks_is_nothing_to_check(tmp_path, stages):
 
 
 # Before `dvc repro --pull`, make run asks the default remote whether it lets this machine
-# in (lorasent.repro.remote_problem); over SSH and S3, refused: tests/test_cloud_remotes.py.
+# in (lorasent.run_pipeline.remote_problem); over SSH and S3, refused: tests/test_cloud_remotes.py.
 
 def _dvc_project(root: Path, remote: str | None) -> Path:
     (root / ".dvc").mkdir(parents=True)
@@ -169,7 +169,7 @@ def _dvc_project(root: Path, remote: str | None) -> Path:
 
 
 def test_a_remote_that_answers_is_no_problem_even_empty(tmp_path):
-    from lorasent.repro import remote_problem
+    from lorasent.run_pipeline import remote_problem
 
     assert remote_problem(_dvc_project(tmp_path / "none", None)) is None
     (tmp_path / "store").mkdir()
@@ -178,7 +178,7 @@ def test_a_remote_that_answers_is_no_problem_even_empty(tmp_path):
 
 
 def test_a_default_remote_that_is_not_defined_is_named(tmp_path):
-    from lorasent.repro import remote_problem
+    from lorasent.run_pipeline import remote_problem
 
     root = _dvc_project(tmp_path, None)
     (root / ".dvc/config").write_text("[core]\n    no_scm = True\n    remote = gone\n")
@@ -188,7 +188,7 @@ def test_a_default_remote_that_is_not_defined_is_named(tmp_path):
 
 
 def test_a_remote_whose_plugin_is_missing_names_what_to_install(tmp_path):
-    from lorasent.repro import remote_problem
+    from lorasent.run_pipeline import remote_problem
 
     said = remote_problem(_dvc_project(tmp_path, "gs://bucket/store"))
     assert said == ("DVC remote 'store' (gs://bucket/store) cannot be used here: gs is "

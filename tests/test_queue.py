@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import REPO
-from lorasent.artifacts import atomic_write_text, jsonl_text
+from lorasent.atomic import atomic_write_text, jsonl_text
 from lorasent.cli import main
 from lorasent.stages.split import normalise_text
 from lorasent.tables import spreadsheet_text

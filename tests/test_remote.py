@@ -79,7 +79,7 @@ def test_a_clone_pulls_every_output_and_predicts_without_training(origin, tmp_pa
 def test_make_run_with_a_remote_pulls_instead_of_training(origin, tmp_path):
     clone = _clone(origin.bare, tmp_path / "clone")
     out = _make_run(clone)
-    assert "lorasent.repro --pull" in out and "Running stage" not in out, out
+    assert "lorasent.run_pipeline --pull" in out and "Running stage" not in out, out
     for stage in ("fetch", "split", "train"):  # the stages with DVC-cached outputs
         assert f"Pulling data for stage: '{stage}'" in out, out
     assert "Unable to pull data" not in out and "DVC remote does not hold" not in out, out
@@ -162,7 +162,7 @@ def test_make_run_without_a_remote_runs_the_stages(tmp_path):
         "run: could not be judged against HEAD: unknown revision 'HEAD'"), out
 
 
-# make run's own lines (lorasent.repro), spelled out.
+# make run's own lines (lorasent.run_pipeline), spelled out.
 NOT_ON_REMOTE = (
     "run: DVC's 'Missing cache files' and 'Unable to pull data' warnings (above, and any for "
     "a later stage) mean that the DVC remote does not hold these outputs yet (a new remote, "
@@ -208,7 +208,7 @@ def test_make_run_on_an_empty_remote_says_once_what_dvcs_warnings_mean(tmp_path)
 
     out = _make_run(root, "-f", str(REPO / "Makefile"))
     lines = out.splitlines()
-    assert "lorasent.repro --pull" in lines[0], out
+    assert "lorasent.run_pipeline --pull" in lines[0], out
     for stage in ("hello", "world"):
         assert f"Unable to pull data for stage: '{stage}'" in lines, out
     assert ("WARNING: Some of the cache files do not exist neither locally nor on remote. "
@@ -229,7 +229,7 @@ def test_make_run_on_an_empty_remote_says_once_what_dvcs_warnings_mean(tmp_path)
 
 
 def test_the_closing_hint_tells_to_commit_only_what_changed():
-    from lorasent.repro import closing_hint
+    from lorasent.run_pipeline import closing_hint
 
     assert closing_hint(True, remote=False) == COMMIT
     assert closing_hint(True, remote=True) == f"{COMMIT}; then {PUSH}"
@@ -245,7 +245,7 @@ def _make_run(root: Path, *args: str) -> str:
 
 
 def _run_and_verdict(out: str) -> tuple[list[str], list[str]]:
-    """make run's output in two: the run's lines (lorasent.repro's), and what the
+    """make run's output in two: the run's lines (lorasent.run_pipeline's), and what the
     reproduction verdict after it printed (`lorasent reproduce --after-run`)."""
     lines = out.splitlines()
     at = next(i for i, line in enumerate(lines) if line.endswith("reproduce --after-run"))

@@ -20,14 +20,9 @@ from click.testing import CliRunner
 
 from lorasent.metrics import predictions_csv
 from lorasent.review import reproduce as rp
-from lorasent.review.reproduce import (
-    TOLERANCE,
-    Verdict,
-    json_diff,
-    machine_rows,
-    table_diff,
-    verdict_of,
-)
+from lorasent.review import tiers
+from lorasent.review.diffs import TOLERANCE, json_diff, table_diff
+from lorasent.review.tiers import Verdict, machine_rows, verdict_of
 
 LABELS = ["negative", "neutral", "positive"]
 PREDICTIONS = "metrics/predictions.csv"
@@ -169,7 +164,7 @@ def test_no_train_without_revs_adapter_runs_the_whole_pipeline_after_saying_so(
     monkeypatch.setattr(rp, "run_dvc", lambda *a, **k: "/cache")
     monkeypatch.setattr(rp, "_run", lambda argv, cwd, progress: ran.append(argv[1:]))
     monkeypatch.setattr(rp, "_checkout", lambda clone, progress, timeout_s: set())
-    judged = rp.Verdict("identical", "HEAD", "abc", "judged")
+    judged = tiers.Verdict("identical", "HEAD", "abc", "judged")
     monkeypatch.setattr(rp, "judge", lambda *a, **k: judged)
     assert rp._rerun(tmp_path, "HEAD", "abc", tmp_path / "clone", True, TOLERANCE,
                      said.append) is judged
@@ -381,17 +376,17 @@ def test_seed_groups_are_judged_by_welch_s_test_and_reported_by_their_olympic_me
             "far-seed1": 0.61, "far-seed2": 0.60, "far-seed3": 0.62, "far-seed4": 0.605}
     monkeypatch.setattr("lorasent.review.collect.expand_group", lambda repo, spec, **_: sorted(
         r for r in runs if r.startswith(spec[:-1])))
-    monkeypatch.setattr(rp, "check_revisions", lambda repo, sides, **_: None)
-    monkeypatch.setattr(rp, "resolve_commits", lambda repo, *revs: {r: r for r in revs})
-    monkeypatch.setattr(rp, "read_at", lambda repo, rev, path: json.dumps(
+    monkeypatch.setattr(tiers, "check_revisions", lambda repo, sides, **_: None)
+    monkeypatch.setattr(tiers, "resolve_commits", lambda repo, *revs: {r: r for r in revs})
+    monkeypatch.setattr(tiers, "read_at", lambda repo, rev, path: json.dumps(
         {"accuracy": runs[rev]}) if path == "metrics/eval.json" else None)
-    same = rp.judge_groups(Path("."), "ref-seed*", "mine-seed*")
+    same = tiers.judge_groups(Path("."), "ref-seed*", "mine-seed*")
     assert same.tier == "consistent"
     assert same.line == (
         "no detectable difference over seeds: accuracy over seeds: ref-seed* 0.7100 ± 0.0216 "
         "(4 seeds), olympic mean 0.7050; mine-seed* 0.7037 ± 0.0085 (4 seeds), olympic mean "
         "0.7025; Δ −0.006, Welch's t-test p = 0.62")
-    far = rp.judge_groups(Path("."), "ref-seed*", "far-seed*")
+    far = tiers.judge_groups(Path("."), "ref-seed*", "far-seed*")
     assert far.tier == "different" and far.line.endswith(": the groups differ")
 
 
@@ -450,7 +445,7 @@ def test_the_paired_verdict_names_this_run_and_rev_in_sentence_case():
     from lorasent.statistics import paired_comparison
 
     y = np.array([0, 1, 2, 0, 1, 2])
-    said = rp._paired_said(paired_comparison(y, y, y, LABELS), "HEAD")
+    said = tiers._paired_said(paired_comparison(y, y, y, LABELS), "HEAD")
     assert said.startswith("no detectable difference: accuracy +0.000")
     assert said.endswith(". This run and HEAD are right on exactly the same rows.")
 
@@ -543,7 +538,7 @@ def test_a_hand_edited_eval_json_beside_the_same_predictions_is_damaged(tmp_path
     commit = _repo(tmp_path, {PREDICTIONS: predictions,
                               "metrics/eval.json": json.dumps(record).encode()})
     (tmp_path / "metrics/eval.json").write_text(json.dumps({**record, "accuracy": 0.9}))
-    verdict = rp.judge(tmp_path, "HEAD", commit)
+    verdict = tiers.judge(tmp_path, "HEAD", commit)
     assert verdict.text().splitlines()[0] == (
         f"{DAMAGED}this run's metrics/eval.json: accuracy 0.9 does not follow from "
         f"metrics/predictions.csv beside it ({record['accuracy']:.6g}){RESTORE}")
@@ -617,11 +612,11 @@ def test_a_seed_group_whose_eval_json_does_not_follow_from_its_predictions_is_da
     runs = {"a-1": accuracy, "a-2": accuracy, "b-1": accuracy, "b-2": 0.99}
     monkeypatch.setattr("lorasent.review.collect.expand_group", lambda repo, spec, **_: sorted(
         r for r in runs if r.startswith(spec[:-1])))
-    monkeypatch.setattr(rp, "check_revisions", lambda repo, sides, **_: None)
-    monkeypatch.setattr(rp, "resolve_commits", lambda repo, *revs: {r: r for r in revs})
-    monkeypatch.setattr(rp, "read_at", lambda repo, rev, path: json.dumps(
+    monkeypatch.setattr(tiers, "check_revisions", lambda repo, sides, **_: None)
+    monkeypatch.setattr(tiers, "resolve_commits", lambda repo, *revs: {r: r for r in revs})
+    monkeypatch.setattr(tiers, "read_at", lambda repo, rev, path: json.dumps(
         {"accuracy": runs[rev]}) if path == "metrics/eval.json" else predictions.decode())
-    verdict = rp.judge_groups(Path("."), "a-*", "b-*")
+    verdict = tiers.judge_groups(Path("."), "a-*", "b-*")
     assert (verdict.tier, verdict.line) == ("different", (
         "damaged (not what it claims, so no accuracy of it is judged): b-2's "
         "metrics/eval.json: accuracy 0.99 does not follow from metrics/predictions.csv beside "

@@ -430,7 +430,7 @@ def test_batch_size_and_order_do_not_change_labels_or_probabilities(lm, request)
     scored at batch sizes 1, 8 and 32 and, at 8, in a shuffled order give the same labels
     and probabilities within reproduce's tolerance: batches differ in their padding and
     their shared prompt start, and a padded row must not see its padding."""
-    from lorasent.review.reproduce import TOLERANCE
+    from lorasent.review.diffs import TOLERANCE
     from lorasent.stages.fetch import read_source
 
     model, tokenizer = request.getfixturevalue(lm)

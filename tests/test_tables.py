@@ -17,20 +17,22 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import CASES, REPO
+from lorasent.characters import (
+    DEFAULT_IGNORABLE,
+    character_name,
+    invisible_characters,
+    is_ignorable,
+    without_ignorable,
+)
 from lorasent.cli import main
 from lorasent.params import merge, parse_params, read_yaml, update_params
 from lorasent.stages.fetch import SourceError, fetch_dataset, read_labelled, read_source
 from lorasent.stages.split import run_split
 from lorasent.tables import (
-    DEFAULT_IGNORABLE,
     Table,
     TableError,
-    character_name,
-    invisible_characters,
-    is_ignorable,
     spreadsheet_cell,
     spreadsheet_text,
-    without_ignorable,
     written_for_people,
 )
 from lorasent.tools.predict import InputError, kept_names, open_inputs

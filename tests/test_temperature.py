@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import train_in
-from lorasent.artifacts import atomic_write_text, jsonl_text, read_json, sha256_file
+from lorasent.atomic import atomic_write_text, jsonl_text, read_json
 from lorasent.calibration import apply_temperature, brier, ece, fit_temperature, nll
 from lorasent.cli import main
 from lorasent.contracts import (
@@ -29,6 +29,7 @@ from lorasent.contracts import (
     read_temperature_scaling,
 )
 from lorasent.errors import LorasentError
+from lorasent.hashes import sha256_file
 from lorasent.metrics import probabilities
 from lorasent.modeling import load_trained_model
 from lorasent.params import parse_params
@@ -490,7 +491,7 @@ def test_the_card_of_an_adapter_without_a_temperature_says_so(run):
 
 def test_train_says_before_training_that_no_validation_split_means_no_temperature(tmp_path,
                                                                                     caplog):
-    from lorasent.artifacts import atomic_write_text, jsonl_text
+    from lorasent.atomic import atomic_write_text, jsonl_text
     from lorasent.stages.train import _setup_data
 
     atomic_write_text(tmp_path / "train.jsonl", jsonl_text([{"text": "a", "label_id": 0}]))

@@ -37,7 +37,7 @@ import pytest
 import torch
 
 from conftest import train_in
-from lorasent.artifacts import atomic_write_text, jsonl_text
+from lorasent.atomic import atomic_write_text, jsonl_text
 from lorasent.params import parse_params
 
 LABELS = ["negative", "neutral", "positive"]

@@ -14,7 +14,7 @@ scaling and the evaluation's metrics.
   by DVC (``dvc metrics diff``, ``make exp-show``'s columns, the pull-request workflow).
 
 Writers build the model and serialise it with :func:`dump`, readers parse with
-:func:`parse`: the bytes are those of ``lorasent.artifacts.write_json`` of the same
+:func:`parse`: the bytes are those of ``lorasent.atomic.write_json`` of the same
 dict (fields in the order declared here, floats as Python prints them, strict JSON).
 Only what the reading code needs is imported here (pydantic), so that the review
 commands, which run without torch, can read the files too.
@@ -405,7 +405,7 @@ class EvalMetrics(SetMetrics):
 
 def dump(model: BaseModel) -> dict[str, Any]:
     """The JSON object of ``model`` as its file holds it, fields in declared order: for
-    ``lorasent.artifacts.write_json``. A field left unset is left out (the record's
+    ``lorasent.atomic.write_json``. A field left unset is left out (the record's
     fields of the other mode); one set to None is written as null."""
     return model.model_dump(mode="json", exclude_unset=True)
 

@@ -21,10 +21,11 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-from lorasent.artifacts import combined_sha256, read_json, sha256_file, write_json
+from lorasent.atomic import read_json, write_json
 from lorasent.contracts import AdapterRecord, read
 from lorasent.environment import PARAMS_DEVICE, require_environment, weights_dtype
 from lorasent.errors import LorasentError
+from lorasent.hashes import combined_sha256, sha256_file
 from lorasent.modes import DEFAULT_MODE, MODES
 from lorasent.params import BaseParams, PromptParams
 from lorasent.paths import ADAPTER_RECORD, MANIFEST, cache_root
@@ -205,7 +206,7 @@ def hash_cache_path() -> Path:
 
 def model_file_hashes(model_dir: str | Path) -> dict[str, str]:
     """``{relative path: sha256}`` of every file below ``model_dir`` but its
-    ``manifest.json``, as :func:`lorasent.artifacts.sha256_tree` gives them.
+    ``manifest.json``, as :func:`lorasent.hashes.sha256_tree` gives them.
 
     A file's hash is kept in :func:`hash_cache_path` (outside the model folder) under
     its resolved path, with its size, mtime, ctime (in ns), inode and device; it is

@@ -288,7 +288,7 @@ def fit_encoder_lr(*, train_texts: Sequence[str], y_train: Sequence[int],
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from lorasent.artifacts import combined_sha256, sha256_tree
+    from lorasent.hashes import combined_sha256, sha256_tree
 
     check_fittable(y_train, labels)
     folder = _encoder_folder(model)
@@ -338,7 +338,7 @@ def seconds_here(provenance_dir: Path) -> dict[str, float]:
     the stages ran): each supervised reference's fit and predict (baseline's
     ``reference_costs``) and the adapter's training (train's ``wall_time_s``). A record
     that is absent, damaged or of another run gives nothing."""
-    from lorasent.artifacts import read_provenance
+    from lorasent.provenance import read_provenance
 
     out: dict[str, float] = {}
     try:

@@ -60,9 +60,9 @@ def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_pat
     (said on standard error)."""
     import itertools
 
-    from lorasent.artifacts import check_output_file
     from lorasent.contracts import read_temperature_scaling
     from lorasent.modeling import load_trained_model
+    from lorasent.output_guard import check_output_file
     from lorasent.tables import check_separator
     from lorasent.tools.predict import (
         InputError,
@@ -113,7 +113,7 @@ def predict(texts: tuple[str, ...], adapter_dir: Path, base_dir: Path, input_pat
             write_predictions(list(predictions) if to_terminal else predictions,
                               record.labels, sys.stdout, fmt, abstentions=abstentions)
         else:
-            from lorasent.artifacts import atomic_open
+            from lorasent.atomic import atomic_open
 
             with atomic_open(output_path) as out:  # streamed; complete or not there at all
                 write_predictions(predictions, record.labels, out, fmt, inputs.columns,
@@ -144,9 +144,9 @@ def export(adapter_dir: Path, base_dir: Path, out_dir: Path, force: bool, metric
            device: str | None) -> None:
     """Merge the adapter into its base model and save it for plain transformers, with a
     model card (README.md) giving the adapter's evaluation."""
-    from lorasent.artifacts import check_output_folder
     from lorasent.contracts import read_temperature_scaling
     from lorasent.modeling import load_trained_model, read_adapter_record
+    from lorasent.output_guard import check_output_folder
     from lorasent.tools.predict import adapter_evaluation, check_adapter_folder, export_merged
 
     check_output_folder(out_dir, command="export", force=force,
@@ -210,10 +210,11 @@ def queue(pool_path: str, budget: int, strategy: str, relabel: bool, random_shar
     least sure of for labelling: near-duplicates and texts of the splits left out,
     balanced over the predicted classes, the most extreme 5% left out and a share drawn
     at random (docs/active-learning.md)."""
-    from lorasent.artifacts import atomic_open, check_output_file, keep_aside, read_jsonl
+    from lorasent.atomic import atomic_open, read_jsonl
     from lorasent.calibration import label_issues
     from lorasent.contracts import read_temperature_scaling
     from lorasent.modeling import load_trained_model
+    from lorasent.output_guard import check_output_file, keep_aside
     from lorasent.tables import check_separator
     from lorasent.tools.label_queue import (
         SKIP_SHARE,

@@ -130,7 +130,7 @@ def learning_curve(fractions: str, seeds: int, name: str, out_dir: Path | None, 
     is expected to add, from the form (a - b*n^(-c), 1 - b*n^(-c) or the last observation)
     that best predicted the largest fraction from the smaller ones (docs/learning-curve.md).
     """
-    from lorasent.artifacts import check_output_folder
+    from lorasent.output_guard import check_output_folder
     from lorasent.review.learning_curve import MD_FILE, OUT_MARKER, parse_fractions
     from lorasent.review.learning_curve import learning_curve as run_curve
     from lorasent.review.sweep import check_name

@@ -43,7 +43,6 @@ def doctor(params_path: Path, as_json: bool) -> None:
     """
     import json
 
-    from lorasent.artifacts import package_versions
     from lorasent.environment import (
         check_environment,
         disk_findings,
@@ -52,6 +51,7 @@ def doctor(params_path: Path, as_json: bool) -> None:
         params_choice,
     )
     from lorasent.paths import BASE_MODEL_DIR
+    from lorasent.provenance import package_versions
 
     given = (click.get_current_context().get_parameter_source("params_path")
              is not click.core.ParameterSource.DEFAULT)

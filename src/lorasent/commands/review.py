@@ -33,7 +33,7 @@ def compare(rev_a: str, rev_b: str, out_dir: Path | None, force: bool) -> None:
     verdict.md, report.md, report.html (self-contained) and one PNG per plot, and prints
     the verdict.
     """
-    from lorasent.artifacts import check_output_folder
+    from lorasent.output_guard import check_output_folder
     from lorasent.review.compare import compare as write_report
     from lorasent.review.render import (
         REPORT_HTML,
@@ -82,8 +82,10 @@ def reproduce(rev: str, workspace: bool, no_train: bool, tolerance: float | None
     the paired test) or different; then each file that differs and the two machines side
     by side. Reruns REV in a temporary clone unless --workspace. Exit 1 when different.
     """
-    from lorasent.review.reproduce import TOLERANCE, NotAReproduction, judge_groups
+    from lorasent.review.diffs import TOLERANCE
+    from lorasent.review.reproduce import NotAReproduction
     from lorasent.review.reproduce import reproduce as run_reproduce
+    from lorasent.review.tiers import judge_groups
 
     repo = Path(".")
     if seed_groups:
@@ -139,7 +141,7 @@ def pr_comment(base: str, out_dir: Path, comments_path: Path | None, pr: str | N
     comment is to be edited (see .github/workflows/metrics-diff.yml). Reads committed
     metrics only; retrains nothing.
     """
-    from lorasent.artifacts import check_output_folder
+    from lorasent.output_guard import check_output_folder
     from lorasent.review.pr_comment import COMMENT_ID, COMMENT_MD
     from lorasent.review.pr_comment import pr_comment as write_comment
 

@@ -21,11 +21,12 @@ from typing import Any
 
 import click
 
-from lorasent.artifacts import record_failure, require_deps
 from lorasent.command_errors import user_errors
+from lorasent.dvc_project import require_deps
 from lorasent.errors import LorasentError
 from lorasent.params import Params, load_params
 from lorasent.paths import ADAPTER_DIR
+from lorasent.provenance import record_failure
 
 STAGES = ("fetch", "split", "baseline", "train", "evaluate")
 
@@ -59,9 +60,9 @@ def stage(*, loads_model: bool = False, accelerate_config: str | None = None,
 
     Inside a DVC experiment (``dvc exp run``), each stage first prints (standard error)
     the params that differ from HEAD's, one line per key
-    (:func:`lorasent.params.experiment_params_report`); a params error there adds that
+    (:func:`lorasent.experiment_params.experiment_params_report`); a params error there adds that
     ``dvc exp run -S`` left the bad value in params.yaml, and the way back
-    (:func:`lorasent.params.experiment_params_advice`).
+    (:func:`lorasent.experiment_params.experiment_params_advice`).
     """
 
     def decorate(func: StageFunction) -> click.Command:
@@ -76,8 +77,9 @@ def _stage_command(func: StageFunction, *, loads_model: bool,
                    accelerate_config: str | None,
                    marks_written: Path | None) -> Callable[[Path], None]:
     """:func:`stage`'s command function, before click and the one-line errors."""
+    from lorasent.experiment_params import experiment_params_advice, experiment_params_report
     from lorasent.launch import init_processes, is_launched, is_main, launch, needs_launch
-    from lorasent.params import ParamsError, experiment_params_advice, experiment_params_report
+    from lorasent.params import ParamsError
 
     name = func.__name__
 
@@ -100,7 +102,7 @@ def _stage_command(func: StageFunction, *, loads_model: bool,
                        f"{params_path}); its paths are relative to it", err=True)
         with contextlib.chdir(folder), contextlib.ExitStack() as stack:  # back afterwards
             if marks_written is not None and not is_launched():
-                from lorasent.artifacts import marked_as_written
+                from lorasent.atomic import marked_as_written
 
                 stack.enter_context(marked_as_written(marks_written))
             key = accelerate_config
@@ -206,9 +208,9 @@ def train(params: Params) -> str:
 
     result = run_train(base=params.base, prompt=params.prompt, train=params.train,
                        params_record=params_record(params))
-    from lorasent.artifacts import read_provenance
     from lorasent.launch import is_main
     from lorasent.paths import PROVENANCE_DIR
+    from lorasent.provenance import read_provenance
 
     # the main process wrote the record; the others' summaries are never printed
     load = (read_provenance(PROVENANCE_DIR / "train.json").get("machine_load") or {}
@@ -237,7 +239,7 @@ def input_problems(params: Params) -> list[str]:
     """What is wrong with the files the params name, one line each: each bad set of
     ``evaluate.test_sets`` (:func:`lorasent.stages.test_sets.check_test_sets`), and each
     local file a param names that is not among its stage's deps
-    (:func:`lorasent.artifacts.require_deps`). The one check of ``doctor``, of the
+    (:func:`lorasent.dvc_project.require_deps`). The one check of ``doctor``, of the
     baseline stage (the first stage that reads ``evaluate``, run before train, so that a
     bad set is found before a training, not after) and of evaluate (before it loads the
     model)."""

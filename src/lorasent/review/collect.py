@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from lorasent.addresses import redact
-from lorasent.artifacts import machine_path, with_machine_facts
 from lorasent.contracts import EvalMetrics, parse
 from lorasent.errors import LorasentError
 from lorasent.metrics import (
@@ -48,6 +47,7 @@ from lorasent.paths import (
     PROVENANCE_DIR,
 )
 from lorasent.programs import environment, program
+from lorasent.provenance import machine_path, with_machine_facts
 from lorasent.review.markup import md_text
 from lorasent.review.verdict import LabelIssue, Review, Side, Stale, class_order, judge
 
@@ -148,7 +148,7 @@ def read_side(repo: Path, rev: str, commits: dict[str, str]) -> Side:
 
 def _train_record(repo: Path, at: str, rev: str) -> dict[str, Any] | None:
     """Train's provenance record at ``at`` with the machine facts this checkout holds for
-    it (:func:`lorasent.artifacts.with_machine_facts`: its time, speed and load, when the
+    it (:func:`lorasent.provenance.with_machine_facts`: its time, speed and load, when the
     last train run here wrote that same record); None when ``rev`` has none.
 
     Raises:

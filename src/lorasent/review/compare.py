@@ -55,8 +55,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lorasent.artifacts import output_dir
 from lorasent.errors import LorasentError
+from lorasent.output_guard import output_dir
 from lorasent.paths import EVAL_METRICS
 from lorasent.review.collect import (
     WORKSPACE,

@@ -61,11 +61,12 @@ from typing import Any
 
 import numpy as np
 
-from lorasent.artifacts import output_dir, read_machine_record, record_sha256, write_json
+from lorasent.atomic import write_json
 from lorasent.errors import LorasentError
+from lorasent.output_guard import output_dir
 from lorasent.params import parse_params, read_yaml
 from lorasent.programs import program
-from lorasent.repro import one_line
+from lorasent.provenance import read_machine_record, record_sha256
 from lorasent.review.collect import git_lines, read_at
 from lorasent.review.markup import md_text
 from lorasent.review.render import _draw, table
@@ -78,6 +79,7 @@ from lorasent.review.sweep import (
     run_one,
     sweep,
 )
+from lorasent.run_pipeline import one_line
 from lorasent.statistics import BOOTSTRAP_SEED, CONFIDENCE, intervals, percentile_interval
 from lorasent.subsets import subset_counts
 

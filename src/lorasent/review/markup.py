@@ -17,7 +17,7 @@ import re
 import unicodedata
 from typing import Any
 
-from lorasent.tables import is_invisible
+from lorasent.characters import is_invisible
 
 CELL_LIMIT = 200  # characters of a value shown in a table cell or a sentence
 SENTENCE_LIMIT = 1000  # characters of a sentence a data file holds (eval.json's warnings)
@@ -60,7 +60,7 @@ def visible(text: str) -> str:
     spelled out as ``‹U+202E›``: control characters (NUL among them) but newline and tab,
     the bidirectional formatting characters (an override reorders what follows: Unicode
     Standard Annex #9, the "Trojan Source" attack, CVE-2021-42574), every other
-    default-ignorable or format character (:func:`lorasent.tables.is_invisible`: a
+    default-ignorable or format character (:func:`lorasent.characters.is_invisible`: a
     zero-width space, a soft hyphen, a byte-order mark, a word joiner, a variation
     selector, ...: two texts that differ in them look the same), and lone surrogates,
     which no UTF-8 file can hold."""

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from lorasent.artifacts import output_dir
 from lorasent.errors import LorasentError
+from lorasent.output_guard import output_dir
 from lorasent.review.collect import (
     Comparison,
     check_revisions,

@@ -20,9 +20,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lorasent.artifacts import output_dir
 from lorasent.contracts import REFERENCE_NAMES, SUPERVISED_REFERENCES, EvalMetrics, dump
 from lorasent.metrics import Predictions
+from lorasent.output_guard import output_dir
 from lorasent.paths import EVAL_METRICS, EVAL_RELIABILITY, SPLIT_DIR
 from lorasent.review.collect import Comparison, lookup, ran_with
 from lorasent.review.markup import SENTENCE_LIMIT, md_code, md_text, visible
@@ -86,7 +86,7 @@ TRAINING = [
 ]
 # (key of train's provenance ``training_speed``, dvclive's key in a revision made before
 # the speed went to the machine record, name): machine facts, found for a side whose
-# record this checkout's last train run wrote (lorasent.artifacts.with_machine_facts).
+# record this checkout's last train run wrote (lorasent.provenance.with_machine_facts).
 SPEED = [("train_runtime", "train.runtime", "training time (s)"),
          ("train_samples_per_second", "train.samples_per_second", "examples per second")]
 
@@ -95,8 +95,8 @@ def report_folder(rev_a: str, rev_b: str, out_dir: str | Path | None = None,
                   repo: str | Path = ".") -> Path:
     """The folder :func:`compare` writes: ``out_dir``, else ``reports/<A>-vs-<B>`` in
     ``repo``. It is replaced as a whole, with the marker of ``lorasent compare``
-    (:func:`lorasent.artifacts.output_dir`); the CLI checks it first
-    (:func:`lorasent.artifacts.check_output_folder`)."""
+    (:func:`lorasent.output_guard.output_dir`); the CLI checks it first
+    (:func:`lorasent.output_guard.check_output_folder`)."""
     return (Path(out_dir) if out_dir else
             Path(repo) / "reports" / f"{slug(rev_a)}-vs-{slug(rev_b)}")
 
@@ -502,7 +502,7 @@ def _texts(repo: Path, review: Review) -> dict[str, str] | str:
         return ""
     if not path.is_file():
         return f"The test split is not here ({SPLIT_DIR / 'test.jsonl'}): {how}."
-    from lorasent.artifacts import read_jsonl
+    from lorasent.atomic import read_jsonl
     from lorasent.stages.split import row_id
 
     texts = {r.get("id") or row_id(r["text"]): r["text"] for r in read_jsonl(path)}

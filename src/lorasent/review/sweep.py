@@ -66,7 +66,6 @@ from lorasent.contracts import EvalMetrics
 from lorasent.errors import LorasentError
 from lorasent.params import ParamsError, merge, parse_params, read_yaml
 from lorasent.programs import environment, program, visible_devices
-from lorasent.repro import one_line
 from lorasent.review.collect import (
     git_lines,
     read_at,
@@ -77,6 +76,7 @@ from lorasent.review.collect import (
 )
 from lorasent.review.render import with_interval_of
 from lorasent.review.verdict import Side, group_review
+from lorasent.run_pipeline import one_line
 from lorasent.statistics import GroupComparison
 
 Progress = Callable[[str], None]
@@ -474,7 +474,7 @@ def pulled_and_checked(clone: Path, out: Any, timeout_s: float | None = None) ->
     the remote is asked whether it lets this machine in (``lorasent.repro.remote_problem``:
     each machine has its own key or credentials; ``timeout_s``: the seconds it gets to
     answer): when not, that line fails the run."""
-    from lorasent.repro import check_checked_out, remote_problem
+    from lorasent.run_pipeline import check_checked_out, remote_problem
 
     if problem := remote_problem(clone, timeout_s):
         out.write(f"{problem}\n")
@@ -834,7 +834,7 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
             ``address`` (nothing there, or something other than Ray), or Ctrl-C (after
             stopping the runs; landed ones stay).
     """
-    from lorasent.repro import remote_problem
+    from lorasent.run_pipeline import remote_problem
 
     repo = repo.resolve()
     check_options(command, address=address, num_gpus=num_gpus, cache_dir=cache_dir)

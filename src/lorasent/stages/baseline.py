@@ -61,17 +61,9 @@ from typing import Any, TypedDict
 import numpy as np
 import torch
 
-from lorasent.artifacts import (
-    atomic_dir,
-    atomic_write_text,
-    provenance,
-    read_json,
-    read_jsonl,
-    sha256_file,
-    write_json,
-    write_provenance,
-)
+from lorasent.atomic import atomic_dir, atomic_write_text, read_json, read_jsonl, write_json
 from lorasent.environment import compute_dtype, precision_line, resolve_dtype
+from lorasent.hashes import sha256_file
 from lorasent.launch import is_main
 from lorasent.metrics import (
     classification_metrics,
@@ -93,6 +85,7 @@ from lorasent.paths import (
     PROVENANCE_DIR,
     SPLIT_DIR,
 )
+from lorasent.provenance import provenance, write_provenance
 from lorasent.references import (
     SUPERVISED,
     Cost,

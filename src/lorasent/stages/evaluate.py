@@ -52,16 +52,13 @@ from typing import Any
 
 import numpy as np
 
-from lorasent.artifacts import (
+from lorasent.atomic import (
     atomic_dir,
     atomic_write_text,
     json_text,
-    provenance,
     read_json,
     read_jsonl,
-    sha256_file,
     write_in_turn,
-    write_provenance,
 )
 from lorasent.calibration import (
     INTERVAL_METHOD as CALIBRATION_INTERVALS,
@@ -85,6 +82,7 @@ from lorasent.contracts import (
 )
 from lorasent.environment import compute_dtype, precision_line, resolve_dtype
 from lorasent.errors import LorasentError
+from lorasent.hashes import sha256_file
 from lorasent.launch import is_main
 from lorasent.metrics import (
     classification_metrics,
@@ -115,6 +113,7 @@ from lorasent.paths import (
     PROVENANCE_DIR,
     SPLIT_DIR,
 )
+from lorasent.provenance import provenance, write_provenance
 from lorasent.references import seconds_here
 from lorasent.scoring import Encoder, contextual_calibration, score_texts
 from lorasent.stages.test_sets import TestSet, load_test_sets

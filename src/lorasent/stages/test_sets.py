@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from lorasent.artifacts import read_jsonl
+from lorasent.atomic import read_jsonl
 from lorasent.errors import LorasentError
 from lorasent.params import TestSetParams
 from lorasent.paths import SPLIT_DIR

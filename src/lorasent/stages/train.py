@@ -75,15 +75,7 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, IntervalStrategy
 from transformers.utils import logging as hf_logging
 
-from lorasent.artifacts import (
-    atomic_dir,
-    provenance,
-    read_json,
-    read_jsonl,
-    sha256_file,
-    write_json,
-    write_provenance,
-)
+from lorasent.atomic import atomic_dir, read_json, read_jsonl, write_json
 from lorasent.calibration import (
     ECE_BINS,
     CalibrationError,
@@ -106,6 +98,7 @@ from lorasent.contracts import (
 )
 from lorasent.environment import compute_dtype, precision_line, resolve_dtype, writing
 from lorasent.errors import LorasentError
+from lorasent.hashes import sha256_file
 from lorasent.launch import barrier, is_main, rank_and_world
 from lorasent.metrics import classification_metrics, probabilities
 from lorasent.modeling import load_model_and_prompt
@@ -122,6 +115,7 @@ from lorasent.paths import (
     SPLIT_DIR,
     TRAIN_LIVE_DIR,
 )
+from lorasent.provenance import provenance, write_provenance
 from lorasent.scoring import Encoder, PromptEncoder, score_texts
 from lorasent.subsets import training_subset
 
@@ -431,9 +425,10 @@ def mean_loss(log_history: list[dict[str, Any]]) -> float | None:
 
 # The modules whose code the adapter depends on: the train stage's deps in dvc.yaml (its
 # import closure, checked by tests/test_dvc_deps.py).
-TRAIN_CODE = ("stages.train", "artifacts", "calibration", "command_errors", "commands.stages",
-              "contracts", "environment", "errors", "launch", "metrics", "modeling", "modes",
-              "params", "paths", "scoring", "statistics", "subsets", "tables")
+TRAIN_CODE = ("stages.train", "atomic", "calibration", "characters", "command_errors",
+              "commands.stages", "contracts", "dvc_project", "environment", "errors",
+              "experiment_params", "hashes", "launch", "metrics", "modeling", "modes", "params",
+              "paths", "provenance", "scoring", "statistics", "subsets", "tables")
 CHECKPOINT_RECORD = "lorasent-checkpoint.json"
 
 

@@ -79,26 +79,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lorasent.artifacts import unwritable
+from lorasent.output_guard import unwritable
 from lorasent.paths import CHECKOUT
 from lorasent.tools import finite_float
+from lorasent.tools.bench_report import markdown, summarise
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from lorasent.scoring import PromptEncoder
 
-# Targets of issue 8 (measured there on 2 CPU cores, Gemma 270M, batch 8, ~50 tokens).
-# Issue 19 measures the step against the floor (the plain Trainer's 3x is dropped: the
-# floor itself is only about 2x faster than it on 2 CPU cores).
-TARGETS = {"train_vs_seed002": 10.0, "train_vs_floor_max": 0.75,
-           "train_long_template_vs_floor_max": 0.6, "eval_vs_seed000_cpu": 2.5,
-           "eval_vs_seed000_gpu": 20.0, "noop_repro_s_max": 5.0,
-           # issue 42: on 100k rows, on 2 cores
-           "scale_intervals_and_paired_s_max": 1.0, "scale_review_s_max": 10.0,
-           "scale_peak_rss_gib_max": 1.0,
-           # issue 58: tfidf_lr fitted on 100k training rows, on 2 cores
-           "reference_tfidf_lr_s_max": 60.0, "reference_tfidf_lr_added_gib_max": 2.0}
 SCALE_ROWS = (1_000, 10_000, 100_000)
 # An instruction of 70 tokens in seed 000's style (the task, the only answers allowed,
 # how to read hard cases), in English: the shared start grows with the instruction.
@@ -109,11 +99,6 @@ LONG_TEMPLATE = (
     "and excitement are positive. If a tweet mixes feelings, answer with the one that "
     "prevails.\nTweet: {text}\nSentiment:")
 LABELS = ["negative", "neutral", "positive"]
-# A 1-minute load average of this many per core before the run marks the machine busy:
-# under contention the ways slow unequally and not always alike (measured in two busy
-# runs: the project's step 3.2x and 11x, the plain Trainer way 6x and 10x, seed 000's
-# generation 22x and 26x), so the ratios no longer compare.
-BUSY_LOAD = 0.5
 # google/gemma-2b's config.json (GemmaForCausalLM), for random-weight GPU runs.
 GEMMA_2B_CONFIG: dict[str, Any] = {
     "model_type": "gemma", "architectures": ["GemmaForCausalLM"], "vocab_size": 256000,
@@ -185,9 +170,9 @@ def _load(model_name: str, device: torch.device, template: str | None = None,
     from lorasent.modeling import load_tokenizer
     from lorasent.params import load_params
     from lorasent.scoring import PromptEncoder
-    from lorasent.stages.fetch import _packaged_gemma
+    from lorasent.stages.fetch import packaged_gemma
 
-    folder = _packaged_gemma()
+    folder = packaged_gemma()
     tokenizer = load_tokenizer(folder)
     if device.type == "cpu" and model_name == "gemma-3-270m":
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
@@ -476,18 +461,6 @@ def bench_reference(rows: int) -> dict[str, Any]:
             "C": fitted.record.get("C"), "added_rss_bytes": fitted.cost.peak_added_bytes}
 
 
-def reference_table(reference: list[dict[str, Any]]) -> list[str]:
-    """The reference part as a Markdown table."""
-    lines = ["**`tfidf_lr` reference against the training split's size** (packaged tweets, "
-             "default `baseline.tfidf_lr`; each size in its own process)", "",
-             "| training rows | features | fit s (C grid on 2,000 validation rows) | "
-             "predict 600 rows s | peak RSS added |", "|---|---|---|---|---|"]
-    for r in reference:
-        lines.append(f"| {r['rows']:,} | {r['features']:,} | {r['fit_s']:.1f} | "
-                     f"{r['predict_600_s']:.2f} | {r['added_rss_bytes'] / 2**20:.0f} MiB |")
-    return [*lines, ""]
-
-
 def copy_tracked(repo: Path, dest: Path) -> None:
     """Copy the git-tracked files of ``repo`` into ``dest`` (an existing folder), without
     the committed run (``metrics/``, ``dvc.lock``), so that ``dvc repro`` there runs every
@@ -566,162 +539,6 @@ def _machine(device: torch.device, load_before: float) -> dict[str, Any]:
     if device.type == "cuda":
         out["gpu"] = torch.cuda.get_device_name(device)
     return out
-
-
-def summarise(results: dict[str, Any], device: torch.device,
-              peak_tflops: float | None) -> dict[str, Any]:
-    """Ratios against the references measured in the same run, and the targets' verdicts."""
-    ratios: dict[str, Any] = {}
-    checks: dict[str, dict[str, bool]] = {}
-    for model, part in results.get("train", {}).items():
-        w = {k: v["seconds_per_step"] for k, v in part["ways"].items()}
-        ratios[model] = {"train_speedup_vs_seed002": w["seed002"] / w["project"],
-                         "train_speedup_vs_plain_trainer": w["plain_trainer"] / w["project"],
-                         "train_time_vs_floor": w["project"] / w["floor"],
-                         "train_unshared_time_vs_floor": w["project_unshared"] / w["floor"]}
-        if "project_bf16" in w:
-            ratios[model]["train_bf16_speedup_vs_fp32"] = w["project"] / w["project_bf16"]
-            ratios[model]["train_bf16_time_vs_floor"] = w["project_bf16"] / w["floor"]
-            ratios[model]["train_bf16_time_vs_bf16_floor"] = (w["project_bf16"]
-                                                              / w["floor_bf16"])
-        long = results.get("train_long_template", {}).get(model)
-        if long:
-            w = {k: v["seconds_per_step"] for k, v in long["ways"].items()}
-            ratios[model]["train_long_template_time_vs_floor"] = w["project"] / w["floor"]
-            ratios[model]["train_long_template_unshared_time_vs_floor"] = (
-                w["project_unshared"] / w["floor"])
-        e = results["eval"][model]["ways"]
-        ratios[model]["eval_speedup_vs_seed000"] = (e["project"]["examples_per_s"]
-                                                    / e["seed000"]["examples_per_s"])
-        ratios[model]["eval_accuracy_project_minus_seed000"] = (e["project"]["accuracy"]
-                                                                - e["seed000"]["accuracy"])
-        eval_target = TARGETS["eval_vs_seed000_gpu" if device.type == "cuda"
-                              else "eval_vs_seed000_cpu"]
-        r = ratios[model]
-        checks[model] = {
-            f"train >= {TARGETS['train_vs_seed002']:g}x seed 002":
-                r["train_speedup_vs_seed002"] >= TARGETS["train_vs_seed002"],
-            f"train step <= {TARGETS['train_vs_floor_max']:g}x the floor's time":
-                r["train_time_vs_floor"] <= TARGETS["train_vs_floor_max"],
-            f"eval >= {eval_target:g}x seed 000": r["eval_speedup_vs_seed000"] >= eval_target,
-            "eval loses no accuracy": r["eval_accuracy_project_minus_seed000"] >= 0,
-        }
-        if "train_long_template_time_vs_floor" in r:
-            target = TARGETS["train_long_template_vs_floor_max"]
-            checks[model][f"long template: train step <= {target:g}x the floor's time"] = (
-                r["train_long_template_time_vs_floor"] <= target)
-        if peak_tflops and device.type == "cuda":
-            flops = part["ways"]["project"]["model_flops_per_s"]
-            ratios[model]["train_mfu"] = flops / (peak_tflops * 1e12)
-    if "pipeline" in results:
-        checks["pipeline"] = {f"no-op dvc repro < {TARGETS['noop_repro_s_max']:g} s":
-                              results["pipeline"]["noop_repro_s"] < TARGETS["noop_repro_s_max"]}
-    largest = max(results.get("scale", []), key=lambda r: r["rows"], default=None)
-    if largest:
-        fast = largest["seconds"]["evaluate_intervals"] + largest["seconds"]["compare_paired"]
-        checks["scale"] = {
-            f"{largest['rows']:,} rows: intervals and paired test < "
-            f"{TARGETS['scale_intervals_and_paired_s_max']:g} s":
-                fast < TARGETS["scale_intervals_and_paired_s_max"],
-            f"{largest['rows']:,} rows: whole review < {TARGETS['scale_review_s_max']:g} s":
-                largest["evaluate_s"] + largest["compare_s"] < TARGETS["scale_review_s_max"],
-            f"{largest['rows']:,} rows: peak RSS < {TARGETS['scale_peak_rss_gib_max']:g} GiB":
-                largest["peak_rss_bytes"] < TARGETS["scale_peak_rss_gib_max"] * 2**30}
-    largest = max(results.get("reference", []), key=lambda r: r["rows"], default=None)
-    if largest:
-        checks["reference"] = {
-            f"{largest['rows']:,} rows: tfidf_lr fit and predict < "
-            f"{TARGETS['reference_tfidf_lr_s_max']:g} s":
-                largest["fit_s"] + largest["predict_600_s"]
-                < TARGETS["reference_tfidf_lr_s_max"],
-            f"{largest['rows']:,} rows: tfidf_lr adds < "
-            f"{TARGETS['reference_tfidf_lr_added_gib_max']:g} GiB":
-                largest["added_rss_bytes"] < TARGETS["reference_tfidf_lr_added_gib_max"] * 2**30}
-    return {"ratios": ratios, "targets": TARGETS, "checks": checks,
-            "all_targets_met": all(v for c in checks.values() for v in c.values())}
-
-
-def _train_table(title: str, part: dict[str, Any], largest: str) -> list[str]:
-    """A train part's table: each way against the project's (shared-prefix) way, the
-    floor as the project's time over the floor's."""
-    ways = part["ways"]
-    peak = max(w["peak_rss_bytes"] for w in ways.values()) / 2**30
-    lines = [f"**{title}** (median of {part['steps']} steps, interleaved, after "
-             f"{part['warmup']} warm-up round{'' if part['warmup'] == 1 else 's'}; "
-             f"{part['shared_prefix_tokens']} of {part['width']} positions shared; peak RSS "
-             f"of the project's way: {ways['project']['peak_rss_bytes'] / 2**30:.1f} GiB; "
-             f"of the whole part{', ' + largest if largest else ''}: {peak:.1f} GiB)", "",
-             "| way | s / step | examples / s | useful tokens / s | tokens in batch "
-             "| project is |",
-             "|---|---|---|---|---|---|"]
-    project = ways["project"]["seconds_per_step"]
-    for name, w in ways.items():
-        rel = ("—" if name == "project" else
-               f"{w['seconds_per_step'] / project:.2f}x faster" if name != "floor"
-               else f"{project / w['seconds_per_step']:.2f}x the floor's time")
-        lines.append(f"| {name} | {w['seconds_per_step']:.2f} | {w['examples_per_s']:.2f} | "
-                     f"{w['useful_tokens_per_s']:.0f} | {w['tokens_in_batch']} | {rel} |")
-    return [*lines, ""]
-
-
-def scale_table(scale: list[dict[str, Any]]) -> list[str]:
-    """The scale part as a Markdown table: seconds per step and peak RSS per row count."""
-    names = list(scale[0]["seconds"])
-    lines = ["**Review statistics against the test set's size** (synthetic 3-class rows, "
-             "seconds; each size in its own process)", "",
-             "| rows | " + " | ".join(f"`{n}`" for n in names)
-             + " | evaluate | compare / pr-comment | peak RSS (added) |",
-             "|---" * (len(names) + 4) + "|"]
-    for r in scale:
-        lines.append(f"| {r['rows']:,} | " + " | ".join(f"{r['seconds'][n]:.2f}" for n in names)
-                     + f" | {r['evaluate_s']:.2f} | {r['compare_s']:.2f} | "
-                     f"{r['peak_rss_bytes'] / 2**30:.2f} GiB "
-                     f"({r['added_rss_bytes'] / 2**20:.0f} MiB) |")
-    return [*lines, ""]
-
-
-def markdown(report: dict[str, Any]) -> str:
-    """The table the README quotes."""
-    m = report["machine"]
-    lines = [f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, device "
-             f"{m['device']}{' (' + m['gpu'] + ')' if m.get('gpu') else ''}.", ""]
-    load = m.get("load_average_1min_before")
-    if load is not None and load >= BUSY_LOAD * m["cores"]:
-        lines += [f"**Warning: the machine was busy** (1-minute load average {load:.1f} on "
-                  f"{m['cores']} cores before the run). Shared cores slow the ways by "
-                  "different factors, in either direction, so the ratios below are not "
-                  "comparable with an idle machine's; rerun on an idle one.", ""]
-    long_parts = report["results"].get("train_long_template", {})
-    for model, part in report["results"].get("train", {}).items():
-        lines += _train_table(f"Train step, {model}, batch {part['batch_size']}", part,
-                              "with seed 002's way")
-        if model in long_parts:
-            lines += _train_table(f"Train step, {model}, batch "
-                                  f"{long_parts[model]['batch_size']}, long template",
-                                  long_parts[model], "")
-        e = report["results"]["eval"][model]
-        lines += [f"**Evaluation, {model}, {e['examples']} tweets** (median of "
-                  f"{e.get('rounds', 1)} interleaved rounds; peak RSS "
-                  f"{e['peak_rss_bytes'] / 2**30:.1f} GiB)", "",
-                  "| way | examples / s | accuracy (zero-shot) |", "|---|---|---|"]
-        for name, w in e["ways"].items():
-            lines.append(f"| {name} | {w['examples_per_s']:.2f} | {w['accuracy']:.3f} |")
-        lines.append("")
-    if "pipeline" in report["results"]:
-        p = report["results"]["pipeline"]
-        lines += ["**Pipeline overhead** (tiny run on a copy of the repo)", "",
-                  f"- no-op `dvc repro`: {p['noop_repro_s']:.1f} s",
-                  f"- rerun after changing `evaluate.reference`: "
-                  f"{p['evaluate_param_rerun_s']:.1f} s", ""]
-    if report["results"].get("scale"):
-        lines += scale_table(report["results"]["scale"])
-    if report["results"].get("reference"):
-        lines += reference_table(report["results"]["reference"])
-    lines += ["**Targets**", ""]
-    for group, checks in report["summary"]["checks"].items():
-        for name, ok in checks.items():
-            lines.append(f"- {group}: {name}: {'met' if ok else 'NOT met'}")
-    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -25,7 +25,7 @@ order, each part printing a progress line:
 
 Writes ``<out>/results-gpu.json`` (the machine, doctor's JSON, bench's results and
 summary, the pipeline comparison, each part's wall time in seconds, ``passed``) and
-``<out>/results-gpu.md`` (bench's tables as :func:`lorasent.tools.bench.markdown` renders
+``<out>/results-gpu.md`` (bench's tables as :func:`lorasent.tools.bench_report.markdown` renders
 them, the agreement, the verdict), both only at the end and each atomically: an
 interrupted check leaves neither half-written. A part that fails is recorded with its
 error and the check goes on with the next part. Exit status 0 when every part ran and
@@ -101,8 +101,8 @@ def _run(argv: list[str], cwd: Path, what: str) -> subprocess.CompletedProcess[s
 def machine_info(device: str) -> dict[str, Any]:
     """The machine: lorasent's environment report (torch, HIP/CUDA versions, the GPU's
     name, architecture and memory), plus ``gpu``, Python, the platform and the commit."""
-    from lorasent.artifacts import git_state
     from lorasent.environment import environment_report
+    from lorasent.provenance import git_state
 
     report = environment_report(torch.device(device))
     return {**report, "gpu": report["name"] if device == "cuda" else None,
@@ -303,9 +303,9 @@ def _flops_lines(bench: dict[str, Any]) -> list[str]:
 
 def markdown(report: dict[str, Any]) -> str:
     """``results-gpu.md``: the machine, doctor's findings, bench's tables (as
-    :func:`lorasent.tools.bench.markdown` renders them), the agreement line, the verdict; a
+    :func:`lorasent.tools.bench_report.markdown` renders them), the agreement line, the verdict; a
     part that failed shows its error in its place."""
-    from lorasent.tools.bench import markdown as bench_markdown
+    from lorasent.tools.bench_report import markdown as bench_markdown
 
     m, parts = report["machine"], report["parts"]
     gpu = f"{m['gpu']} ({m.get('arch')})" if m.get("gpu") else "no GPU (device cpu)"
@@ -353,7 +353,7 @@ def markdown(report: dict[str, Any]) -> str:
 def write_report(out: Path, report: dict[str, Any]) -> tuple[Path, Path]:
     """Write ``<out>/results-gpu.json`` and ``<out>/results-gpu.md``, each atomically, both
     rendered before either is written."""
-    from lorasent.artifacts import atomic_write_text
+    from lorasent.atomic import atomic_write_text
 
     as_json = json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     as_markdown = markdown(report)
@@ -366,7 +366,7 @@ def write_report(out: Path, report: dict[str, Any]) -> tuple[Path, Path]:
 # ------------------------------------------------------------------------------- main
 
 def main(argv: list[str] | None = None) -> int:
-    from lorasent.artifacts import unwritable
+    from lorasent.output_guard import unwritable
     from lorasent.tools.bench import no_gpu_message
 
     parser = argparse.ArgumentParser(prog="python -m lorasent.tools.device_check",

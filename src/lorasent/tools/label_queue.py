@@ -82,9 +82,10 @@ from typing import Any, TextIO
 import numpy as np
 import numpy.typing as npt
 
-from lorasent.artifacts import aside_names, read_jsonl
+from lorasent.atomic import read_jsonl
 from lorasent.errors import LorasentError
 from lorasent.metrics import class_warnings
+from lorasent.output_guard import aside_names
 from lorasent.paths import SPLIT_DIR
 from lorasent.stages.split import SPLITS, normalise_text
 from lorasent.tables import PREDICT_SETTINGS, Table, TableError, written_for_people
@@ -532,7 +533,7 @@ def _rows(n: int, what: str) -> str:
 
 
 def aside_name(path: str | Path) -> Path:
-    """Where :func:`lorasent.artifacts.keep_aside` would keep ``path`` now."""
+    """Where :func:`lorasent.output_guard.keep_aside` would keep ``path`` now."""
     return next(p for p in aside_names(Path(path)) if not p.exists())
 
 

@@ -49,12 +49,14 @@ from typing import Any, TextIO
 import numpy as np
 from tqdm.auto import tqdm
 
-from lorasent.artifacts import being_written, output_dir, read_json, sha256_file, write_json
+from lorasent.atomic import being_written, read_json, write_json
 from lorasent.calibration import apply_temperature
 from lorasent.contracts import AdapterRecord, EvalMetrics, TemperatureScaling, dump, parse
 from lorasent.errors import LorasentError
+from lorasent.hashes import sha256_file
 from lorasent.metrics import probabilities
 from lorasent.modes import MODES, no_zero_shot_cell
+from lorasent.output_guard import output_dir
 from lorasent.paths import (
     ADAPTER_DIR,
     ADAPTER_RECORD,
@@ -690,8 +692,8 @@ def export_merged(model: Any, encoder: Encoder, record: AdapterRecord,
     adapter's ``scaling``, when it has one: the temperature) and a README on loading
     and scoring with the adapter's ``evaluation`` and temperature
     (:func:`export_readme`), with the marker that lets the next export replace the
-    folder (:func:`lorasent.artifacts.output_dir`; check ``out_dir`` first with
-    :func:`lorasent.artifacts.check_output_folder`).
+    folder (:func:`lorasent.output_guard.output_dir`; check ``out_dir`` first with
+    :func:`lorasent.output_guard.check_output_folder`).
     """
     merged = model.merge_and_unload()
     merged.config.id2label = dict(enumerate(record.labels))

@@ -51,7 +51,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lorasent.artifacts import atomic_write_text, jsonl_text, read_jsonl
+from lorasent.atomic import atomic_write_text, jsonl_text, read_jsonl
 from lorasent.paths import DATASET_FILE, RAW_DIR, SPLIT_DIR
 from lorasent.stages.split import clean_rows, normalise_text, row_id
 from lorasent.tables import spreadsheet_text

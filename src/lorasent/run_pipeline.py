@@ -1,6 +1,6 @@
 """``make run``'s pipeline run: ``dvc repro`` in this process, then one closing hint.
 
-Usage: ``python -m lorasent.repro [--pull] [--connect-timeout S]`` (``make run`` passes
+Usage: ``python -m lorasent.run_pipeline [--pull] [--connect-timeout S]`` (``make run`` passes
 ``--pull`` when a default DVC remote is set; docs/sharing.md).
 
 With ``--pull`` DVC first tries to take each unchanged stage's outputs from the remote.
@@ -449,9 +449,9 @@ def reproduce(pull: bool, connect_timeout: float | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m lorasent.repro [--pull] [--connect-timeout S]``: exits with DVC's
+    """``python -m lorasent.run_pipeline [--pull] [--connect-timeout S]``: exits with DVC's
     status."""
-    parser = argparse.ArgumentParser(prog="python -m lorasent.repro",
+    parser = argparse.ArgumentParser(prog="python -m lorasent.run_pipeline",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--pull", action="store_true",
                         help="dvc repro --pull: take unchanged stages' outputs from the "
