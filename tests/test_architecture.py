@@ -3,8 +3,9 @@
 ``if TYPE_CHECKING:``).
 
 The layers: ``cli`` (the entry point: ``lorasent <command>`` dispatches to every stage,
-tool and review command), ``stages/``, ``tools/``, ``review/``, and the shared core (every
-other module at the package's top level). A broken rule fails with one line per offending
+tool and review command), ``stages/``, ``training/`` (the train stage's machinery, which
+only ``stages.train`` imports), ``tools/``, ``review/``, and the shared core (every other
+module at the package's top level). A broken rule fails with one line per offending
 import, naming the file, the line and the statement.
 
 That the review code loads no torch is tests/test_review.py's check (it runs the
@@ -20,8 +21,10 @@ from import_graph import SRC, Import, graph, lorasent_imports, module_names
 from lorasent.modes import MODES
 from lorasent.params import read_yaml
 
-PACKAGES = ("stages", "tools", "review")
+PACKAGES = ("stages", "training", "tools", "review")
 TOP = "cli"
+# The one module outside training/ that imports it: the train stage's recipe.
+TRAINING_USER = "stages.train"
 
 # Imports across the layers that the rules below would refuse, each with its reason. A new
 # one is a decision: add it here and to docs/architecture.md's import rules.
@@ -53,7 +56,7 @@ EXCEPTIONS = {
 
 
 def layer(module: str) -> str:
-    """``cli``, ``stages``, ``tools``, ``review`` or ``core``."""
+    """``cli``, ``stages``, ``training``, ``tools``, ``review`` or ``core``."""
     first = module.split(".")[0]
     return first if module == TOP or first in PACKAGES else "core"
 
@@ -66,19 +69,26 @@ def broken_rule(importer: str, imported: str) -> str | None:
         return f"{importer}/__init__.py holds only its docstring: a package imports nothing"
     if imported == TOP:
         return "nothing imports cli: it is the entry point, the top of the graph"
+    what = {"cli": "cli", "core": "the shared core", "stages": "a stage",
+            "training": "the training code", "tools": "a tool", "review": "the review code"}
+    if layer(imported) == "training" and layer(importer) != "training":
+        if importer == TRAINING_USER:
+            return None
+        return (f"{what[layer(importer)]} imports the training code ({imported}); only "
+                f"{TRAINING_USER} and training/ may import training/ (the train stage's "
+                "machinery)")
     allowed = {
         "cli": {"core", "stages", "tools", "review"},
         "core": {"core"},
         "stages": {"core"},
+        "training": {"core", "training"},
         "tools": {"core", "tools"},
         "review": {"core", "review"},
     }[layer(importer)]
     if layer(imported) in allowed:
         return None
-    what = {"core": "the shared core", "stages": "a stage", "tools": "a tool",
-            "review": "the review code"}
     may = " and ".join("the core" if name == "core" else f"{name}/" for name in
-                       sorted(allowed, key=["core", "stages", "tools", "review"].index))
+                       sorted(allowed, key=["core", *PACKAGES].index))
     return (f"{what[layer(importer)]} imports {what[layer(imported)]} ({imported}); "
             f"{layer(importer) if layer(importer) != 'core' else 'the core'} may import "
             f"{may} only")
@@ -181,6 +191,18 @@ def test_a_stage_that_imports_another_stage_is_one_line_naming_it():
                                       "import the core and tools/ only"),
     ("tools.predict", "cli", "nothing imports cli"),
     ("review", "review.collect", "a package imports nothing"),
+    ("training", "training.trainer", "a package imports nothing"),
+    ("stages.evaluate", "training.checkpoints",
+     "a stage imports the training code (training.checkpoints); only stages.train and "
+     "training/ may import training/"),
+    ("modeling", "training.trainer", "the shared core imports the training code "
+                                     "(training.trainer); only stages.train"),
+    ("tools.bench", "training.trainer", "a tool imports the training code (training.trainer)"),
+    ("cli", "training.checkpoints", "cli imports the training code (training.checkpoints); "
+                                    "only stages.train and training/ may import training/"),
+    ("training.trainer", "stages.split", "the training code imports a stage (stages.split); "
+                                         "training may import the core and training/ only"),
+    ("training.checkpoints", "tools.bench", "the training code imports a tool (tools.bench)"),
 ])
 def test_what_each_rule_refuses(importer, imported, rule):
     found = problems({importer: [Import(imported, 1, f"import lorasent.{imported}")]})
@@ -190,6 +212,8 @@ def test_what_each_rule_refuses(importer, imported, rule):
 @pytest.mark.parametrize(("importer", "imported"), [
     ("cli", "stages.train"), ("cli", "review.compare"), ("tools.device_check", "tools.bench"),
     ("review.compare", "review.render"), ("stages.train", "modeling"), ("modeling", "params"),
+    ("stages.train", "training.trainer"), ("training.trainer", "training.callbacks"),
+    ("training.checkpoints", "artifacts"),
     *EXCEPTIONS])
 def test_what_the_rules_allow(importer, imported):
     assert broken_rule(importer, imported) is None

@@ -29,7 +29,7 @@ from conftest import REPO, train_in
 from lorasent import environment
 from lorasent.cli import _user_errors, main
 from lorasent.environment import NoSpaceLeft, filesystem
-from lorasent.stages.train import Checkpoints
+from lorasent.training.checkpoints import Checkpoints
 
 Usage = namedtuple("Usage", "total used free")
 
