@@ -4,7 +4,8 @@
 
 The layers: ``cli`` (the entry point: the ``lorasent`` group), ``commands/`` (each
 command, calling a stage, tool or review function; ``commands.stages``, the one command
-module in the stages' deps, imports no other command module), ``stages/``, ``tools/``,
+module in the stages' deps, imports no other command module), ``stages/``, ``training/``
+(the train stage's machinery, which only ``stages.train`` imports), ``tools/``,
 ``review/``, and the shared core (every other module at the package's top level). A
 broken rule fails with one line per offending import, naming the file, the line and the
 statement.
@@ -22,9 +23,11 @@ from import_graph import SRC, Import, graph, lorasent_imports, module_names
 from lorasent.modes import MODES
 from lorasent.params import read_yaml
 
-PACKAGES = ("commands", "stages", "tools", "review")
+PACKAGES = ("commands", "stages", "training", "tools", "review")
 TOP = "cli"
 STAGE_COMMANDS = "commands.stages"
+# The one module outside training/ that imports it: the train stage's recipe.
+TRAINING_USER = "stages.train"
 
 # Imports across the layers that the rules below would refuse, each with its reason. A new
 # one is a decision: add it here and to docs/architecture.md's import rules.
@@ -56,7 +59,7 @@ EXCEPTIONS = {
 
 
 def layer(module: str) -> str:
-    """``cli``, ``commands``, ``stages``, ``tools``, ``review`` or ``core``."""
+    """``cli``, ``commands``, ``stages``, ``training``, ``tools``, ``review`` or ``core``."""
     first = module.split(".")[0]
     return first if module == TOP or first in PACKAGES else "core"
 
@@ -72,21 +75,28 @@ def broken_rule(importer: str, imported: str) -> str | None:
     if importer == STAGE_COMMANDS and layer(imported) not in {"core", "stages"}:
         return (f"the stages' commands import {imported}; commands.stages may import the "
                 "core and stages/ only (it is the one command module in the stages' deps)")
+    what = {"cli": "cli", "commands": "a command", "core": "the shared core",
+            "stages": "a stage", "training": "the training code", "tools": "a tool",
+            "review": "the review code"}
+    if layer(imported) == "training" and layer(importer) != "training":
+        if importer == TRAINING_USER:
+            return None
+        return (f"{what[layer(importer)]} imports the training code ({imported}); only "
+                f"{TRAINING_USER} and training/ may import training/ (the train stage's "
+                "machinery)")
     allowed = {
         "cli": {"commands"},
         "commands": {"core", "stages", "tools", "review", "commands"},
         "core": {"core"},
         "stages": {"core"},
+        "training": {"core", "training"},
         "tools": {"core", "tools"},
         "review": {"core", "review"},
     }[layer(importer)]
     if layer(imported) in allowed:
         return None
-    what = {"core": "the shared core", "stages": "a stage", "tools": "a tool",
-            "review": "the review code", "commands": "a command", "cli": "cli"}
     may = " and ".join("the core" if name == "core" else f"{name}/" for name in
-                       sorted(allowed, key=["core", "commands", "stages", "tools",
-                                            "review"].index))
+                       sorted(allowed, key=["core", *PACKAGES].index))
     return (f"{what[layer(importer)]} imports {what[layer(imported)]} ({imported}); "
             f"{layer(importer) if layer(importer) != 'core' else 'the core'} may import "
             f"{may} only")
@@ -194,6 +204,18 @@ def test_a_stage_that_imports_another_stage_is_one_line_naming_it():
                                             "stages/ only"),
     ("commands.stages", "tools.predict", "the stages' commands import tools.predict"),
     ("review", "review.collect", "a package imports nothing"),
+    ("training", "training.trainer", "a package imports nothing"),
+    ("stages.evaluate", "training.checkpoints",
+     "a stage imports the training code (training.checkpoints); only stages.train and "
+     "training/ may import training/"),
+    ("modeling", "training.trainer", "the shared core imports the training code "
+                                     "(training.trainer); only stages.train"),
+    ("tools.bench", "training.trainer", "a tool imports the training code (training.trainer)"),
+    ("cli", "training.checkpoints", "cli imports the training code (training.checkpoints); "
+                                    "only stages.train and training/ may import training/"),
+    ("training.trainer", "stages.split", "the training code imports a stage (stages.split); "
+                                         "training may import the core and training/ only"),
+    ("training.checkpoints", "tools.bench", "the training code imports a tool (tools.bench)"),
 ])
 def test_what_each_rule_refuses(importer, imported, rule):
     found = problems({importer: [Import(imported, 1, f"import lorasent.{imported}")]})
@@ -205,6 +227,8 @@ def test_what_each_rule_refuses(importer, imported, rule):
     ("commands.stages", "stages.train"), ("commands.adapter", "commands.options"),
     ("commands.project", "commands.stages"), ("tools.device_check", "tools.bench"),
     ("review.compare", "review.render"), ("stages.train", "modeling"), ("modeling", "params"),
+    ("stages.train", "training.trainer"), ("training.trainer", "training.callbacks"),
+    ("training.checkpoints", "artifacts"),
     *EXCEPTIONS])
 def test_what_the_rules_allow(importer, imported):
     assert broken_rule(importer, imported) is None

@@ -30,7 +30,7 @@ from lorasent import environment
 from lorasent.cli import main
 from lorasent.command_errors import user_errors
 from lorasent.environment import NoSpaceLeft, filesystem
-from lorasent.stages.train import Checkpoints
+from lorasent.training.checkpoints import Checkpoints
 
 Usage = namedtuple("Usage", "total used free")
 

@@ -22,7 +22,7 @@ import pytest
 from conftest import REPO
 from import_graph import lorasent_imports
 from lorasent.params import read_yaml
-from lorasent.stages.train import TRAIN_CODE
+from lorasent.training.checkpoints import TRAIN_CODE
 
 SRC = REPO / "src" / "lorasent"
 DVC = read_yaml((REPO / "dvc.yaml").read_text(encoding="utf-8"), "dvc.yaml")
@@ -110,9 +110,11 @@ def test_the_closures_hold_what_writes_and_maps_the_outputs():
         "stages.fetch", "atomic", "characters", "command_errors", "commands.stages",
         "dvc_project", "environment", "errors", "experiment_params", "hashes", "launch", "modes",
         "params", "paths", "provenance", "tables"}
-    assert closure("train") - closure("fetch") == {"stages.train", "calibration", "contracts",
-                                                   "metrics", "modeling", "scoring",
-                                                   "statistics", "subsets"}
+    assert closure("train") - closure("fetch") == {"stages.train", "training.callbacks",
+                                                   "training.checkpoints", "training.trainer",
+                                                   "calibration", "contracts", "metrics",
+                                                   "modeling", "scoring", "statistics",
+                                                   "subsets"}
     assert closure("evaluate") - closure("train") == {"stages.evaluate", "stages.test_sets",
                                                       "stages.fetch", "stages.split",
                                                       "references"}

@@ -174,8 +174,8 @@ TEMPERATURE: dict[str, Any] = {"method": "m", "fitted_on": "validation", "valida
 
 
 def test_no_temperature_is_said_in_one_line_in_eval_json_and_in_the_summary():
+    from lorasent.calibration import NO_VALIDATION_NOTE
     from lorasent.stages.evaluate import EvaluateResult
-    from lorasent.stages.train import NO_VALIDATION_NOTE
 
     unfitted = TemperatureScaling.model_validate({
         **TEMPERATURE, "validation_rows": 0, "temperature": None, "note": NO_VALIDATION_NOTE})

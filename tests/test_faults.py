@@ -17,7 +17,7 @@ from lorasent.atomic import atomic_dir, write_json
 from lorasent.cli import main
 from lorasent.errors import LorasentError
 from lorasent.scoring import TextEncoder
-from lorasent.stages.train import NonFiniteLossError
+from lorasent.training.trainer import NonFiniteLossError
 
 
 @pytest.mark.integration
@@ -190,7 +190,7 @@ def test_a_provenance_record_is_split_into_what_defines_the_result_and_machine_f
 
 
 def test_trainer_speed_figures_go_to_the_machine_record_not_to_the_history():
-    from lorasent.stages.train import MACHINE_SPEED, training_speed
+    from lorasent.training.callbacks import MACHINE_SPEED, training_speed
 
     history = [{"loss": 1.2, "step": 1}, {"eval_runtime": 2.0, "eval_accuracy": 0.5, "step": 2},
                {"train_runtime": 30.0, "train_samples_per_second": 3.2,

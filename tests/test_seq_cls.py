@@ -20,11 +20,16 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, PreT
 from conftest import LABELS, minilm_folder, train_in
 from lorasent.contracts import AdapterRecord
 from lorasent.metrics import probabilities
-from lorasent.modeling import load_base_model, load_tokenizer, load_trained_model
+from lorasent.modeling import (
+    HeadNotSavedError,
+    load_base_model,
+    load_tokenizer,
+    load_trained_model,
+    new_weights_note,
+)
 from lorasent.params import merge, parse_params
 from lorasent.scoring import TextEncoder, score_texts
 from lorasent.stages.fetch import fetch_model
-from lorasent.stages.train import HeadNotSavedError, new_weights_note
 from test_contracts import round_trip
 
 TEXTS = ["I love this phone", "the flight was delayed again, third time this month",

@@ -19,7 +19,16 @@ from click.testing import CliRunner
 
 from conftest import train_in
 from lorasent.atomic import atomic_write_text, jsonl_text, read_json
-from lorasent.calibration import apply_temperature, brier, ece, fit_temperature, nll
+from lorasent.calibration import (
+    CONFIDENCE_GRID,
+    NO_VALIDATION_NOTE,
+    apply_temperature,
+    brier,
+    ece,
+    fit_temperature,
+    nll,
+    temperature_scaling,
+)
 from lorasent.cli import main
 from lorasent.contracts import (
     TEMPERATURE_MAX,
@@ -34,7 +43,6 @@ from lorasent.metrics import probabilities
 from lorasent.modeling import load_trained_model
 from lorasent.params import parse_params
 from lorasent.scoring import score_texts
-from lorasent.stages.train import CONFIDENCE_GRID, NO_VALIDATION_NOTE, temperature_scaling
 from lorasent.tools.predict import NotFiniteError, predict, restore_adapter, written_by_predict
 from test_contracts import round_trip
 from test_train_recipe import LABELS, PARAMS, ROWS

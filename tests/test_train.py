@@ -8,15 +8,9 @@ import pytest
 import yaml
 
 from conftest import REPO, train_in
-from lorasent.stages.train import (
-    CHECKPOINT_RECORD,
-    TRAIN_CODE,
-    Checkpoints,
-    EpochSeededSampler,
-    LorasentTrainer,
-    class_weights,
-    training_key,
-)
+from lorasent.stages.train import class_weights
+from lorasent.training.checkpoints import CHECKPOINT_RECORD, TRAIN_CODE, Checkpoints, training_key
+from lorasent.training.trainer import EpochSeededSampler, LorasentTrainer
 
 
 def test_no_weighting_is_all_ones():

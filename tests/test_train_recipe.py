@@ -179,7 +179,7 @@ def test_a_run_killed_after_its_last_checkpoint_resumes_to_the_same_history(
     scoring for the temperature runs there): the rerun resumes from the checkpoint
     before (transformers would train a 4th step from the last one, mid-epoch) and
     writes the history and adapter an uninterrupted run writes."""
-    from lorasent.stages.train import Checkpoints
+    from lorasent.training.checkpoints import Checkpoints
 
     raw = {**PARAMS, "train": {**PARAMS["train"], "save_steps": 1, "max_steps": 3,
                                "eval_strategy": "no"}}

@@ -8,7 +8,9 @@
   the distinct rows (:data:`INTERVAL_METHOD`);
   :func:`calibration_deltas` compares two models on the same rows.
 - **Temperature scaling** (:func:`fit_temperature`, Guo et al. 2017): one T > 0 such that
-  ``softmax(scores / T)`` is calibrated, fitted by scikit-learn.
+  ``softmax(scores / T)`` is calibrated, fitted by scikit-learn; :func:`temperature_scaling`
+  fits it on the validation split's scores for the train stage and measures it
+  (``calibration.json``: :class:`lorasent.contracts.TemperatureScaling`).
 - **Selective classification** (:func:`risk_coverage`, Geifman & El-Yaniv 2017, "Selective
   Classification for Deep Neural Networks"): the accuracy on the rows kept when the model
   abstains below a confidence.
@@ -23,8 +25,9 @@ predicted class of a row is its argmax (the first on ties, as lorasent predicts)
 
 from __future__ import annotations
 
+import logging
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -34,7 +37,15 @@ import numpy.typing as npt
 from scipy.special import softmax
 from sklearn.base import BaseEstimator, ClassifierMixin
 
+from lorasent.contracts import (
+    TEMPERATURE_MAX,
+    TEMPERATURE_MIN,
+    RiskCoveragePoint,
+    TemperatureScaling,
+    temperature_out_of_range,
+)
 from lorasent.errors import LorasentError
+from lorasent.metrics import probabilities
 from lorasent.statistics import (
     BOOTSTRAP_SEED,
     RESAMPLES,
@@ -44,6 +55,10 @@ from lorasent.statistics import (
 
 if TYPE_CHECKING:
     from lorasent.metrics import ClassIds
+
+# temperature_scaling's warnings are the train stage's (it fits the temperature): logged
+# under its name, as its log has always shown them.
+log = logging.getLogger("lorasent.stages.train")
 
 # equal-width confidence bins, Guo et al. 2017 "On Calibration of Modern Neural Networks"
 ECE_BINS = 15
@@ -442,6 +457,95 @@ def coverage_at(y: ClassIds, probs: npt.ArrayLike, min_confidence: float
     kept = p.max(axis=1) >= min_confidence
     right = p.argmax(axis=1)[kept] == ids[kept]
     return float(kept.mean()), float(right.mean()) if kept.any() else None
+
+
+# Temperature scaling as the train stage fits it (calibration.json's ``method``).
+TEMPERATURE_METHOD = (
+    "temperature scaling (Guo et al. 2017, On Calibration of Modern Neural Networks): the "
+    "class scores are divided by one temperature T > 0 before the softmax, T chosen to "
+    "minimise the negative log-likelihood of the validation rows (lorasent.calibration."
+    "fit_temperature), as scikit-learn's CalibratedClassifierCV(method='temperature') fits it")
+# calibration.json's ``note`` when the validation split has no rows.
+NO_VALIDATION_NOTE = ("no validation split (split.validation_size: 0): temperature scaling "
+                      "not fitted; predict uses the raw probabilities")
+# calibration.json's ``note`` when the validation rows cannot be fitted (the reason follows).
+NOT_FITTED_NOTE = "temperature scaling not fitted ({}); predict uses the raw probabilities"
+# calibration.json's ``note`` when the fitted T is outside the range calibration.json
+# takes (lorasent.contracts.TEMPERATURE_MIN, TEMPERATURE_MAX): T, then the range. Short:
+# `lorasent metrics` shows it on one line; the train log adds DEGENERATE_WHY.
+DEGENERATE_NOTE = ("fitted T = {:.4g} is outside [{:g}, {:g}] (degenerate validation rows): "
+                   "not kept; predict uses the raw probabilities")
+DEGENERATE_WHY = ("every validation row right, or every one wrong, by a wide margin drives "
+                  "the fit to scikit-learn's bounds; a larger validation split gives a usable T")
+# The thresholds of calibration.json's risk-coverage: 0.00, 0.05, ..., 0.95.
+CONFIDENCE_GRID = tuple(round(0.05 * k, 2) for k in range(20))
+
+
+def temperature_scaling(scores: np.ndarray, y: Sequence[int]) -> TemperatureScaling:
+    """``calibration.json`` for the validation rows' class scores, as the train stage
+    writes it: the temperature T (:func:`fit_temperature`), the NLL, ECE
+    (:data:`ECE_BINS` bins) and Brier score of the raw softmax and of
+    ``softmax(scores / T)``, and the scaled probabilities' risk-coverage at each
+    threshold of :data:`CONFIDENCE_GRID` (:func:`coverage_at`: a row is kept when its
+    top probability is at least the threshold). A fit that fails or falls outside the
+    range is logged as a warning of the train stage (logger ``lorasent.stages.train``).
+
+    Args:
+        scores: float (N, K), label-word log-probabilities or head logits
+            (:func:`lorasent.scoring.score_texts`).
+        y: the N true class ids.
+
+    Returns:
+        The record. Not fitted, ``temperature`` None and no risk-coverage: with N = 0
+        (``note``: :data:`NO_VALIDATION_NOTE`), or rows T cannot be fitted on (fewer
+        than 2, or of one class: :data:`NOT_FITTED_NOTE` with the reason; the raw
+        softmax's metrics are given), or rows whose fitted T is outside
+        [:data:`lorasent.contracts.TEMPERATURE_MIN`,
+        :data:`lorasent.contracts.TEMPERATURE_MAX`] (``note``: :data:`DEGENERATE_NOTE`,
+        the raw softmax's metrics given: such a T would make every later prediction all
+        but one-hot or uniform).
+    """
+    n = len(y)
+    if n == 0:
+        return _not_fitted(0, NO_VALIDATION_NOTE)
+    labels = np.asarray(y, dtype=np.int64)
+    before = probabilities(scores)
+    raw = {"nll_before": nll(labels, before), "ece_before": ece(labels, before, bins=ECE_BINS),
+           "brier_before": brier(labels, before)}
+    try:
+        temperature = fit_temperature(scores, labels)
+    except CalibrationError as err:
+        log.warning("train: %s", NOT_FITTED_NOTE.format(err))
+        return _not_fitted(n, NOT_FITTED_NOTE.format(err)).model_copy(update=raw)
+    if temperature_out_of_range(temperature) is not None:
+        note = DEGENERATE_NOTE.format(temperature, TEMPERATURE_MIN, TEMPERATURE_MAX)
+        log.warning("train: %s: %s", note, DEGENERATE_WHY)
+        return _not_fitted(n, note).model_copy(update=raw)
+    after = apply_temperature(scores, temperature)
+    points = []
+    for threshold in CONFIDENCE_GRID:
+        coverage, accuracy = coverage_at(labels, after, threshold)
+        points.append(RiskCoveragePoint(min_confidence=threshold, coverage=coverage,
+                                        accuracy=accuracy, rows=round(coverage * n)))
+    return TemperatureScaling(
+        method=TEMPERATURE_METHOD, fitted_on="validation", validation_rows=n,
+        temperature=temperature, note=None, ece_bins=ECE_BINS,
+        nll_before=nll(labels, before), nll_after=nll(labels, after),
+        ece_before=ece(labels, before, bins=ECE_BINS),
+        ece_after=ece(labels, after, bins=ECE_BINS),
+        brier_before=brier(labels, before), brier_after=brier(labels, after),
+        risk_coverage=points)
+
+
+def _not_fitted(rows: int, note: str) -> TemperatureScaling:
+    """``calibration.json`` without a temperature: ``note`` says why, the metrics are
+    None, the risk-coverage empty."""
+    return TemperatureScaling(
+        method=TEMPERATURE_METHOD, fitted_on="validation", validation_rows=rows,
+        temperature=None, note=note, ece_bins=ECE_BINS, nll_before=None, nll_after=None,
+        ece_before=None, ece_after=None, brier_before=None, brier_after=None,
+        risk_coverage=[])
+
 
 
 @dataclass(frozen=True, eq=False)  # eq: arrays do not compare to one bool

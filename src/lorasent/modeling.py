@@ -8,6 +8,8 @@ NVIDIA GPU alike, then Apple's MPS, then the CPU). ``train.mode``'s entry in
 ``Gemma3TextForSequenceClassification``, MiniLM ``BertForSequenceClassification``) with
 ``num_labels``, ``id2label`` and ``label2id`` in ``base.labels`` order, never sorted; and
 the encoder (:func:`lorasent.scoring.make_encoder`) and what an adapter's input depends on.
+A seq_cls model's new weights are checked before it trains (:func:`check_head_saved`: the
+adapter must save every one) and explained in the log (:func:`new_weights_note`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
@@ -32,6 +34,8 @@ from lorasent.paths import ADAPTER_RECORD, MANIFEST, cache_root
 from lorasent.scoring import Encoder, make_encoder
 
 log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from peft import PeftModel
 
 
 def load_tokenizer(model_dir: str | Path,
@@ -67,7 +71,7 @@ def load_seq_cls(model_dir: str | Path, *, labels: list[str], dtype: torch.dtype
     The pad token goes on the model config too: a decoder's head reads the last token
     that is not padding, found through ``config.pad_token_id``. The names of the weights
     the checkpoint lacks (the head, initialised at random) are kept in
-    ``model.newly_initialized`` (list of str), for :func:`lorasent.stages.train.check_head_saved`;
+    ``model.newly_initialized`` (list of str), for :func:`check_head_saved`;
     ``quiet`` silences transformers' report of them (an adapter will bring the head).
     """
     from transformers import AutoModelForSequenceClassification
@@ -87,6 +91,80 @@ def load_seq_cls(model_dir: str | Path, *, labels: list[str], dtype: torch.dtype
     model.config.pad_token_id = pad_token_id
     model.newly_initialized = sorted(info["missing_keys"])
     return model.to(device).eval()
+
+
+class HeadNotSavedError(LorasentError):
+    """A seq_cls model has new weights that the adapter would not save."""
+
+
+def check_head_saved(model: PeftModel, newly_initialized: list[str]) -> None:
+    """Refuse a peft model whose newly initialised weights would not be saved.
+
+    ``AutoModelForSequenceClassification`` initialises the head at random. peft trains
+    and saves the modules whose names end with an entry of ``modules_to_save`` (it adds
+    ``classifier`` and ``score``); any other new weight (a BERT pooler the checkpoint
+    lacks, a head with another name such as BART's ``classification_head``) would be
+    random again in the next process, so the adapter could not reproduce the trained
+    model.
+
+    Raises:
+        HeadNotSavedError: naming the weights and the param that fixes it.
+    """
+    from peft.utils import ModulesToSaveWrapper
+
+    inner = model.get_base_model()
+    lost = []
+    for name in newly_initialized:
+        parts = name.split(".")[:-1]
+        prefixes = (".".join(parts[:i]) for i in range(1, len(parts) + 1))
+        if not any(isinstance(inner.get_submodule(p), ModulesToSaveWrapper) for p in prefixes):
+            lost.append(name)
+    if lost:
+        modules = sorted({name.rsplit(".", 1)[0] for name in lost})
+        raise HeadNotSavedError(
+            f"train.lora.modules_to_save: the weights {lost} are new (initialised at random "
+            "when the head was added) but would be neither trained nor saved with the "
+            "adapter, so a fresh process would load other values. Add "
+            f"{modules} to train.lora.modules_to_save")
+
+
+# The classification head that AutoModelForSequenceClassification adds, by the module
+# names peft's SEQ_CLS task trains in full and saves with the adapter (the
+# modules_to_save it adds itself: Gemma's `score`, BERT's `classifier`).
+HEAD_MODULES = ("classifier", "score")
+
+
+def is_head_weight(name: str) -> bool:
+    """Whether the weight ``name`` (as transformers names it, e.g. ``score.weight``)
+    belongs to a module named as in :data:`HEAD_MODULES`, or to one inside it."""
+    return any(part in HEAD_MODULES for part in name.split(".")[:-1])
+
+
+def new_weights_note(newly_initialized: list[str]) -> tuple[int, str] | None:
+    """``(log level, line)`` on the weights transformers' load report lists as MISSING
+    (``newly_initialized``: the missing keys of the seq_cls model), for after
+    :func:`check_head_saved` has passed; None when there are none.
+
+    The head's weights (:func:`is_head_weight`) are expected to be missing: the head is
+    new, initialised here and trained by this run (peft's ``modules_to_save``). Any
+    other missing weight is not explained away: the line is then a warning naming it.
+    """
+    if not newly_initialized:
+        return None
+    head = [name for name in newly_initialized if is_head_weight(name)]
+    other = [name for name in newly_initialized if not is_head_weight(name)]
+    about_head = (f"{', '.join(head)}, MISSING in transformers' load report above, "
+                  f"{'is' if len(head) == 1 else 'are'} the new classification head: "
+                  "initialised here and trained by this run (peft's modules_to_save, saved "
+                  "with the adapter)")
+    if not other:
+        return logging.INFO, f"seq_cls: {about_head}, so MISSING is expected there"
+    return logging.WARNING, (
+        f"seq_cls: {about_head + '; but ' if head else ''}{', '.join(other)} "
+        f"{'is' if len(other) == 1 else 'are'} MISSING{' too' if head else ''} and not the "
+        "head: not in the base model's checkpoint, initialised at random, and trained here "
+        "only because train.lora.modules_to_save lists its module; check that base.model is "
+        "the model you meant")
 
 
 def load_adapter(base: torch.nn.Module, adapter_dir: str | Path) -> torch.nn.Module:
