@@ -3,9 +3,12 @@
 ``if TYPE_CHECKING:``).
 
 The layers: ``cli`` (the entry point: ``lorasent <command>`` dispatches to every stage,
-tool and review command), ``stages/``, ``tools/``, ``review/``, and the shared core (every
-other module at the package's top level). A broken rule fails with one line per offending
-import, naming the file, the line and the statement.
+tool, review and experiment command), ``stages/``, ``tools/``, ``review/``,
+``experiments/`` (the experiment runners: sweep, seeds, learning curve), and the shared core
+(every other module at the package's top level). Only ``cli`` imports ``experiments/``,
+which imports the core, ``review/`` (its reading of git and DVC, its rendering) and
+itself. A broken rule fails with one line per offending import, naming the file, the line
+and the statement.
 
 That the review code loads no torch is tests/test_review.py's check (it runs the
 commands); this file checks only which modules import which.
@@ -20,7 +23,7 @@ from import_graph import SRC, Import, graph, lorasent_imports, module_names
 from lorasent.modes import MODES
 from lorasent.params import read_yaml
 
-PACKAGES = ("stages", "tools", "review")
+PACKAGES = ("stages", "tools", "review", "experiments")
 TOP = "cli"
 
 # Imports across the layers that the rules below would refuse, each with its reason. A new
@@ -53,7 +56,7 @@ EXCEPTIONS = {
 
 
 def layer(module: str) -> str:
-    """``cli``, ``stages``, ``tools``, ``review`` or ``core``."""
+    """``cli``, ``stages``, ``tools``, ``review``, ``experiments`` or ``core``."""
     first = module.split(".")[0]
     return first if module == TOP or first in PACKAGES else "core"
 
@@ -67,18 +70,22 @@ def broken_rule(importer: str, imported: str) -> str | None:
     if imported == TOP:
         return "nothing imports cli: it is the entry point, the top of the graph"
     allowed = {
-        "cli": {"core", "stages", "tools", "review"},
+        "cli": {"core", "stages", "tools", "review", "experiments"},
         "core": {"core"},
         "stages": {"core"},
         "tools": {"core", "tools"},
         "review": {"core", "review"},
+        "experiments": {"core", "review", "experiments"},
     }[layer(importer)]
     if layer(imported) in allowed:
         return None
     what = {"core": "the shared core", "stages": "a stage", "tools": "a tool",
-            "review": "the review code"}
-    may = " and ".join("the core" if name == "core" else f"{name}/" for name in
-                       sorted(allowed, key=["core", "stages", "tools", "review"].index))
+            "review": "the review code", "experiments": "an experiment runner"}
+    order = ["core", "stages", "tools", "review", "experiments"]
+    named = ["the core" if name == "core" else f"{name}/"
+             for name in sorted(allowed, key=order.index)]
+    may = " and ".join(named) if len(named) < 3 else (", ".join(named[:-1]) + " and "
+                                                      + named[-1])
     return (f"{what[layer(importer)]} imports {what[layer(imported)]} ({imported}); "
             f"{layer(importer) if layer(importer) != 'core' else 'the core'} may import "
             f"{may} only")
@@ -181,6 +188,18 @@ def test_a_stage_that_imports_another_stage_is_one_line_naming_it():
                                       "import the core and tools/ only"),
     ("tools.predict", "cli", "nothing imports cli"),
     ("review", "review.collect", "a package imports nothing"),
+    ("review.reproduce", "experiments.sweep", "the review code imports an experiment runner "
+                                              "(experiments.sweep); review may import the "
+                                              "core and review/ only"),
+    ("stages.train", "experiments.grid", "a stage imports an experiment runner "
+                                         "(experiments.grid); stages may import the core only"),
+    ("tools.bench", "experiments.task", "a tool imports an experiment runner"),
+    ("git", "experiments.sweep", "the shared core imports an experiment runner"),
+    ("experiments.sweep", "stages.train", "an experiment runner imports a stage (stages.train); "
+                                          "experiments may import the core, review/ and "
+                                          "experiments/ only"),
+    ("experiments.task", "tools.bench", "an experiment runner imports a tool"),
+    ("experiments", "experiments.sweep", "a package imports nothing"),
 ])
 def test_what_each_rule_refuses(importer, imported, rule):
     found = problems({importer: [Import(imported, 1, f"import lorasent.{imported}")]})
@@ -190,6 +209,9 @@ def test_what_each_rule_refuses(importer, imported, rule):
 @pytest.mark.parametrize(("importer", "imported"), [
     ("cli", "stages.train"), ("cli", "review.compare"), ("tools.device_check", "tools.bench"),
     ("review.compare", "review.render"), ("stages.train", "modeling"), ("modeling", "params"),
+    ("cli", "experiments.sweep"), ("experiments.learning_curve", "review.render"),
+    ("experiments.sweep", "experiments.grid"), ("experiments.task", "processes"),
+    ("git", "processes"),
     *EXCEPTIONS])
 def test_what_the_rules_allow(importer, imported):
     assert broken_rule(importer, imported) is None
