@@ -278,7 +278,7 @@ def _git_repo(root: Path, url: str) -> str:
 @pytest.mark.parametrize("scheme", ["http", "ssh"])
 def test_a_git_remote_that_never_answers_is_named_once_the_wait_passes(
         scheme, silent, tmp_path, monkeypatch):
-    from lorasent.review.sweep import _on_git_remote
+    from lorasent.experiments.repo_checks import _on_git_remote
 
     url = (f"http://bob:{PASSWORD}@127.0.0.1:{silent}/repo.git{QUERY}" if scheme == "http"
            else f"ssh://bob@127.0.0.1:{silent}/repo.git")  # git's ssh takes no password
@@ -297,7 +297,7 @@ def test_a_git_remote_that_never_answers_is_named_once_the_wait_passes(
 
 
 def test_a_git_remote_that_refuses_is_named_without_its_secrets(tmp_path):
-    from lorasent.review.sweep import _on_git_remote
+    from lorasent.experiments.repo_checks import _on_git_remote
 
     url = f"http://bob:{PASSWORD}@127.0.0.1:{free_port()}/repo.git{QUERY}"
     commit = _git_repo(tmp_path / "repo", url)
@@ -309,7 +309,7 @@ def test_a_git_remote_that_refuses_is_named_without_its_secrets(tmp_path):
 
 
 def test_a_runs_log_shows_commands_and_their_output_without_secrets(tmp_path):
-    from lorasent.review.sweep import _step
+    from lorasent.experiments.task import _step
 
     url = f"https://bob:{PASSWORD}@git.example/repo.git{QUERY}"
     log = tmp_path / "run.log"
@@ -335,7 +335,7 @@ SLOW = ("; on a slow link, wait longer: LORASENT_CONNECT_TIMEOUT=<seconds> (or "
 
 
 def test_an_address_is_taken_only_where_a_grpc_server_answers(silent):
-    from lorasent.review.sweep import _reachable
+    from lorasent.experiments.cluster import _reachable
 
     with _listening(SETTINGS) as port:
         _reachable(f"127.0.0.1:{port}", 0.5)
@@ -364,18 +364,18 @@ def test_an_address_where_something_else_answers_is_refused_before_ray_starts(
         tmp_path, monkeypatch):
     import ray
 
-    from lorasent.review import sweep
+    from lorasent.experiments import cluster, task
 
     def no_ray(*args, **kwargs):
         raise AssertionError("ray.init ran: Ray would retry, and at another address")
 
     monkeypatch.setattr(ray, "init", no_ray)
-    monkeypatch.setattr(sweep, "_dvc", no_ray)
+    monkeypatch.setattr(cluster, "_dvc", no_ray)
     with _listening(b"SSH-2.0-OpenSSH_9.2\r\n") as port, pytest.raises(LorasentError) as err:
-        sweep._sweep_runs([], name="s", repo=tmp_path, commit="c" * 40, url=str(tmp_path),
-                          address=f"127.0.0.1:{port}", num_gpus=None, cpus_per_run=None,
-                          git_remote=None, cache_dir=None, progress=print,
-                          runner=sweep.run_one, timeout_s=0.5)
+        cluster.sweep_runs([], name="s", repo=tmp_path, commit="c" * 40, url=str(tmp_path),
+                           address=f"127.0.0.1:{port}", num_gpus=None, cpus_per_run=None,
+                           git_remote=None, cache_dir=None, progress=print,
+                           runner=task.run_one, timeout_s=0.5)
     assert str(err.value).startswith(f"sweep: no Ray cluster answers at --address "
                                      f"127.0.0.1:{port} (something answers there, but not "
                                      "as Ray's gRPC server does): ")

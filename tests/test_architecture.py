@@ -3,10 +3,12 @@
 ``if TYPE_CHECKING:``).
 
 The layers: ``cli`` (the entry point: the ``lorasent`` group), ``commands/`` (each
-command, calling a stage, tool or review function; ``commands.stages``, the one command
-module in the stages' deps, imports no other command module), ``stages/``, ``training/``
-(the train stage's machinery, which only ``stages.train`` imports), ``tools/``,
-``review/``, and the shared core (every other module at the package's top level). A
+command, calling a stage, tool, review or experiment function; ``commands.stages``, the
+one command module in the stages' deps, imports no other command module), ``stages/``,
+``training/`` (the train stage's machinery, which only ``stages.train`` imports),
+``tools/``, ``review/``, ``experiments/`` (the experiment runners: sweep, seeds, learning
+curve; only the commands import them, and they import the core, ``review/`` and
+themselves), and the shared core (every other module at the package's top level). A
 broken rule fails with one line per offending import, naming the file, the line and the
 statement.
 
@@ -23,7 +25,7 @@ from import_graph import SRC, Import, graph, lorasent_imports, module_names
 from lorasent.modes import MODES
 from lorasent.params import read_yaml
 
-PACKAGES = ("commands", "stages", "training", "tools", "review")
+PACKAGES = ("commands", "stages", "training", "tools", "review", "experiments")
 TOP = "cli"
 STAGE_COMMANDS = "commands.stages"
 # The one module outside training/ that imports it: the train stage's recipe.
@@ -59,7 +61,8 @@ EXCEPTIONS = {
 
 
 def layer(module: str) -> str:
-    """``cli``, ``commands``, ``stages``, ``training``, ``tools``, ``review`` or ``core``."""
+    """``cli``, ``commands``, ``stages``, ``training``, ``tools``, ``review``,
+    ``experiments`` or ``core``."""
     first = module.split(".")[0]
     return first if module == TOP or first in PACKAGES else "core"
 
@@ -77,7 +80,7 @@ def broken_rule(importer: str, imported: str) -> str | None:
                 "core and stages/ only (it is the one command module in the stages' deps)")
     what = {"cli": "cli", "commands": "a command", "core": "the shared core",
             "stages": "a stage", "training": "the training code", "tools": "a tool",
-            "review": "the review code"}
+            "review": "the review code", "experiments": "an experiment runner"}
     if layer(imported) == "training" and layer(importer) != "training":
         if importer == TRAINING_USER:
             return None
@@ -86,17 +89,20 @@ def broken_rule(importer: str, imported: str) -> str | None:
                 "machinery)")
     allowed = {
         "cli": {"commands"},
-        "commands": {"core", "stages", "tools", "review", "commands"},
+        "commands": {"core", "stages", "tools", "review", "experiments", "commands"},
         "core": {"core"},
         "stages": {"core"},
         "training": {"core", "training"},
         "tools": {"core", "tools"},
         "review": {"core", "review"},
+        "experiments": {"core", "review", "experiments"},
     }[layer(importer)]
     if layer(imported) in allowed:
         return None
-    may = " and ".join("the core" if name == "core" else f"{name}/" for name in
-                       sorted(allowed, key=["core", *PACKAGES].index))
+    named = ["the core" if name == "core" else f"{name}/"
+             for name in sorted(allowed, key=["core", *PACKAGES].index)]
+    may = " and ".join(named) if len(named) < 3 else (", ".join(named[:-1]) + " and "
+                                                      + named[-1])
     return (f"{what[layer(importer)]} imports {what[layer(imported)]} ({imported}); "
             f"{layer(importer) if layer(importer) != 'core' else 'the core'} may import "
             f"{may} only")
@@ -216,6 +222,18 @@ def test_a_stage_that_imports_another_stage_is_one_line_naming_it():
     ("training.trainer", "stages.split", "the training code imports a stage (stages.split); "
                                          "training may import the core and training/ only"),
     ("training.checkpoints", "tools.bench", "the training code imports a tool (tools.bench)"),
+    ("review.reproduce", "experiments.sweep", "the review code imports an experiment runner "
+                                              "(experiments.sweep); review may import the "
+                                              "core and review/ only"),
+    ("stages.train", "experiments.grid", "a stage imports an experiment runner "
+                                         "(experiments.grid); stages may import the core only"),
+    ("tools.bench", "experiments.task", "a tool imports an experiment runner"),
+    ("git", "experiments.sweep", "the shared core imports an experiment runner"),
+    ("experiments.sweep", "stages.train", "an experiment runner imports a stage (stages.train); "
+                                          "experiments may import the core, review/ and "
+                                          "experiments/ only"),
+    ("experiments.task", "tools.bench", "an experiment runner imports a tool"),
+    ("experiments", "experiments.sweep", "a package imports nothing"),
 ])
 def test_what_each_rule_refuses(importer, imported, rule):
     found = problems({importer: [Import(imported, 1, f"import lorasent.{imported}")]})
@@ -228,7 +246,10 @@ def test_what_each_rule_refuses(importer, imported, rule):
     ("commands.project", "commands.stages"), ("tools.device_check", "tools.bench"),
     ("review.compare", "review.render"), ("stages.train", "modeling"), ("modeling", "params"),
     ("stages.train", "training.trainer"), ("training.trainer", "training.callbacks"),
-    ("training.checkpoints", "artifacts"),
+    ("training.checkpoints", "atomic"),
+    ("commands.experiments", "experiments.sweep"), ("experiments.learning_curve", "review.render"),
+    ("experiments.sweep", "experiments.grid"), ("experiments.task", "processes"),
+    ("git", "processes"),
     *EXCEPTIONS])
 def test_what_the_rules_allow(importer, imported):
     assert broken_rule(importer, imported) is None

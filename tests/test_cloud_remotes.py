@@ -226,7 +226,8 @@ def test_over_ssh_a_refused_key_stops_make_run_in_one_line(over_ssh, sshd, reque
     remote and what to fix, exits 1 (make: Error 1), pulls and trains nothing; a sweep
     refuses before any run, and a sweep's run in one line too."""
     from lorasent.errors import LorasentError
-    from lorasent.review.sweep import pulled_and_checked, sweep
+    from lorasent.experiments.sweep import sweep
+    from lorasent.experiments.task import pulled_and_checked
 
     folder, shared = over_ssh
     clone = fresh_clone(shared, folder / "wrong-key", {"keyfile": str(sshd.wrong)},

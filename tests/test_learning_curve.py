@@ -16,34 +16,24 @@ from conftest import committed
 from lorasent.cli import main
 from lorasent.contracts import EvalMetrics, parse
 from lorasent.errors import LorasentError
+from lorasent.experiments.curve_forms import Fit, fit_power_law
+from lorasent.experiments.curve_report import Analysis, analyse, markdown, plot_spec
+from lorasent.experiments.curve_sentence import FLAT_GAIN, ZERO_GAIN, answer, sentence
+from lorasent.experiments.grid import RunSpec, plan
+from lorasent.experiments.learning_curve import (
+    build,
+    fraction_sets,
+    parse_fractions,
+    refit,
+    write_outputs,
+)
+from lorasent.experiments.projection import Backtest, Forecast, Projection, backtest, project, trend
+from lorasent.experiments.runtime_estimate import estimate
+from lorasent.experiments.sweep import SweepResult, SweepRun
+from lorasent.experiments.task import RunResult
 from lorasent.metrics import Predictions
 from lorasent.params import ParamsError, parse_params
 from lorasent.provenance import write_provenance
-from lorasent.review.learning_curve import (
-    FLAT_GAIN,
-    ZERO_GAIN,
-    Analysis,
-    Backtest,
-    Fit,
-    Forecast,
-    Projection,
-    analyse,
-    answer,
-    backtest,
-    build,
-    estimate,
-    fit_power_law,
-    fraction_sets,
-    markdown,
-    parse_fractions,
-    plot_spec,
-    project,
-    refit,
-    sentence,
-    trend,
-    write_outputs,
-)
-from lorasent.review.sweep import RunResult, RunSpec, SweepResult, SweepRun, plan
 from lorasent.review.verdict import Side
 from lorasent.subsets import class_rows, subset_counts, training_subset
 
@@ -651,7 +641,7 @@ def test_a_project_to_below_two_is_a_one_line_usage_error():
 def test_two_fractions_of_the_same_training_rows_are_refused_before_any_run(tmp_path):
     import subprocess
 
-    from lorasent.review.learning_curve import learning_curve
+    from lorasent.experiments.learning_curve import learning_curve
 
     (tmp_path / "metrics").mkdir()
     (tmp_path / "metrics/data.json").write_text(json.dumps({"class_counts": {"train": {

@@ -286,8 +286,8 @@ def test_docker_run_passes_remote_credentials_by_name_only():
 
 def test_a_sweep_run_checks_what_the_remote_gave_before_it_trains(origin, tmp_path):
     """A sweep's run pulls in a clone of its own before `dvc exp run`: the same check, and
-    the run fails naming the file (lorasent.review.sweep.pulled_and_checked)."""
-    from lorasent.review.sweep import pulled_and_checked
+    the run fails naming the file (lorasent.experiments.task.pulled_and_checked)."""
+    from lorasent.experiments.task import pulled_and_checked
 
     store, good, _ = _damaged_store(origin, tmp_path)
     clone = _clone(origin.bare, tmp_path / "clone")

@@ -161,7 +161,8 @@ NO_TORCH = """
 import sys
 import lorasent.review
 import lorasent.review.collect, lorasent.review.compare, lorasent.review.pr_comment
-import lorasent.review.render, lorasent.review.seeds, lorasent.review.verdict
+import lorasent.review.render, lorasent.review.verdict
+import lorasent.experiments.learning_curve, lorasent.experiments.seeds, lorasent.experiments.sweep
 from lorasent.cli import main
 for command in ("compare", "pr-comment", "seeds", "metrics"):
     try:

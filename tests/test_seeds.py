@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from lorasent.errors import LorasentError
-from lorasent.review import seeds
+from lorasent.experiments import seeds
 
 HEADER = "Task     Name        Created    Status"
 

@@ -12,15 +12,9 @@ from conftest import REPO, committed
 from lorasent.cli import main
 from lorasent.contracts import EvalMetrics, parse
 from lorasent.errors import LorasentError
-from lorasent.review.sweep import (
-    RunResult,
-    RunSpec,
-    SweepResult,
-    SweepRun,
-    check_params,
-    device_text,
-    plan,
-)
+from lorasent.experiments.grid import RunSpec, check_params, plan
+from lorasent.experiments.sweep import SweepResult, SweepRun
+from lorasent.experiments.task import RunResult, device_text
 from lorasent.review.verdict import Side
 
 PARAMS = (REPO / "params.yaml").read_text(encoding="utf-8")
@@ -166,7 +160,7 @@ def test_sweep_is_a_command_and_a_make_target():
 
 def test_a_sweep_of_a_changed_checkout_is_refused_before_ray_starts(tmp_path):
     """Each run clones HEAD: changes that are not committed would be left out."""
-    from lorasent.review.sweep import sweep
+    from lorasent.experiments.sweep import sweep
 
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
     shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
@@ -187,7 +181,7 @@ def test_a_sweep_of_a_changed_checkout_is_refused_before_ray_starts(tmp_path):
 
 def test_a_learning_curve_of_edited_params_says_what_that_command_can_do(tmp_path):
     """learning-curve has no -S: it was told to "give the params changes as -S"."""
-    from lorasent.review.learning_curve import learning_curve
+    from lorasent.experiments.learning_curve import learning_curve
 
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
     shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
@@ -209,7 +203,7 @@ def test_a_learning_curve_of_edited_params_says_what_that_command_can_do(tmp_pat
 def test_an_address_without_a_port_is_tried_at_rays_default_port_for_its_scheme(monkeypatch):
     import socket
 
-    from lorasent.review import sweep
+    from lorasent.experiments import cluster
 
     tried: list[tuple[str, int]] = []
 
@@ -220,7 +214,7 @@ def test_an_address_without_a_port_is_tried_at_rays_default_port_for_its_scheme(
     monkeypatch.setattr(socket, "create_connection", connect)
     for address in ("head", "ray://head", "ray://head:4321"):
         with pytest.raises(LorasentError):
-            sweep._reachable(address)
+            cluster._reachable(address)
     assert tried == [("head", 6379), ("head", 10001), ("head", 4321)]
 
 
@@ -244,9 +238,9 @@ def test_a_key_given_twice_is_refused_naming_it_not_half_dropped(sets, message):
 
 
 def test_a_key_given_twice_is_refused_by_the_command_before_ray_starts(monkeypatch):
-    from lorasent.review import sweep
+    from lorasent.experiments import sweep
 
-    monkeypatch.setattr(sweep, "_sweep_runs", _never)
+    monkeypatch.setattr(sweep, "sweep_runs", _never)
     done = CliRunner().invoke(main, ["sweep", "-S", "train.lora.r=4", "-S", "train.lora.r=8"],
                               prog_name="lorasent")
     assert done.exit_code == 1 and done.output == (
@@ -281,9 +275,9 @@ def test_a_name_dvc_would_refuse_is_refused_by_the_plan(name):
     ["sweep", "-S", "train.lora.r=4,8"], ["learning-curve"], ["seeds"]])
 def test_every_command_of_experiments_refuses_a_bad_name_before_any_run(command, monkeypatch,
                                                                         tmp_path):
-    from lorasent.review import seeds, sweep
+    from lorasent.experiments import seeds, sweep
 
-    monkeypatch.setattr(sweep, "_sweep_runs", _never)
+    monkeypatch.setattr(sweep, "sweep_runs", _never)
     monkeypatch.setattr(seeds, "run_dvc", _never)
     out = ["--out", str(tmp_path / "lc")] if command[0] == "learning-curve" else []
     done = CliRunner().invoke(main, [*command, "--name", "bad name..x", *out],
@@ -294,7 +288,7 @@ def test_every_command_of_experiments_refuses_a_bad_name_before_any_run(command,
 
 
 def test_seeds_checks_its_settings_as_sweep_does_before_anything_is_queued(monkeypatch):
-    from lorasent.review import seeds
+    from lorasent.experiments import seeds
 
     monkeypatch.setattr(seeds, "run_dvc", _never)
     for sets, message in (
@@ -323,9 +317,9 @@ def test_seeds_checks_its_settings_as_sweep_does_before_anything_is_queued(monke
      "sees there); a relative one would be taken from each run's clone"),
 ])
 def test_cluster_options_are_checked_before_the_plan_is_said(options, message, monkeypatch):
-    from lorasent.review import sweep
+    from lorasent.experiments import sweep
 
-    monkeypatch.setattr(sweep, "_sweep_runs", _never)
+    monkeypatch.setattr(sweep, "sweep_runs", _never)
     for command in (["sweep", "-S", "train.lora.r=4,8"], ["learning-curve"]):
         done = CliRunner().invoke(main, [*command, *options], prog_name="lorasent")
         assert done.exit_code == 1 and done.output == (
@@ -334,7 +328,7 @@ def test_cluster_options_are_checked_before_the_plan_is_said(options, message, m
 
 def test_grid_values_equal_once_parsed_are_one_point_and_the_line_says_so():
     """`-S train.lora.r=8,08` trained r = 8 twice, as sweep-r8 and sweep-r08."""
-    from lorasent.review.sweep import one_value_each
+    from lorasent.experiments.grid import one_value_each
 
     sets, notes = one_value_each(PARAMS, ["params.yaml:train.lora.r=8,08,16,8.0",
                                           "train.learning_rate=1e-4,0.0001",
@@ -352,20 +346,20 @@ def test_grid_values_equal_once_parsed_are_one_point_and_the_line_says_so():
 
 
 def test_the_sweep_command_trains_equal_values_once(monkeypatch, tmp_path):
-    from lorasent.review import sweep
+    from lorasent.experiments import sweep
 
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
     shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
     for argv in (["git", "init", "-q"], ["git", "add", "-A"], [*git, "commit", "-qm", "x"]):
         subprocess.run(argv, cwd=tmp_path, check=True)
     started: list[str] = []
-    monkeypatch.setattr(sweep, "_check_repo", lambda repo, runs, remote, command, timeout_s:
+    monkeypatch.setattr(sweep, "check_repo", lambda repo, runs, remote, command, timeout_s:
                         ("c" * 40, str(repo), {}))
     def runs(todo, **kwargs):
         started.extend(r.name for r in todo)
         return {r.name: RunResult(r.name, "failed", "", {}, "", 0, 0) for r in todo}
 
-    monkeypatch.setattr(sweep, "_sweep_runs", runs)
+    monkeypatch.setattr(sweep, "sweep_runs", runs)
     monkeypatch.setattr(sweep, "resolve_commits", lambda repo, *names: {})
     lines: list[str] = []
     sweep.sweep(name="s", sets=["train.lora.r=8,08"], seeds=1, repo=tmp_path,

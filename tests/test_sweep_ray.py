@@ -244,8 +244,8 @@ def test_ctrl_c_stops_the_running_runs_and_cancels_the_queued_ones(tiny_copy, si
 
 def _record(spec, source, events=None):
     """A run that only records the GPU variable Ray set and when it held it."""
+    from lorasent.experiments.task import RunResult
     from lorasent.programs import visible_devices
-    from lorasent.review.sweep import RunResult
 
     started = time.time()
     time.sleep(1)
@@ -260,7 +260,7 @@ def test_two_runs_never_hold_the_same_gpu(tiny_run, gpus):
     that overlap in time see different ones (with 1 GPU, none overlap)."""
     from ray import cloudpickle
 
-    from lorasent.review.sweep import sweep
+    from lorasent.experiments.sweep import sweep
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers lack tests/
     result = sweep(name="gpus", sets=["train.lora.r=2,4"], seeds=2, repo=tiny_run,

@@ -2,7 +2,7 @@
 
 Reads a ``learning_curve.json`` whose fractions reach past the ones a projection was
 fitted on. For each held-out size it asks what ``lorasent learning-curve`` would have
-said from the smaller sizes only (lorasent.review.learning_curve's ``analyse``, projected
+said from the smaller sizes only (lorasent.experiments.curve_report's ``analyse``, projected
 to that size: the form the backtest chose, or the untested power law when the smaller
 sizes are too few for a backtest), and compares the forecast with the measured mean:
 both intervals the curve reports, the seeds' spread alone and that spread widened by the
@@ -25,7 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from lorasent.review.learning_curve import FORMS, analyse, record_points
+from lorasent.experiments.curve_forms import FORMS
+from lorasent.experiments.curve_report import analyse
+from lorasent.experiments.learning_curve import record_points
 
 
 def _interval(low: float, high: float, measured: float) -> str:
@@ -64,7 +66,7 @@ def main() -> None:
         widened_held += low <= measured <= high
         total += 1
         # untested (no backtest: too few sizes): nothing to widen by, the seeds' interval
-        form = FORMS[p.fit.form] + ("" if found.backtest else " (untested)")
+        form = FORMS[p.fit.form].written + ("" if found.backtest else " (untested)")
         last = float(np.mean(below[-1][1]))
         print(f"| {', '.join(f'{n:,}' for n, _ in below)} | {rows:,} | {form} | "
               f"{predicted:.3f} | {_interval(seeds_low, seeds_high, measured)} | "

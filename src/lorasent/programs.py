@@ -62,7 +62,7 @@ def environment() -> dict[str, str]:
 
 # The variables that say which GPUs a process may use: CUDA's, and HIP's and ROCr's on
 # ROCm. A scheduler sets one per run: Ray 2.60 sets CUDA_VISIBLE_DEVICES, or
-# HIP_VISIBLE_DEVICES where it finds AMD GPUs (lorasent.review.sweep, docs/scale-out.md).
+# HIP_VISIBLE_DEVICES where it finds AMD GPUs (lorasent.experiments.cluster, docs/scale-out.md).
 VISIBLE_DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
                             "ROCR_VISIBLE_DEVICES")
 

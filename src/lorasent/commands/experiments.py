@@ -33,7 +33,7 @@ def seeds(n: int, name: str, sets: tuple[str, ...], jobs: int, params_path: Path
 
     Waits for the queue. Then `lorasent compare 'A-seed*' 'B-seed*'` compares two groups.
     """
-    from lorasent.review.seeds import run_seeds
+    from lorasent.experiments.seeds import run_seeds
 
     result = run_seeds(n=n, name=name, sets=sets, jobs=jobs,
                        base_seed=load_params(params_path).base.seed,
@@ -87,7 +87,7 @@ def sweep(sets: tuple[str, ...], seeds: int, name: str, address: str | None,
     metrics, each group's mean ± sd and its verdict against the first group
     (docs/scale-out.md).
     """
-    from lorasent.review.sweep import sweep as run_sweep
+    from lorasent.experiments.sweep import sweep as run_sweep
 
     result = run_sweep(name=name, sets=sets, seeds=seeds, address=address,
                        num_gpus=num_gpus, cpus_per_run=cpus_per_run, git_remote=git_remote,
@@ -130,10 +130,10 @@ def learning_curve(fractions: str, seeds: int, name: str, out_dir: Path | None, 
     is expected to add, from the form (a - b*n^(-c), 1 - b*n^(-c) or the last observation)
     that best predicted the largest fraction from the smaller ones (docs/learning-curve.md).
     """
+    from lorasent.experiments.grid import check_name
+    from lorasent.experiments.learning_curve import MD_FILE, OUT_MARKER, parse_fractions
+    from lorasent.experiments.learning_curve import learning_curve as run_curve
     from lorasent.output_guard import check_output_folder
-    from lorasent.review.learning_curve import MD_FILE, OUT_MARKER, parse_fractions
-    from lorasent.review.learning_curve import learning_curve as run_curve
-    from lorasent.review.sweep import check_name
 
     shares = parse_fractions(fractions)
     check_name(name, "learning-curve")  # before the default --out, named after it

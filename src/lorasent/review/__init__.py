@@ -1,4 +1,4 @@
-"""The review of a change: ``lorasent compare``, ``lorasent pr-comment``, ``lorasent seeds``.
+"""The review of a change: ``lorasent compare``, ``lorasent pr-comment``, ``lorasent reproduce``.
 
 Split by job, so that each can be read and tested alone:
 
@@ -9,8 +9,11 @@ Split by job, so that each can be read and tested alone:
   testable without git or DVC;
 - :mod:`~lorasent.review.render`: the report (Markdown, HTML, PNG);
 - :mod:`~lorasent.review.compare`: ``lorasent compare``, the three in order;
-- :mod:`~lorasent.review.pr_comment` and :mod:`~lorasent.review.seeds`: the pull-request
-  comment and the runs over seeds, built on the same.
+- :mod:`~lorasent.review.pr_comment`: the pull-request comment, built on the same;
+- :mod:`~lorasent.review.reproduce`: the verdict on a rerun of a revision.
+
+The experiment runners (``lorasent sweep``, ``seeds``, ``learning-curve``) are
+:mod:`lorasent.experiments`, built on collect and render.
 
 None of it imports torch, transformers or peft: the pull-request workflow installs none
 (a test checks it).

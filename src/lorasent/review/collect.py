@@ -30,6 +30,7 @@ from typing import Any
 from lorasent.addresses import redact
 from lorasent.contracts import EvalMetrics, parse
 from lorasent.errors import LorasentError
+from lorasent.git import git_bytes, git_or_none
 from lorasent.metrics import (
     NoRowIdsError,
     Predictions,
@@ -322,9 +323,7 @@ def read_at(repo: Path, rev: str, path: str) -> str | None:
     """``path`` as ``rev`` holds it (``workspace``: the file here); None when absent."""
     if rev == WORKSPACE:
         return (repo / path).read_text(encoding="utf-8") if (repo / path).is_file() else None
-    done = subprocess.run([program("git"), "show", f"{rev}:{path}"], cwd=repo,
-                          capture_output=True, text=True)
-    return done.stdout if done.returncode == 0 else None
+    return git_or_none(repo, "show", f"{rev}:{path}")
 
 
 def lookup(params: Any, key: str, missing: Any = _MISSING) -> Any:
@@ -419,9 +418,9 @@ def _blob_md5s(repo: Path, rev: str, paths: list[str]) -> dict[str, str]:
 
     if not paths:
         return {}
-    done = subprocess.run([program("git"), "cat-file", "--batch"], cwd=repo, capture_output=True,
-                          input="".join(f"{rev}:{path}\n" for path in paths).encode())
-    out, at, found = done.stdout, 0, {}
+    out = git_bytes(repo, "cat-file", "--batch",
+                    input="".join(f"{rev}:{path}\n" for path in paths).encode()) or b""
+    at, found = 0, {}
     for path in paths:
         end = out.index(b"\n", at)
         head = out[at:end].split()
@@ -518,9 +517,10 @@ def _listing(names: list[str], limit: int = 20) -> str:
 
 
 def git_lines(repo: Path, *args: str) -> list[str] | None:
-    """The lines ``git args`` prints in ``repo``, None when it fails."""
-    done = subprocess.run([program("git"), *args], cwd=repo, capture_output=True, text=True)
-    return done.stdout.splitlines() if done.returncode == 0 else None
+    """The lines ``git args`` prints in ``repo``, None when it fails
+    (:func:`lorasent.git.git_or_none`)."""
+    out = git_or_none(repo, *args)
+    return out.splitlines() if out is not None else None
 
 
 def resolve_commits(repo: Path, *revs: str) -> dict[str, str]:

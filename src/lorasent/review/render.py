@@ -194,11 +194,11 @@ def _confusion_pngs(sides: tuple[Side, Side], labels: list[str],
                         "text": {"field": "count", "type": "quantitative"},
                         "color": {"condition": {"test": f"datum.count > {top / 2}",
                                                 "value": "white"}, "value": "black"}}}]}}
-        images[title] = [_draw(spec, folder)]
+        images[title] = [draw(spec, folder)]
     return images
 
 
-def _draw(spec: dict[str, Any], folder: Path) -> str:
+def draw(spec: dict[str, Any], folder: Path) -> str:
     """Draw the Vega-Lite ``spec`` to ``<its title>.png`` in ``folder`` (vl-convert,
     offline); returns the file name."""
     import vl_convert
@@ -216,7 +216,7 @@ RISK_COVERAGE = "Risk-coverage curve, adapter (test split)"
 
 def _calibration_pngs(sides: tuple[Side, Side], folder: Path) -> dict[str, list[str]]:
     """:func:`calibration_specs` drawn to PNG in ``folder``: ``{title: [file name]}``."""
-    return {spec["title"]: [_draw(spec, folder)] for spec in calibration_specs(sides)}
+    return {spec["title"]: [draw(spec, folder)] for spec in calibration_specs(sides)}
 
 
 def calibration_specs(sides: tuple[Side, Side]) -> list[dict[str, Any]]:

@@ -150,7 +150,7 @@ def _run(argv: list[str], cwd: Path, progress: Progress) -> None:
     Raises:
         LorasentError: a non-zero exit, naming the command.
     """
-    from lorasent.review.sweep import _stop
+    from lorasent.processes import stop as _stop
 
     progress(redact(f"reproduce: $ {' '.join(argv)}"))
     sys.stderr.flush()
@@ -169,7 +169,7 @@ def _run(argv: list[str], cwd: Path, progress: Progress) -> None:
 @contextlib.contextmanager
 def _terminated_as_interrupt() -> Iterator[None]:
     """SIGTERM raises KeyboardInterrupt here, so that the clone is removed either way."""
-    from lorasent.review.sweep import _interrupt
+    from lorasent.processes import interrupt as _interrupt
 
     try:
         previous = signal.signal(signal.SIGTERM, _interrupt)

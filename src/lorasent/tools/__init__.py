@@ -8,8 +8,9 @@ parts, and write nothing the stages read.
 - :mod:`~lorasent.tools.device_check`: ``make device-check``, the GPU check (doctor, bench,
   the tiny pipeline on the CPU and the device).
 
-The review of a change (``lorasent compare``, ``pr-comment``, ``seeds``) is
-:mod:`lorasent.review`.
+The review of a change (``lorasent compare``, ``pr-comment``) is :mod:`lorasent.review`;
+the experiment runners (``lorasent sweep``, ``seeds``, ``learning-curve``)
+:mod:`lorasent.experiments`.
 """
 
 

@@ -90,14 +90,14 @@ def run_seeds(*, n: int, name: str, sets: Sequence[str] = (), jobs: int = 1,
 
     Raises:
         LorasentError: before anything is queued: ``n`` < 2, a ``name`` or ``-S`` that
-            ``lorasent sweep`` would refuse too (its :func:`~lorasent.review.sweep.plan`:
+            ``lorasent sweep`` would refuse too (its :func:`~lorasent.experiments.grid.plan`:
             ``-S base.seed``, a key given twice, several values of a key), a run whose
-            params are invalid (:func:`~lorasent.review.sweep.check_params`), an
+            params are invalid (:func:`~lorasent.experiments.grid.check_params`), an
             experiment of that name; after: ``dvc`` is neither beside the running Python
             nor on PATH (``lorasent.programs.program``), DVC refuses to queue, or the wait
             timed out.
     """
-    from lorasent.review.sweep import check_params, plan
+    from lorasent.experiments.grid import check_params, plan
 
     if n < 2:
         raise LorasentError(f"seeds: -n {n}: at least 2 runs are needed to measure a spread")
