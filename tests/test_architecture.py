@@ -255,6 +255,37 @@ def test_what_the_rules_allow(importer, imported):
     assert broken_rule(importer, imported) is None
 
 
+def private_imports(src=SRC) -> list[str]:
+    """One line per private name (a leading underscore) that one lorasent module imports
+    from another: what crosses a module's edge is public, with its docstring."""
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.ImportFrom) and not node.level
+                    and (node.module or "").startswith("lorasent")):
+                found += [f"{path.relative_to(src.parents[1])}:{node.lineno}: "
+                          f"`{alias.name}` from {node.module}: a private name crosses "
+                          "modules; make it public where it lives"
+                          for alias in node.names if alias.name.startswith("_")
+                          and not alias.name.startswith("__")]
+    return found
+
+
+def test_no_private_name_crosses_modules():
+    found = private_imports()
+    assert not found, "\n".join(found)
+
+
+def test_a_private_import_is_one_line_naming_it(tmp_path):
+    package = tmp_path / "src" / "lorasent"
+    package.mkdir(parents=True)
+    (package / "bench.py").write_text("from lorasent.fetch import _packaged, public\n",
+                                      encoding="utf-8")
+    assert private_imports(package) == [
+        "src/lorasent/bench.py:1: `_packaged` from lorasent.fetch: a private name crosses "
+        "modules; make it public where it lives"]
+
+
 def test_the_walk_resolves_submodules_and_skips_the_type_checker():
     source = ("from typing import TYPE_CHECKING\n"
               "from lorasent.stages import split\n"
