@@ -255,6 +255,21 @@ def test_what_the_rules_allow(importer, imported):
     assert broken_rule(importer, imported) is None
 
 
+MAX_LINES, MAX_MEDIAN_LINES = 800, 300  # docs/architecture.md, "The rooms"
+
+
+def test_every_module_does_one_job_in_under_800_lines():
+    lines = {path.relative_to(SRC.parents[1]).as_posix():
+             len(path.read_text(encoding="utf-8").splitlines())
+             for path in sorted(SRC.rglob("*.py")) if path.name != "__init__.py"}
+    long = sorted(f"{path}: {n} lines" for path, n in lines.items() if n >= MAX_LINES)
+    assert not long, (f"modules of {MAX_LINES} lines or more (split each along its jobs, "
+                      "docs/architecture.md): " + "; ".join(long))
+    ordered = sorted(lines.values())
+    median = (ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2
+    assert median < MAX_MEDIAN_LINES, f"the median module has {median:g} lines"
+
+
 def private_imports(src=SRC) -> list[str]:
     """One line per private name (a leading underscore) that one lorasent module imports
     from another: what crosses a module's edge is public, with its docstring."""
