@@ -8,13 +8,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
-import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from lorasent.errors import LorasentError
+from lorasent.git import git_bytes
 
 
 def within(path: Path, folder: Path) -> bool:
@@ -23,17 +22,14 @@ def within(path: Path, folder: Path) -> bool:
 
 
 def git_paths(root: Path, *args: str) -> list[str]:
-    """``git -C root <args>``'s NUL-separated output; empty when git is missing or
-    ``root`` is no git work tree (then nothing there is git-tracked)."""
-    git = shutil.which("git")
-    if git is None:
-        return []
+    """``git <args>``'s NUL-separated output in ``root`` (:func:`lorasent.git.git_bytes`,
+    within 60 s); empty when git is missing, fails, or ``root`` is no git work tree (then
+    nothing there is git-tracked)."""
     try:
-        done = subprocess.run([git, "-C", str(root), *args], capture_output=True,
-                              timeout=60, check=True)
-    except (OSError, subprocess.SubprocessError):
+        out = git_bytes(root, *args, timeout_s=60)
+    except LorasentError:  # git is not installed
         return []
-    return [p for p in done.stdout.decode("utf-8", "surrogateescape").split("\0") if p]
+    return [p for p in (out or b"").decode("utf-8", "surrogateescape").split("\0") if p]
 
 
 def _yaml(path: Path) -> Any:

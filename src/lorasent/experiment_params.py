@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -47,20 +46,27 @@ def params_changes(path: str | Path, rev: str = "HEAD") -> list[str]:
             repository, the file not committed); the message gives git's reason.
         ParamsError: either side is not YAML.
     """
-    from lorasent.programs import environment, program
+    from lorasent.git import run_git
+    from lorasent.programs import environment
 
     path = Path(path)
-    done = subprocess.run([program("git"), "show", f"{rev}:./{path.name}"],
-                          cwd=path.absolute().parent, env=environment(), capture_output=True,
-                          text=True, encoding="utf-8", errors="replace")
+    done = run_git(path.absolute().parent, "show", f"{rev}:./{path.name}", text=False,
+                   env=environment())
     if done.returncode != 0:
-        reason = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[0]
+        reason = (_text(done.stderr).strip().splitlines()
+                  or [f"exit status {done.returncode}"])[0]
         raise LorasentError(f"git cannot read {path} at {rev}: {reason}")
-    before = _flat(read_yaml(done.stdout, f"{path} at {rev}") or {})
+    before = _flat(read_yaml(_text(done.stdout), f"{path} at {rev}") or {})
     now = _flat(read_yaml(read_params_text(path), path) or {})
     return [f"{key}: {_shown(before, key)} -> {_shown(now, key)}"
             for key in [*now, *(k for k in before if k not in now)]
             if key not in before or key not in now or before[key] != now[key]]
+
+
+def _text(output: bytes) -> str:
+    """git's output as text: UTF-8, an undecodable byte replaced, newlines as ``\\n``
+    (what ``subprocess`` gives with ``encoding="utf-8", errors="replace"``)."""
+    return output.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _shown(values: dict[str, Any], key: str) -> str:

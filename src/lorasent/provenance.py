@@ -9,12 +9,13 @@ import hashlib
 import json
 import os
 import platform
-import subprocess
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lorasent.atomic import atomic_write_text, json_text, write_json
+from lorasent.errors import LorasentError
+from lorasent.git import git_or_none
 from lorasent.paths import PROVENANCE_DIR
 
 if TYPE_CHECKING:
@@ -38,14 +39,14 @@ def package_versions() -> dict[str, str | None]:
 
 
 def git_state(cwd: str | Path = ".") -> dict[str, Any]:
-    """The commit checked out in ``cwd`` and whether tracked files differ from it."""
+    """The commit checked out in ``cwd`` and whether tracked files differ from it; each
+    None where git cannot tell (no git, not a repository, no answer within 30 s)."""
     def git(*args: str) -> str | None:
         try:
-            done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
-                                  timeout=30, check=True)
-        except (OSError, subprocess.SubprocessError):
+            out = git_or_none(cwd, *args, timeout_s=30)
+        except LorasentError:  # git is not installed
             return None
-        return done.stdout.strip()
+        return None if out is None else out.strip()
 
     commit = git("rev-parse", "HEAD")
     dirty = git("status", "--porcelain", "--untracked-files=no")

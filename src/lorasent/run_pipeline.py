@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import subprocess
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -132,12 +131,15 @@ def closing_hint(changed: bool, *, remote: bool, pull_warnings: bool = False) ->
 def run_files_changed() -> bool | None:
     """Whether git sees :data:`RUN_FILES` changed, new or deleted in the current folder;
     None when git cannot tell (not a git repository, no git)."""
+    from lorasent.errors import LorasentError
+    from lorasent.git import git_or_none
+
     try:
-        done = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--",
-                               *RUN_FILES], capture_output=True, text=True, check=False)
-    except OSError:
+        out = git_or_none(".", "status", "--porcelain", "--untracked-files=all", "--",
+                          *RUN_FILES)
+    except LorasentError:  # git is not installed
         return None
-    return bool(done.stdout.strip()) if done.returncode == 0 else None
+    return None if out is None else bool(out.strip())
 
 
 @dataclass(frozen=True)

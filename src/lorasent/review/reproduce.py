@@ -62,6 +62,7 @@ from pathlib import Path
 
 from lorasent.addresses import redact
 from lorasent.errors import LorasentError
+from lorasent.git import run_git
 from lorasent.paths import ADAPTER_DIR, BASE_MODEL_DIR, PROVENANCE_DIR, SPLIT_DIR
 from lorasent.programs import environment, program
 from lorasent.provenance import machine_facts, machine_path
@@ -82,10 +83,8 @@ def not_reps(repo: Path, commit: str) -> tuple[list[str], list[str]]:
     those a stage reads (params files, its deps) and the rest."""
     lock = read_lock(repo, commit)
     outs = [Path(p) for p in outputs(lock)] + [Path("dvc.lock")]
-    diff = subprocess.run([program("git"), "diff", "--name-only", commit, "--"], cwd=repo,
-                          capture_output=True, text=True).stdout.splitlines()
-    new = subprocess.run([program("git"), "ls-files", "--others", "--exclude-standard"],
-                         cwd=repo, capture_output=True, text=True).stdout.splitlines()
+    diff = run_git(repo, "diff", "--name-only", commit, "--").stdout.splitlines()
+    new = run_git(repo, "ls-files", "--others", "--exclude-standard").stdout.splitlines()
     files = sorted(p for p in set(diff) | set(new) if not under(p, outs))
     deps = {d["path"] for stage in (lock.get("stages") or {}).values()
             for d in stage.get("deps") or []}
@@ -236,9 +235,7 @@ def reproduce(repo: Path, rev: str = "HEAD", *, workspace: bool = False, no_trai
 
 def _full_commit(repo: Path, rev: str) -> str:
     short = resolve_commits(repo, rev).get(rev, rev)
-    done = subprocess.run([program("git"), "rev-parse", f"{short}^{{commit}}"], cwd=repo,
-                          capture_output=True, text=True)
-    return done.stdout.strip() or short
+    return str(run_git(repo, "rev-parse", f"{short}^{{commit}}").stdout).strip() or short
 
 
 def _rerun(repo: Path, rev: str, commit: str, clone: Path, no_train: bool, tolerance: float,

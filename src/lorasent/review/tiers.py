@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from lorasent.errors import LorasentError
+from lorasent.git import run_git
 from lorasent.metrics import read_predictions
 from lorasent.paths import (
     ADAPTER_DIR,
@@ -30,7 +31,6 @@ from lorasent.paths import (
     RAW_DIR,
     SPLIT_DIR,
 )
-from lorasent.programs import program
 from lorasent.provenance import machine_path, with_machine_facts
 from lorasent.review.claims import damage
 from lorasent.review.collect import check_revisions, read_at, read_lock, resolve_commits, run_dvc
@@ -109,7 +109,7 @@ class Sides:
         self._cache: Path | None | bool = False  # not asked yet
 
     def _git(self, *args: str) -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run([program("git"), *args], cwd=self.repo, capture_output=True)
+        return run_git(self.repo, *args, text=False)
 
     def tracked(self, path: str) -> dict[str, bytes] | None:
         """REV's files under ``path`` (``{relative path: bytes}``) when git tracks them."""

@@ -79,6 +79,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from lorasent.git import run_git
 from lorasent.output_guard import unwritable
 from lorasent.paths import CHECKOUT
 from lorasent.tools import finite_float
@@ -461,12 +462,26 @@ def bench_reference(rows: int) -> dict[str, Any]:
             "C": fitted.record.get("C"), "added_rss_bytes": fitted.cost.peak_added_bytes}
 
 
+def _git(folder: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """The standard output of ``git <args>`` run in ``folder``
+    (:func:`lorasent.git.run_git`; ``env``: its environment, None this process's).
+
+    Raises:
+        subprocess.CalledProcessError: git exited with an error (its command ``git <args>``).
+        LorasentError: git is not installed.
+    """
+    done = run_git(folder, *args, env=env)
+    if done.returncode:
+        raise subprocess.CalledProcessError(done.returncode, ["git", *args], done.stdout,
+                                            done.stderr)
+    return str(done.stdout)
+
+
 def copy_tracked(repo: Path, dest: Path) -> None:
     """Copy the git-tracked files of ``repo`` into ``dest`` (an existing folder), without
     the committed run (``metrics/``, ``dvc.lock``), so that ``dvc repro`` there runs every
     stage afresh."""
-    listed = subprocess.run(["git", "ls-files", "-z"], cwd=repo, capture_output=True,
-                            text=True, check=True).stdout
+    listed = _git(repo, "ls-files", "-z")
     for name in filter(None, listed.split("\0")):
         if (repo / name).is_file() and not name.startswith(("metrics/", "dvc.lock")):
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
@@ -493,10 +508,10 @@ def bench_pipeline(repo: Path) -> dict[str, Any]:
             return time.perf_counter() - start
 
         update_params(tiny, params)
-        git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com"]
-        run("git", "init", "-q")
-        run("git", "add", "-A")
-        run(*git, "commit", "-q", "-m", "bench")
+        _git(root, "init", "-q", env=env)
+        _git(root, "add", "-A", env=env)
+        _git(root, "-c", "user.name=bench", "-c", "user.email=bench@example.com", "commit",
+             "-q", "-m", "bench", env=env)
         first = run("dvc", "repro")
         noop = run("dvc", "repro")
         update_params({"evaluate": {"reference": "majority"}}, params)

@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from lorasent.git import run_git
 from lorasent.paths import CHECKOUT
 from lorasent.statistics import with_interval
 from lorasent.tools import finite_float
@@ -88,7 +89,20 @@ def _env() -> dict[str, str]:
 def _run(argv: list[str], cwd: Path, what: str) -> subprocess.CompletedProcess[str]:
     """Run ``argv`` in ``cwd``, output captured; raise :class:`CheckError` naming ``what``
     with the end of its output when it fails."""
-    done = subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True, text=True)
+    return _checked(subprocess.run(argv, cwd=cwd, env=_env(), capture_output=True,
+                                   text=True), argv, what)
+
+
+def _git(root: Path, what: str, *args: str) -> None:
+    """``git <args>`` in ``root`` (:func:`lorasent.git.run_git`), checked as :func:`_run`
+    checks a command."""
+    _checked(run_git(root, *args, env=_env()), ["git", *args], what)
+
+
+def _checked(done: subprocess.CompletedProcess[str], argv: list[str], what: str
+             ) -> subprocess.CompletedProcess[str]:
+    """``done``, or a :class:`CheckError` naming ``what`` and ``argv`` with the end of its
+    output when it failed."""
     if done.returncode:
         output = (done.stdout + done.stderr)[-OUTPUT_TAIL:]
         raise CheckError(f"{what}: `{shlex.join(argv)}` exited with {done.returncode}:\n"
@@ -163,11 +177,11 @@ def run_pipeline(repo: Path, root: Path, device: str, changes: dict[str, Any]) -
 
     copy_tracked(repo, root)
     update_params(merge(changes, {"base": {"device": device}}), root / "params.yaml")
-    git = ["git", "-c", "user.name=device-check", "-c", "user.email=device-check@example.com",
-           "-c", "commit.gpgsign=false"]
-    _run(["git", "init", "-q"], root, "git init")
-    _run(["git", "add", "-A"], root, "git add")
-    _run([*git, "commit", "-q", "-m", "device-check"], root, "git commit")
+    _git(root, "git init", "init", "-q")
+    _git(root, "git add", "add", "-A")
+    _git(root, "git commit", "-c", "user.name=device-check", "-c",
+         "user.email=device-check@example.com", "-c", "commit.gpgsign=false", "commit", "-q",
+         "-m", "device-check")
     started = time.perf_counter()
     _run(["dvc", "repro"], root, f"the pipeline on {device}")
     return time.perf_counter() - started
