@@ -149,7 +149,7 @@ def _run(argv: list[str], cwd: Path, progress: Progress) -> None:
     Raises:
         LorasentError: a non-zero exit, naming the command.
     """
-    from lorasent.processes import stop as _stop
+    from lorasent.processes import stop
 
     progress(redact(f"reproduce: $ {' '.join(argv)}"))
     sys.stderr.flush()
@@ -158,7 +158,7 @@ def _run(argv: list[str], cwd: Path, progress: Progress) -> None:
     try:
         code = proc.wait()
     except BaseException:
-        _stop(proc)
+        stop(proc)
         raise
     if code:
         raise LorasentError(f"reproduce: `{' '.join(argv[:3])}` exited with {code} in the "
@@ -168,10 +168,10 @@ def _run(argv: list[str], cwd: Path, progress: Progress) -> None:
 @contextlib.contextmanager
 def _terminated_as_interrupt() -> Iterator[None]:
     """SIGTERM raises KeyboardInterrupt here, so that the clone is removed either way."""
-    from lorasent.processes import interrupt as _interrupt
+    from lorasent.processes import interrupt
 
     try:
-        previous = signal.signal(signal.SIGTERM, _interrupt)
+        previous = signal.signal(signal.SIGTERM, interrupt)
     except ValueError:  # not the main thread
         yield
         return
