@@ -16,5 +16,6 @@ only reads what ran.
   (:mod:`~lorasent.experiments.runtime_estimate`).
 
 They import the core, the review code (its reading of git and DVC, its rendering) and
-each other; only the commands (:mod:`lorasent.commands.experiments`) import them. None of them imports torch.
+each other; only the commands (:mod:`lorasent.commands.experiments`) import them. None
+of them imports torch.
 """
