@@ -79,11 +79,11 @@ def test_fp16_on_a_gpu_is_taken(monkeypatch, cpu_flags):
 
 @pytest.mark.parametrize(("stage", "precision", "flags", "training", "line"), [
     ("train", "bf16", {"bf16": ["avx512_bf16"]}, True,
-     "train: computing in bf16 on cpu (native avx512_bf16; autocast over fp32 weights; "
-     "base.precision bf16)"),
+     "train: computing in bf16 on cpu (native avx512_bf16; autocast over fp32 master "
+     "weights; base.precision bf16)"),
     ("train", "fp16", {"fp16": ["avx512_fp16", "amx_fp16"]}, True,
      "train: computing in fp16 on cpu (native avx512_fp16, amx_fp16; autocast over fp32 "
-     "weights; base.precision fp16)"),
+     "master weights; base.precision fp16)"),
     ("evaluate", "bf16", {"bf16": ["amx_bf16"]}, False,
      "evaluate: computing in fp32 on cpu (scoring runs on the fp32 weights; only training "
      "autocasts to bf16 on a CPU; base.precision bf16)"),
@@ -171,7 +171,7 @@ class _Lines(logging.Handler):
                          "weights; only training autocasts to bf16 on a CPU; base.precision "
                          "bf16)"),
     ("train", "bf16", "train: computing in bf16 on cpu (native avx512_bf16; autocast over "
-                      "fp32 weights; base.precision bf16)"),
+                      "fp32 master weights; base.precision bf16)"),
     ("evaluate", "fp32", "evaluate: computing in fp32 on cpu (scoring runs on the fp32 "
                          "weights; only training autocasts to bf16 on a CPU; base.precision "
                          "bf16)"),

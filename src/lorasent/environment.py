@@ -192,7 +192,7 @@ def resolve_dtype(precision: str, device: torch.device) -> torch.dtype:
 
 def weights_dtype(dtype: torch.dtype, device: torch.device) -> torch.dtype:
     """The dtype the model's weights load in for compute dtype ``dtype``: fp32 on a CPU
-    (bf16 or fp16 there is autocast over fp32 master weights, the LoRA weights and the
+    (bf16 or fp16 there is autocast over these fp32 weights, the LoRA weights and the
     optimiser state fp32 too), else ``dtype`` itself."""
     return torch.float32 if device.type == "cpu" else dtype
 
@@ -215,12 +215,12 @@ def precision_line(stage: str, *, precision: str, dtype: torch.dtype, device: to
                    training: bool) -> str:
     """One line for a stage's log: the dtype it computes in (:func:`compute_dtype`), on
     which device, and why, e.g. ``train: computing in bf16 on cpu (native avx512_bf16;
-    autocast over fp32 weights; base.precision bf16)``."""
+    autocast over fp32 master weights; base.precision bf16)``."""
     used = compute_dtype(dtype, device, training=training)
     how = []
     if device.type == "cpu" and used != "fp32":
         flags = cpu_bf16_flags() if used == "bf16" else cpu_fp16_flags()
-        how += [f"native {', '.join(flags)}", "autocast over fp32 weights"]
+        how += [f"native {', '.join(flags)}", "autocast over fp32 master weights"]
     elif device.type == "cpu" and dtype != torch.float32:
         how.append(f"scoring runs on the fp32 weights; only training autocasts to "
                    f"{dtype_name(dtype)} on a CPU")

@@ -68,6 +68,7 @@ from lorasent.calibration import NO_VALIDATION_NOTE, temperature_scaling
 from lorasent.contracts import AdapterRecord, BaseModelRef, TemperatureScaling, dump
 from lorasent.environment import compute_dtype, precision_line, resolve_dtype, writing
 from lorasent.errors import LorasentError
+from lorasent.frozen_weights import FrozenWeightsIn
 from lorasent.hashes import sha256_file
 from lorasent.launch import is_main, rank_and_world
 from lorasent.modeling import check_head_saved, load_model_and_prompt, new_weights_note
@@ -288,7 +289,8 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
                 encoder=encoder, labels=labels, checkpoints=checkpoints, live_tmp=live_tmp,
                 eval_batch_size=train.per_device_train_batch_size)
             try:
-                with writing("the loss history", live_dir):
+                with writing("the loss history", live_dir), _frozen_in_compute_dtype(
+                        model, dtype, device):
                     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from
                                   else None)
             except torch.OutOfMemoryError as err:
@@ -544,6 +546,17 @@ def _setup_trainer(*, model: PeftModel, args: TrainingArguments,
         trainer.remove_callback(ProgressCallback)
         trainer.add_callback(PrinterCallback)
     return trainer
+
+
+def _frozen_in_compute_dtype(model: torch.nn.Module, dtype: torch.dtype,
+                             device: torch.device) -> contextlib.AbstractContextManager[object]:
+    """While training on a CPU under autocast in bf16 or fp16, one process: the frozen
+    weights held in that dtype (:class:`lorasent.frozen_weights.FrozenWeightsIn`, the same
+    numbers, no cast per product). A launched run keeps them fp32: FSDP flattens the
+    weights of a unit into one tensor of one dtype."""
+    if device.type != "cpu" or dtype == torch.float32 or rank_and_world()[1] > 1:
+        return contextlib.nullcontext()
+    return FrozenWeightsIn(model, dtype)
 
 
 def _save_adapter(*, trainer: LorasentTrainer, model: PeftModel, record: AdapterRecord,
