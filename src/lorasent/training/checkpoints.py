@@ -36,9 +36,9 @@ log = logging.getLogger("lorasent.stages.train")
 TRAIN_CODE = ("stages.train", "training.callbacks", "training.checkpoints", "training.trainer",
               "addresses", "atomic", "calibration", "characters", "command_errors",
               "commands.stages", "contracts", "dvc_project", "environment", "errors",
-              "experiment_params", "git", "hashes", "launch", "metrics", "modeling", "modes",
-              "params", "paths", "processes", "provenance", "scoring", "statistics", "subsets",
-              "tables")
+              "experiment_params", "frozen_weights", "git", "hashes", "launch", "metrics",
+              "modeling", "modes", "params", "paths", "processes", "provenance", "scoring",
+              "statistics", "subsets", "tables")
 CHECKPOINT_RECORD = "lorasent-checkpoint.json"
 
 
