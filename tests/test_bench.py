@@ -6,6 +6,7 @@ import torch
 from lorasent.environment import bf16_supported
 from lorasent.tools.bench import LONG_TEMPLATE, bench_eval, bench_scale, bench_train, main
 from lorasent.tools.bench_report import markdown, scale_table, summarise
+from lorasent.tools.flops import Pass, Shape, step_flops
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
@@ -18,9 +19,27 @@ def one_tokenizer(packaged_model_dir):
     return load_tokenizer(packaged_model_dir)
 
 
+RATES = {"fp32": 1e9, "bf16": 4e9}  # FLOP/s: what the matmul rate reads in these tests
+
+
 @pytest.fixture
 def tokenizer_once(one_tokenizer, monkeypatch):
+    """The tokenizer loaded once, and the matmul rate a fixed one (tests/test_flops.py
+    measures it)."""
     monkeypatch.setattr("lorasent.modeling.load_tokenizer", lambda folder: one_tokenizer)
+    monkeypatch.setattr("lorasent.tools.flops.matmul_rates", lambda device: dict(RATES))
+
+
+def _utilised_against_rates(part):
+    """Every way's MFU is its model FLOP/s over the rate of the dtype it computes in."""
+    assert part["matmul"] == {"n": 2048, "before": RATES, "after": RATES, "flop_per_s": RATES}
+    for name, way in part["ways"].items():
+        seconds = way.get("seconds_per_step", way.get("seconds"))
+        assert way["compute_dtype"] == ("bf16" if name.endswith("_bf16") else "fp32")
+        assert way["mfu"] == pytest.approx(way["model_flops_per_s"]
+                                           / RATES[way["compute_dtype"]])
+        assert way["model_flops_per_s"] == pytest.approx(way.get(
+            "model_flops_per_step", way.get("model_flops_per_example", 0) * 8) / seconds)
 
 
 @pytest.mark.integration  # the real Gemma 3 tokenizer on a tiny random model
@@ -43,6 +62,20 @@ def test_train_ways_on_a_tiny_gemma(tokenizer_once):
     for way in ways.values():
         assert way["seconds_per_step"] > 0 and way["peak_rss_bytes"] > 0
         assert way["examples_per_s"] == pytest.approx(8 / way["seconds_per_step"])
+    # the counts of lorasent.tools.flops on the tiny model: hidden 32, vocabulary 1024
+    shape = Shape(hidden=32, intermediate=64, layers=2, heads=2, kv_heads=1, head_dim=16,
+                  vocab=1024)
+    assert ways["seed002"]["model_flops_per_step"] == step_flops(
+        shape, [Pass(8, 256, 256, 8 * 256, "full")], 8)
+    # one label token per example: the head's forward and input gradient at 8 positions
+    assert ways["project_unshared"]["model_flops_per_step"] \
+        - ways["floor"]["model_flops_per_step"] == 4 * 8 * 32 * 1024
+    assert ways["project"]["model_flops_per_step"] < ways["project_unshared"][
+        "model_flops_per_step"]
+    for name in native_bf16:
+        assert ways[name]["model_flops_per_step"] == ways[name.removesuffix("_bf16")][
+            "model_flops_per_step"]
+    _utilised_against_rates(result)
 
 
 @pytest.mark.integration  # the real Gemma 3 tokenizer on a tiny random model
@@ -59,16 +92,27 @@ def test_eval_ways_on_a_tiny_gemma(tokenizer_once):
     assert set(result["ways"]) == {"project", "seed000"} and result["rounds"] == 2
     for way in result["ways"].values():
         assert way["accuracy"] in {k / 8 for k in range(9)}
+    _utilised_against_rates(result)
+    # seed 000 runs each prompt whole; scoring runs the shared start once per batch
+    assert result["ways"]["seed000"]["model_flops_per_example"] \
+        > result["ways"]["project"]["model_flops_per_example"] > 0
 
 
 def _ways(**seconds):
     return {name: {"seconds_per_step": s, "examples_per_s": 8 / s, "useful_tokens_per_s": 400 / s,
-                   "tokens_in_batch": 480, "peak_rss_bytes": 2**30 * (12 if s > 20 else 3)}
+                   "tokens_in_batch": 480, "peak_rss_bytes": 2**30 * (12 if s > 20 else 3),
+                   "model_flops_per_step": 60e9, "model_flops_per_s": 60e9 / s,
+                   "compute_dtype": "fp32", "mfu": 60e9 / s / 2e11}
             for name, s in seconds.items()}
 
 
+MATMUL = {"n": 2048, "before": {"fp32": 1.9e11, "bf16": 7.5e11},
+          "after": {"fp32": 2e11, "bf16": 7.4e11}, "flop_per_s": {"fp32": 2e11, "bf16": 7.5e11}}
+
+
 def _fake(project, seed002, floor, long_project, eval_project, eval_seed000, noop):
-    part = {"batch_size": 8, "steps": 3, "warmup": 1, "shared_prefix_tokens": 18, "width": 60}
+    part = {"batch_size": 8, "steps": 3, "warmup": 1, "shared_prefix_tokens": 18, "width": 60,
+            "matmul": MATMUL}
     return {"train": {"m": {**part, "ways": _ways(
                 project=project, project_unshared=2.3, seed002=seed002, plain_trainer=4.0,
                 floor=floor)}},
@@ -93,6 +137,8 @@ def test_summary_ratios_and_verdicts():
     assert r["train_long_template_unshared_time_vs_floor"] == pytest.approx(2.4 / 2.2)
     assert r["eval_speedup_vs_seed000"] == pytest.approx(2.5)
     assert r["eval_accuracy_project_minus_seed000"] == pytest.approx(0.05)
+    assert r["train_mfu"] == pytest.approx(60e9 / 1.6 / 2e11)
+    assert "eval_mfu" not in r and "train_mfu_vs_peak" not in r  # not measured; a CPU
     assert summary["checks"]["m"] == {
         "train >= 10x seed 002": True, "train step <= 0.75x the floor's time": True,
         "eval >= 2.5x seed 000": True, "eval loses no accuracy": True,
@@ -108,6 +154,15 @@ def test_summary_ratios_and_verdicts():
     table = markdown({"machine": {"cpu": "x", "cores": 2, "torch": "t", "device": "cpu"},
                       "results": results, "summary": summary})
     assert "| seed002 | 32.00 | 0.25 | 12 | 480 | 20.00x faster |" in table
+    assert "| tokens in batch | project is | model GFLOP / step | MFU |" in table
+    assert "| project | 1.60 | 5.00 | 250 | 480 | — | 60.00 | 18.8% |" in table
+    assert "| seed002 | 32.00 | 0.25 | 12 | 480 | 20.00x faster | 60.00 | 0.9% |" in table
+    assert table.count("Matrix-product rate measured in this part's process (2048 × 2048 "
+                       "`torch.mm`, the higher of before and after the ways), GFLOP/s: fp32 "
+                       "200, bf16 750.") == 2  # the two train parts; the eval part has none
+    assert "| way | examples / s | accuracy (zero-shot) | model GFLOP / example | MFU |" \
+        in table
+    assert "| project | 10.00 | 0.400 | — | — |" in table  # an eval part without the counts
     assert "| project_unshared | 2.30 | 3.48 | 174 | 480 | 1.44x faster |" in table
     assert "| floor | 2.20 |" in table and "0.73x the floor's time" in table
     assert "**Train step, m, batch 8, long template** (median of 3 steps, interleaved, " \
@@ -122,6 +177,9 @@ def test_summary_ratios_and_verdicts():
                                  "load_average_1min_before": 1.0},
                      "results": results, "summary": summary})
     assert "**Warning: the machine was busy** (1-minute load average 1.0 on 2 cores" in busy
+    assert "the model FLOP utilisations are lower bounds (≥)" in busy
+    assert "| project is | model GFLOP / step | MFU, a lower bound (busy) |" in busy
+    assert "| project | 1.60 | 5.00 | 250 | 480 | — | 60.00 | ≥18.8% |" in busy
 
 
 @pytest.mark.integration  # every review statistic once (tens of seconds on a busy machine)

@@ -142,10 +142,10 @@ def test_report_files(tmp_path):
     # bench's own tables, as bench renders them, every way it wrote carried through
     assert bench_markdown(report["bench"]) in text
     assert any(line.startswith("| project_unshared | 0.06 | 133.33 |") for line in lines)
-    assert ("- gemma-2b, model TFLOP/s (bench's 6 x parameters x positions computed per "
-            "step): project 40.0, "
+    assert ("- gemma-2b, model TFLOP/s (bench's matrix products per step, counted from the "
+            "config): project 40.0, "
             "project_unshared 33.5, seed002 20.0, plain_trainer 25.0, floor 50.0; the "
-            "project's model FLOP utilisation 0.040") in lines
+            "project's model FLOP utilisation 0.040 of --peak-tflops") in lines
     assert lines[-5:] == [
         "Small run (split.train_size 64, split.validation_size 0, split.test_size 200, "
         "train.max_steps 8, train.per_device_train_batch_size 8, evaluate.batch_size 16); "

@@ -53,12 +53,20 @@ same run, so the ratios hold on a noisy machine:
 
 Writes ``<out>/results.json`` and ``<out>/results.md`` (the table the README quotes).
 
+Every train and evaluation way also gets its model FLOPs per step (per tweet for
+scoring), counted from the model's config: the matrix products of the forward,
+of the backward through the frozen weights (their input gradient only), of LoRA's own,
+of attention, and of the vocabulary projection where it runs (:mod:`lorasent.tools.flops`
+gives the formulas). Its model FLOP utilisation (``mfu``) is that over the step's
+seconds and the dense matrix-product rate of the dtype it computes in, measured in the
+same process just before and just after the ways (fp32, and bf16 where the device has it
+natively; the higher of the two measurements).
+
 On the CPU the model is the packaged Gemma 3 270M with its real weights. With
 ``--device cuda`` (ROCm or CUDA) the models are Gemma 3 270M and Gemma 2B built from
 their configs with random weights, in bf16: a lent GPU reaches no hub, and random
-weights cost exactly what trained ones cost. There tokens/s and the model FLOP
-utilisation (6 x parameters x tokens per step, Kaplan et al. 2020, against
-``--peak-tflops``) are reported too.
+weights cost exactly what trained ones cost. There the ways compute in bf16, and the
+project's utilisation against ``--peak-tflops``, where given, is reported too.
 """
 
 from __future__ import annotations
@@ -83,6 +91,7 @@ from lorasent.git import run_git
 from lorasent.output_guard import unwritable
 from lorasent.paths import CHECKOUT
 from lorasent.tools import finite_float
+from lorasent.tools import flops as model_flops
 from lorasent.tools.bench_report import markdown, summarise
 
 if TYPE_CHECKING:
@@ -245,10 +254,11 @@ def bench_train(model_name: str, device: torch.device, batch_size: int, warmup: 
 
     base_model, tokenizer, encoder = _load(model_name, device, template)
     examples = _examples(batch_size)
-    model = get_peft_model(base_model, LoraConfig(
+    lora = LoraConfig(
         task_type="CAUSAL_LM", r=8, lora_alpha=16, lora_dropout=0.1,
         target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                        "down_proj"]))
+                        "down_proj"])
+    model = get_peft_model(base_model, lora)
     model.train()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
 
@@ -303,6 +313,12 @@ def bench_train(model_name: str, device: torch.device, batch_size: int, warmup: 
               "project_unshared": project["input_ids"].numel(),
               "floor": project["input_ids"].numel(),
               "seed002": seed002["input_ids"].numel(), "plain_trainer": plain["input_ids"].numel()}
+    window = getattr(base_model.config, "sliding_window", None)
+    counts = {"project": model_flops.label_loss_passes(project, True, window),
+              "project_unshared": model_flops.label_loss_passes(project),
+              "seed002": model_flops.full_loss_passes(seed002),
+              "plain_trainer": model_flops.full_loss_passes(plain),
+              "floor": model_flops.full_loss_passes(floor, head=False)}
     if template:
         losses = {name: losses[name] for name in ("project", "project_unshared", "floor")}
     elif device.type == "cpu" and bf16_supported(device):
@@ -310,21 +326,26 @@ def bench_train(model_name: str, device: torch.device, batch_size: int, warmup: 
         for name in ("project", "floor"):
             losses[f"{name}_bf16"] = _autocast_bf16(losses[name])
             tokens[f"{name}_bf16"], padded[f"{name}_bf16"] = tokens[name], padded[name]
+    counts = {name: model_flops.passes_of(name, counts) for name in losses}
     # The project goes first, so the peak memory after its first step is its own.
+    rates_before = model_flops.matmul_rates(device)
     times, _ = _interleaved({name: step(name, fn) for name, fn in losses.items()}, steps,
                             device, warmup)
+    matmul = model_flops.limit(device, rates_before, model_flops.matmul_rates(device))
+    shape = model_flops.Shape.of(base_model.config)
     results = {}
     for name, spent in times.items():
         seconds = statistics.median(spent)
+        flops = model_flops.step_flops(shape, counts[name], lora.r)
         results[name] = {"seconds_per_step": seconds, "examples_per_s": batch_size / seconds,
                          "useful_tokens_per_s": tokens[name] / seconds,
-                         "tokens_in_batch": padded[name], **memory[name]}
-    if device.type == "cuda":
-        params = sum(p.numel() for p in model.parameters())
-        for name, r in results.items():
-            r["model_flops_per_s"] = 6 * params * padded[name] / r["seconds_per_step"]
+                         "tokens_in_batch": padded[name], **memory[name],
+                         "model_flops_per_step": flops,
+                         **model_flops.utilisation(flops, seconds, model_flops.compute_dtype(
+                             name, base_model.dtype), matmul["flop_per_s"])}
     return {"model": model_name, "batch_size": batch_size, "steps": steps, "warmup": warmup,
-            "shared_prefix_tokens": shared, "width": width, "ways": results}
+            "shared_prefix_tokens": shared, "width": width, "matmul": matmul,
+            "ways": results}
 
 
 def bench_eval(model_name: str, device: torch.device, n: int, batch_size: int,
@@ -358,16 +379,28 @@ def bench_eval(model_name: str, device: torch.device, n: int, batch_size: int,
             preds.append(match[0] if match else LABELS.index("neutral"))
         return preds
 
+    prompts = [encoder.encode(text) for text in texts]
+    counts = {"project": model_flops.scoring_passes(
+                  prompts, encoder.label_ids, batch_size,
+                  getattr(model.config, "sliding_window", None)),
+              "seed000": model_flops.generate_passes(prompts)}
+    shape = model_flops.Shape.of(model.config)
     project()  # warm-up of the batched path
+    rates_before = model_flops.matmul_rates(device)
     times, preds = _interleaved({"project": project, "seed000": seed000}, rounds, device)
+    matmul = model_flops.limit(device, rates_before, model_flops.matmul_rates(device))
     out = {}
     for name, spent in times.items():
         seconds = statistics.median(spent)
+        flops = model_flops.step_flops(shape, counts[name])
         out[name] = {"seconds": seconds, "examples_per_s": n / seconds,
                      "accuracy": sum(p == g for p, g in zip(preds[name], gold,
-                                                            strict=True)) / n}
+                                                            strict=True)) / n,
+                     "model_flops_per_example": flops / n,
+                     **model_flops.utilisation(flops, seconds, model_flops.compute_dtype(
+                         name, model.dtype), matmul["flop_per_s"])}
     return {"model": model_name, "examples": n, "batch_size": batch_size, "rounds": rounds,
-            "ways": out, **_peak_memory(device)}
+            "matmul": matmul, "ways": out, **_peak_memory(device)}
 
 
 def bench_scale(rows: int, num_labels: int = 3) -> dict[str, Any]:
@@ -570,7 +603,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="packaged tweets scored by each evaluation way")
     parser.add_argument("--no-pipeline", action="store_true", help="skip the dvc part")
     parser.add_argument("--peak-tflops", type=finite_float, default=None,
-                        help="the GPU's peak bf16 TFLOP/s, for model FLOP utilisation")
+                        help="the GPU's peak bf16 TFLOP/s, for the model FLOP utilisation "
+                             "against it besides the measured rate's")
     parser.add_argument("--out", type=Path, default=Path("bench"),
                         help="folder for results.json and results.md (default: bench, "
                              "the committed results)")

@@ -82,9 +82,14 @@ def summarise(results: dict[str, Any], device: torch.device,
             target = TARGETS["train_long_template_vs_floor_max"]
             checks[model][f"long template: train step <= {target:g}x the floor's time"] = (
                 r["train_long_template_time_vs_floor"] <= target)
+        project = part["ways"]["project"]
+        if project.get("mfu") is not None:  # against the rate measured in the part
+            ratios[model]["train_mfu"] = project["mfu"]
+        if e["project"].get("mfu") is not None:
+            ratios[model]["eval_mfu"] = e["project"]["mfu"]
         if peak_tflops and device.type == "cuda":
-            flops = part["ways"]["project"]["model_flops_per_s"]
-            ratios[model]["train_mfu"] = flops / (peak_tflops * 1e12)
+            ratios[model]["train_mfu_vs_peak"] = (project["model_flops_per_s"]
+                                                  / (peak_tflops * 1e12))
     if "pipeline" in results:
         checks["pipeline"] = {f"no-op dvc repro < {TARGETS['noop_repro_s_max']:g} s":
                               results["pipeline"]["noop_repro_s"] < TARGETS["noop_repro_s_max"]}
@@ -113,9 +118,34 @@ def summarise(results: dict[str, Any], device: torch.device,
             "all_targets_met": all(v for c in checks.values() for v in c.values())}
 
 
-def _train_table(title: str, part: dict[str, Any], largest: str) -> list[str]:
+def _mfu_header(busy: bool) -> str:
+    return "MFU, a lower bound (busy)" if busy else "MFU"
+
+
+def _flops_cells(way: dict[str, Any], per: str, busy: bool) -> str:
+    """The model GFLOP (``way[per]``) and MFU cells of a way ("—" where not measured)."""
+    gflop = f"{way[per] / 1e9:.2f}" if per in way else "—"
+    mfu = way.get("mfu")
+    return f"{gflop} | " + ("—" if mfu is None else f"{'≥' if busy else ''}{100 * mfu:.1f}%")
+
+
+def matmul_line(part: dict[str, Any]) -> list[str]:
+    """The matrix-product rates a part measured, as a line (none for a part without)."""
+    matmul = part.get("matmul")
+    if not matmul:
+        return []
+    rates = ", ".join(f"{name} {rate / 1e9:,.0f}" for name, rate in matmul["flop_per_s"].items())
+    return [f"Matrix-product rate measured in this part's process ({matmul['n']} × "
+            f"{matmul['n']} `torch.mm`, the higher of before and after the ways), GFLOP/s: "
+            f"{rates}. MFU: a way's model FLOP/s (matrix products counted from the config, "
+            "`lorasent.tools.flops`) over the rate of the dtype it computes in.", ""]
+
+
+def _train_table(title: str, part: dict[str, Any], largest: str,
+                 busy: bool = False) -> list[str]:
     """A train part's table: each way against the project's (shared-prefix) way, the
-    floor as the project's time over the floor's."""
+    floor as the project's time over the floor's; its model GFLOP per step and MFU (a
+    lower bound where ``busy``)."""
     ways = part["ways"]
     peak = max(w["peak_rss_bytes"] for w in ways.values()) / 2**30
     lines = [f"**{title}** (median of {part['steps']} steps, interleaved, after "
@@ -124,16 +154,17 @@ def _train_table(title: str, part: dict[str, Any], largest: str) -> list[str]:
              f"of the project's way: {ways['project']['peak_rss_bytes'] / 2**30:.1f} GiB; "
              f"of the whole part{', ' + largest if largest else ''}: {peak:.1f} GiB)", "",
              "| way | s / step | examples / s | useful tokens / s | tokens in batch "
-             "| project is |",
-             "|---|---|---|---|---|---|"]
+             f"| project is | model GFLOP / step | {_mfu_header(busy)} |",
+             "|---|---|---|---|---|---|---|---|"]
     project = ways["project"]["seconds_per_step"]
     for name, w in ways.items():
         rel = ("—" if name == "project" else
                f"{w['seconds_per_step'] / project:.2f}x faster" if name != "floor"
                else f"{project / w['seconds_per_step']:.2f}x the floor's time")
         lines.append(f"| {name} | {w['seconds_per_step']:.2f} | {w['examples_per_s']:.2f} | "
-                     f"{w['useful_tokens_per_s']:.0f} | {w['tokens_in_batch']} | {rel} |")
-    return [*lines, ""]
+                     f"{w['useful_tokens_per_s']:.0f} | {w['tokens_in_batch']} | {rel} | "
+                     f"{_flops_cells(w, 'model_flops_per_step', busy)} |")
+    return [*lines, "", *matmul_line(part)]
 
 
 def scale_table(scale: list[dict[str, Any]]) -> list[str]:
@@ -158,27 +189,35 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']}, device "
              f"{m['device']}{' (' + m['gpu'] + ')' if m.get('gpu') else ''}.", ""]
     load = m.get("load_average_1min_before")
-    if load is not None and load >= BUSY_LOAD * m["cores"]:
+    busy = load is not None and load >= BUSY_LOAD * m["cores"]
+    if busy:
         lines += [f"**Warning: the machine was busy** (1-minute load average {load:.1f} on "
                   f"{m['cores']} cores before the run). Shared cores slow the ways by "
                   "different factors, in either direction, so the ratios below are not "
-                  "comparable with an idle machine's; rerun on an idle one.", ""]
+                  "comparable with an idle machine's, and the model FLOP utilisations are "
+                  "lower bounds (≥); rerun on an idle one.", ""]
     long_parts = report["results"].get("train_long_template", {})
     for model, part in report["results"].get("train", {}).items():
         lines += _train_table(f"Train step, {model}, batch {part['batch_size']}", part,
-                              "with seed 002's way")
+                              "with seed 002's way", busy)
+        vs_peak = report["summary"]["ratios"].get(model, {}).get("train_mfu_vs_peak")
+        if vs_peak is not None:
+            lines += [f"The project's train step against `--peak-tflops`: {100 * vs_peak:.1f}% "
+                      "of the peak.", ""]
         if model in long_parts:
             lines += _train_table(f"Train step, {model}, batch "
                                   f"{long_parts[model]['batch_size']}, long template",
-                                  long_parts[model], "")
+                                  long_parts[model], "", busy)
         e = report["results"]["eval"][model]
         lines += [f"**Evaluation, {model}, {e['examples']} tweets** (median of "
                   f"{e.get('rounds', 1)} interleaved rounds; peak RSS "
                   f"{e['peak_rss_bytes'] / 2**30:.1f} GiB)", "",
-                  "| way | examples / s | accuracy (zero-shot) |", "|---|---|---|"]
+                  "| way | examples / s | accuracy (zero-shot) | model GFLOP / example | "
+                  f"{_mfu_header(busy)} |", "|---|---|---|---|---|"]
         for name, w in e["ways"].items():
-            lines.append(f"| {name} | {w['examples_per_s']:.2f} | {w['accuracy']:.3f} |")
-        lines.append("")
+            lines.append(f"| {name} | {w['examples_per_s']:.2f} | {w['accuracy']:.3f} | "
+                         f"{_flops_cells(w, 'model_flops_per_example', busy)} |")
+        lines += ["", *matmul_line(e)]
     if "pipeline" in report["results"]:
         p = report["results"]["pipeline"]
         lines += ["**Pipeline overhead** (tiny run on a copy of the repo)", "",

@@ -294,7 +294,7 @@ def agreement_line(pipeline: dict[str, Any]) -> str:
 
 
 def _flops_lines(bench: dict[str, Any]) -> list[str]:
-    """One line per train part of bench that reports model FLOP/s (bench on a GPU)."""
+    """One line per train part of bench that reports model FLOP/s."""
     lines = []
     for key, models in bench["results"].items():
         if not key.startswith("train"):
@@ -304,14 +304,16 @@ def _flops_lines(bench: dict[str, Any]) -> list[str]:
                      for name, way in part["ways"].items() if "model_flops_per_s" in way]
             if not flops:
                 continue
-            mfu = (bench["summary"]["ratios"].get(model, {}).get("train_mfu")
-                   if key == "train" else None)
+            ratios = bench["summary"]["ratios"].get(model, {}) if key == "train" else {}
+            mfu = [f"{ratios[k]:.3f} {against}" for k, against in (
+                ("train_mfu", "of the matmul rate measured beside it"),
+                ("train_mfu_vs_peak", "of --peak-tflops")) if k in ratios]
             what = model + ("" if key == "train" else
                             ", " + key.removeprefix("train_").replace("_", " "))
-            lines.append(f"- {what}, model TFLOP/s (bench's 6 x parameters x positions "
-                         f"computed per step): {', '.join(flops)}"
-                         + (f"; the project's model FLOP utilisation {mfu:.3f}"
-                            if mfu is not None else ""))
+            lines.append(f"- {what}, model TFLOP/s (bench's matrix products per step, "
+                         f"counted from the config): {', '.join(flops)}"
+                         + (f"; the project's model FLOP utilisation {', '.join(mfu)}"
+                            if mfu else ""))
     return [*lines, ""] if lines else []
 
 
@@ -390,8 +392,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="folder for results-gpu.json and results-gpu.md (default: bench, "
                              "committed)")
     parser.add_argument("--peak-tflops", type=finite_float, default=None,
-                        help="the GPU's peak dense bf16 TFLOP/s, for model FLOP utilisation "
-                             "(H200 about 989, MI300X about 1307)")
+                        help="the GPU's peak dense bf16 TFLOP/s, for the model FLOP utilisation "
+                             "against it besides the measured rate's (H200 about 989, MI300X "
+                             "about 1307)")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                         help="the device checked (cuda also means a ROCm GPU); cpu runs "
                              "everything on the CPU, for tests")
