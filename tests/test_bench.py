@@ -46,12 +46,19 @@ def _utilised_against_rates(part):
 def test_train_ways_on_a_tiny_gemma(tokenizer_once):
     result = bench_train("tiny", torch.device("cpu"), batch_size=8, warmup=0, steps=1)
     ways = result["ways"]
-    native_bf16 = ["project_bf16", "floor_bf16"] if bf16_supported(torch.device("cpu")) else []
+    native_bf16 = (["project_bf16", "floor_bf16", "project_autocast_bf16"]
+                   if bf16_supported(torch.device("cpu")) else [])
     assert list(ways) == ["project", "project_unshared", "seed002", "plain_trainer", "floor",
                           *native_bf16]
     for name in native_bf16:  # autocast: the same batch, the fp32 way's positions
-        assert ways[name]["tokens_in_batch"] == ways[name.removesuffix("_bf16")][
-            "tokens_in_batch"]
+        fp32 = name.removesuffix("_bf16").removesuffix("_autocast")
+        assert ways[name]["tokens_in_batch"] == ways[fp32]["tokens_in_batch"]
+    # one profiled step of the fp32 and the bf16 way: shares of the step, largest first
+    assert list(result["profile"]) == ["project", *native_bf16[:1]]
+    for profile in result["profile"].values():
+        shares = [op["share"] for op in profile["ops"]]
+        assert len(shares) == 8 and shares == sorted(shares, reverse=True) and sum(shares) <= 1
+        assert 0 < profile["matmul_share"] < 1
     assert ways["seed002"]["tokens_in_batch"] == 8 * 256          # padded to max_length
     assert ways["plain_trainer"]["tokens_in_batch"] < 8 * 256     # dynamic padding
     width, shared = result["width"], result["shared_prefix_tokens"]
@@ -73,8 +80,8 @@ def test_train_ways_on_a_tiny_gemma(tokenizer_once):
     assert ways["project"]["model_flops_per_step"] < ways["project_unshared"][
         "model_flops_per_step"]
     for name in native_bf16:
-        assert ways[name]["model_flops_per_step"] == ways[name.removesuffix("_bf16")][
-            "model_flops_per_step"]
+        fp32 = name.removesuffix("_bf16").removesuffix("_autocast")
+        assert ways[name]["model_flops_per_step"] == ways[fp32]["model_flops_per_step"]
     _utilised_against_rates(result)
 
 
@@ -180,6 +187,33 @@ def test_summary_ratios_and_verdicts():
     assert "the model FLOP utilisations are lower bounds (≥)" in busy
     assert "| project is | model GFLOP / step | MFU, a lower bound (busy) |" in busy
     assert "| project | 1.60 | 5.00 | 250 | 480 | — | 60.00 | ≥18.8% |" in busy
+
+
+def test_bf16_ways_are_checked_against_the_target_of_the_cpu_s_bf16_and_profiled():
+    profile = {"ops": [{"name": "aten::mm", "share": 0.47, "calls": 1982},
+                       {"name": "aten::mul", "share": 0.21, "calls": 3314}],
+               "matmul_share": 0.47}
+    for flags, target, speedup, met in ((["avx512_bf16"], "2x", 2.0, True),
+                                        (["avx512_bf16", "amx_bf16"], "2.5x", 2.4, False)):
+        results = _fake(1.6, 32.0, 2.2, 1.2, 10.0, 4.0, 3.1)
+        part = results["train"]["m"]
+        part["ways"].update(_ways(project_bf16=1.6 / speedup, floor_bf16=1.0,
+                                  project_autocast_bf16=1.6 / speedup * 1.25))
+        part.update(bf16_flags=flags, profile={"project": profile, "project_bf16": profile})
+        summary = summarise(results, torch.device("cpu"), None)
+        r = summary["ratios"]["m"]
+        assert r["train_bf16_speedup_vs_fp32"] == pytest.approx(speedup)
+        assert r["train_bf16_held_speedup_vs_autocast"] == pytest.approx(1.25)
+        name = f"bf16 train step >= {target} faster than fp32 ({flags[-1]})"
+        assert summary["checks"]["m"][name] is met
+        table = markdown({"machine": {"cpu": "x", "cores": 2, "torch": "t", "device": "cpu"},
+                          "results": results, "summary": summary})
+        assert "| project: operator | share | calls | project_bf16: operator | share | calls |" \
+            in table
+        assert "| `aten::mm` | 47% | 1982 | `aten::mm` | 47% | 1982 |" in table
+        assert "| dense matrix products together | 47% |  | dense matrix products together " \
+            "| 47% |  |" in table
+        assert f"- m: {name}: {'met' if met else 'NOT met'}" in table
 
 
 @pytest.mark.integration  # every review statistic once (tens of seconds on a busy machine)

@@ -25,9 +25,15 @@ same run, so the ratios hold on a noisy machine:
      every example's every token can beat. Sharing the prefix computes fewer.
 
    - ``project_bf16`` and ``floor_bf16`` (a CPU with native bf16 only, ``lorasent
-     doctor``'s ``cpu_bf16``): the same two under ``torch.autocast`` in bf16 over the fp32
-     weights, what ``base.precision: bf16`` trains with on such a CPU; the summary gives
-     its step time against fp32's and against both floors.
+     doctor``'s ``cpu_bf16``): the same two under ``torch.autocast`` in bf16 with the
+     frozen weights held in bf16 (:mod:`lorasent.frozen_weights`), what ``base.precision:
+     bf16`` trains with on such a CPU; ``project_autocast_bf16``: the project's step
+     under autocast alone, every frozen weight cast at every product (the stage's way
+     before). The summary gives the bf16 step against fp32's and against both floors.
+
+   After the timed rounds, one step each of ``project`` and ``project_bf16`` runs under
+   ``torch.profiler`` (:mod:`lorasent.tools.bench_profile`): the top operators by their
+   share of the step's self time, and the dense matrix products' share together.
 
    Then the long-template part: the project's two ways and the floor again, on prompts
    of :data:`LONG_TEMPLATE` (an instruction of 70 tokens), where the shared start is
@@ -72,6 +78,7 @@ project's utilisation against ``--peak-tflops``, where given, is reported too.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -92,6 +99,7 @@ from lorasent.output_guard import unwritable
 from lorasent.paths import CHECKOUT
 from lorasent.tools import finite_float
 from lorasent.tools import flops as model_flops
+from lorasent.tools.bench_profile import top_ops
 from lorasent.tools.bench_report import markdown, summarise
 
 if TYPE_CHECKING:
@@ -228,12 +236,23 @@ def _vocab_safe(ids: torch.Tensor, model: PreTrainedModel) -> torch.Tensor:
     return ids % model.config.vocab_size
 
 
-def _autocast_bf16(loss_fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+def _autocast_bf16(loss_fn: Callable[[], torch.Tensor], model: torch.nn.Module | None = None,
+                   ) -> Callable[[], torch.Tensor]:
     """``loss_fn`` under ``torch.autocast("cpu", torch.bfloat16)``: the forward in bf16
-    where autocast casts (matrix products), the weights and their gradients fp32, as the
-    train stage does with ``base.precision: bf16`` on a CPU (accelerate's autocast)."""
+    where autocast casts (matrix products), the trainable weights, their gradients and
+    AdamW's state fp32, as the train stage does with ``base.precision: bf16`` on a CPU
+    (accelerate's autocast). With ``model``, its frozen weights held in bf16 meanwhile
+    (:class:`lorasent.frozen_weights.FrozenWeightsIn`, the copies made at the first call),
+    as the stage trains in one process; without, autocast casts them at every product."""
+    from lorasent.frozen_weights import FrozenWeightsIn
+
+    held: list[FrozenWeightsIn] = []
+
     def run() -> torch.Tensor:
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        if model is not None and not held:
+            held.append(FrozenWeightsIn(model, torch.bfloat16))
+        with held[0] if held else contextlib.nullcontext(), torch.autocast(
+                "cpu", dtype=torch.bfloat16):
             return loss_fn()
     return run
 
@@ -249,7 +268,7 @@ def bench_train(model_name: str, device: torch.device, batch_size: int, warmup: 
     """
     from peft import LoraConfig, get_peft_model
 
-    from lorasent.environment import bf16_supported
+    from lorasent.environment import bf16_supported, cpu_bf16_flags
     from lorasent.scoring import label_token_loss, training_prefix
 
     base_model, tokenizer, encoder = _load(model_name, device, template)
@@ -322,16 +341,21 @@ def bench_train(model_name: str, device: torch.device, batch_size: int, warmup: 
     if template:
         losses = {name: losses[name] for name in ("project", "project_unshared", "floor")}
     elif device.type == "cpu" and bf16_supported(device):
-        # base.precision bf16 on a CPU with native bf16: autocast over the fp32 weights
-        for name in ("project", "floor"):
-            losses[f"{name}_bf16"] = _autocast_bf16(losses[name])
-            tokens[f"{name}_bf16"], padded[f"{name}_bf16"] = tokens[name], padded[name]
+        # base.precision bf16 on a CPU with native bf16: autocast, the frozen weights held
+        # in bf16 (the train stage's way), and the project's step under autocast alone
+        for name, way, held in (("project", "project_bf16", model), ("floor", "floor_bf16", model),
+                                ("project", "project_autocast_bf16", None)):
+            losses[way] = _autocast_bf16(losses[name], held)
+            tokens[way], padded[way] = tokens[name], padded[name]
     counts = {name: model_flops.passes_of(name, counts) for name in losses}
     # The project goes first, so the peak memory after its first step is its own.
     rates_before = model_flops.matmul_rates(device)
     times, _ = _interleaved({name: step(name, fn) for name, fn in losses.items()}, steps,
                             device, warmup)
     matmul = model_flops.limit(device, rates_before, model_flops.matmul_rates(device))
+    # where the time goes, one profiled step each of the project's fp32 and bf16 ways
+    profile = ({name: top_ops(step(name, losses[name])) for name in ("project", "project_bf16")
+                if name in losses} if device.type == "cpu" and not template else {})
     shape = model_flops.Shape.of(base_model.config)
     results = {}
     for name, spent in times.items():
@@ -345,7 +369,8 @@ def bench_train(model_name: str, device: torch.device, batch_size: int, warmup: 
                              name, base_model.dtype), matmul["flop_per_s"])}
     return {"model": model_name, "batch_size": batch_size, "steps": steps, "warmup": warmup,
             "shared_prefix_tokens": shared, "width": width, "matmul": matmul,
-            "ways": results}
+            "ways": results, "profile": profile,
+            "bf16_flags": cpu_bf16_flags() if device.type == "cpu" else []}
 
 
 def bench_eval(model_name: str, device: torch.device, n: int, batch_size: int,

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from lorasent.tools.bench_profile import profile_table
+
 if TYPE_CHECKING:
     import torch
 
@@ -20,7 +22,10 @@ TARGETS = {"train_vs_seed002": 10.0, "train_vs_floor_max": 0.75,
            "scale_intervals_and_paired_s_max": 1.0, "scale_review_s_max": 10.0,
            "scale_peak_rss_gib_max": 1.0,
            # issue 58: tfidf_lr fitted on 100k training rows, on 2 cores
-           "reference_tfidf_lr_s_max": 60.0, "reference_tfidf_lr_added_gib_max": 2.0}
+           "reference_tfidf_lr_s_max": 60.0, "reference_tfidf_lr_added_gib_max": 2.0,
+           # issue 61: base.precision bf16's train step against fp32's, on a CPU with AMX
+           # (oneDNN's tile kernels) or with avx512_bf16 alone
+           "train_bf16_vs_fp32_amx": 2.5, "train_bf16_vs_fp32": 2.0}
 # A 1-minute load average of this many per core before the run marks the machine busy:
 # under contention the ways slow unequally and not always alike (measured in two busy
 # runs: the project's step 3.2x and 11x, the plain Trainer way 6x and 10x, seed 000's
@@ -56,6 +61,9 @@ def summarise(results: dict[str, Any], device: torch.device,
             ratios[model]["train_bf16_time_vs_floor"] = w["project_bf16"] / w["floor"]
             ratios[model]["train_bf16_time_vs_bf16_floor"] = (w["project_bf16"]
                                                               / w["floor_bf16"])
+            if "project_autocast_bf16" in w:  # the frozen weights held in bf16 vs cast
+                ratios[model]["train_bf16_held_speedup_vs_autocast"] = (
+                    w["project_autocast_bf16"] / w["project_bf16"])
         long = results.get("train_long_template", {}).get(model)
         if long:
             w = {k: v["seconds_per_step"] for k, v in long["ways"].items()}
@@ -78,6 +86,12 @@ def summarise(results: dict[str, Any], device: torch.device,
             f"eval >= {eval_target:g}x seed 000": r["eval_speedup_vs_seed000"] >= eval_target,
             "eval loses no accuracy": r["eval_accuracy_project_minus_seed000"] >= 0,
         }
+        if "train_bf16_speedup_vs_fp32" in r:
+            amx = "amx_bf16" in part.get("bf16_flags", [])
+            target = TARGETS["train_bf16_vs_fp32_amx" if amx else "train_bf16_vs_fp32"]
+            checks[model][f"bf16 train step >= {target:g}x faster than fp32 "
+                          f"({'amx_bf16' if amx else 'avx512_bf16'})"] = (
+                r["train_bf16_speedup_vs_fp32"] >= target)
         if "train_long_template_time_vs_floor" in r:
             target = TARGETS["train_long_template_vs_floor_max"]
             checks[model][f"long template: train step <= {target:g}x the floor's time"] = (
@@ -200,6 +214,8 @@ def markdown(report: dict[str, Any]) -> str:
     for model, part in report["results"].get("train", {}).items():
         lines += _train_table(f"Train step, {model}, batch {part['batch_size']}", part,
                               "with seed 002's way", busy)
+        if part.get("profile"):
+            lines += profile_table(part["profile"])
         vs_peak = report["summary"]["ratios"].get(model, {}).get("train_mfu_vs_peak")
         if vs_peak is not None:
             lines += [f"The project's train step against `--peak-tflops`: {100 * vs_peak:.1f}% "
