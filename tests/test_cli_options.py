@@ -33,6 +33,14 @@ def test_every_float_option_is_the_one_finite_type():
             and not isinstance(t, FiniteFloat)] == []
 
 
+def test_a_float_option_without_bounds_shows_no_range_in_its_help():
+    """click 8 described an unbounded range as ``x<=None`` beside the option's help."""
+    helps = {name: CliRunner().invoke(main, [name, "--help"]).output
+             for name in {c for c, _, _ in NUMERIC}}
+    assert [name for name, text in helps.items() if "None" in text] == []
+    assert "[default: 0.0001]" in helps["reproduce"]
+
+
 @pytest.mark.parametrize(("command", "option"), [(c, o) for c, o, _ in NUMERIC])
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN", "1e400"])
 def test_every_numeric_option_refuses_a_non_finite_value_in_one_line(command, option, value):

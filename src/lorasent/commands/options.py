@@ -28,9 +28,13 @@ class FiniteFloat(click.FloatRange):
         return super().convert(number, param, ctx)
 
     def _range_phrase(self) -> str:
+        return " " + self._describe_range() if self._describe_range() else ""
+
+    def _describe_range(self) -> str:
+        """click's range for the help, none without bounds (click 8 wrote ``x<=None``)."""
         if self.min is None and self.max is None:
             return ""
-        return " " + self._describe_range()
+        return super()._describe_range()
 
 
 ADAPTER = click.option("--adapter", "adapter_dir", default="models/adapter", show_default=True,
