@@ -184,6 +184,32 @@ def test_the_tolerance_s_default_is_the_one_the_help_gives():
     assert "--tolerance must be in (0, 1); got 2" in bad.output
 
 
+@pytest.mark.parametrize(("change", "platform"), [
+    ({"base": {"precision": "bf16"}}, ["base.precision bf16 (REV: auto)"]),
+    ({"base": {"precision": "bf16", "device": "cpu"}},
+     ["base.device cpu (REV: auto)", "base.precision bf16 (REV: auto)"]),
+    ({"base": {"precision": "bf16"}, "train": {"learning_rate": 0.001}}, None),
+    ({"base": {"seed": 7}}, None),
+])
+def test_a_params_file_that_differs_only_in_how_it_computes_is_another_platform(
+        tmp_path, change, platform):
+    """``base.precision: bf16`` on a CPU (or another device) runs REV's computation on
+    another platform: judged, with the params named; any other change is not REV's run."""
+    from lorasent.git import run_git
+
+    params = {"base": {"device": "auto", "precision": "auto", "seed": 42},
+              "train": {"learning_rate": 0.0002}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    for args in (["init", "-q"], ["add", "params.yaml"],
+                 ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "run"]):
+        run_git(tmp_path, *args)
+    commit = run_git(tmp_path, "rev-parse", "HEAD").stdout.strip()
+    changed = {k: {**params[k], **change.get(k, {})} for k in params}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(changed))
+    assert rp.platform_changes(tmp_path, commit, ["params.yaml"]) == platform
+    assert rp.platform_changes(tmp_path, commit, ["params.yaml", "src/x.py"]) is None
+
+
 # ------------------------------------------------------------------ end to end
 
 

@@ -94,16 +94,55 @@ def not_reps(repo: Path, commit: str) -> tuple[list[str], list[str]]:
     return code, [p for p in files if p not in code]
 
 
+# Params that choose how the same computation runs, not what it computes: a workspace
+# that differs from REV only in these ran REV on another platform (another device, or
+# bf16 where REV's run computed in fp32), so it is judged as one: never identical by
+# promise, equivalent, consistent or different by the tiers (docs/reproducibility.md).
+PLATFORM_PARAMS = (("base", "device"), ("base", "precision"))
+
+
+def platform_changes(repo: Path, commit: str, code: Sequence[str]) -> list[str] | None:
+    """When ``code`` (from :func:`not_reps`) is ``params.yaml`` alone and it differs from
+    ``commit``'s only in :data:`PLATFORM_PARAMS`: each as ``key here (REV: value)``;
+    None when anything else differs or either file cannot be read."""
+    from lorasent.git import git_bytes
+    from lorasent.params import read_yaml
+
+    if list(code) != ["params.yaml"]:
+        return None
+    theirs = git_bytes(repo, "show", f"{commit}:params.yaml")
+    try:
+        here = read_yaml((repo / "params.yaml").read_text(encoding="utf-8"), "params.yaml")
+        there = read_yaml(theirs.decode("utf-8"), f"{commit[:7]}:params.yaml") if theirs \
+            else None
+    except (OSError, UnicodeDecodeError, LorasentError):
+        return None
+    if not (isinstance(here, dict) and isinstance(there, dict)):
+        return None
+    changes = []
+    for section, key in PLATFORM_PARAMS:
+        mine, rev = (dict(d.get(section) or {}) for d in (here, there))
+        if mine.pop(key, None) != rev.pop(key, None):
+            changes.append(f"{section}.{key} {here[section].get(key)} "
+                           f"(REV: {there[section].get(key)})")
+        here, there = {**here, section: mine}, {**there, section: rev}
+    return changes if here == there else None
+
+
 class NotAReproduction(LorasentError):
     """The workspace is not a run of REV's code and params (so: compare, not reproduce)."""
 
 
-def check_workspace(repo: Path, rev: str, commit: str) -> list[str]:
-    """Refuse a workspace that is not a run of REV as it stands, before any reading; the
-    model stages that ran here (a machine record of this machine's), in pipeline order.
+def check_workspace(repo: Path, rev: str, commit: str) -> tuple[list[str], list[str]]:
+    """Refuse a workspace that is not a run of REV as it stands, before any reading.
+
+    Returns:
+        the model stages that ran here (a machine record of this machine's), in pipeline
+        order, and the platform params that differ from REV's (:func:`platform_changes`).
 
     Raises:
-        NotAReproduction: params or code differ from REV's; files that are no output
+        NotAReproduction: params (but :data:`PLATFORM_PARAMS`) or code differ from REV's;
+            files that are no output
             differ; ``dvc status`` finds stages out of date; or neither train nor
             evaluate ran here (no machine record: their outputs were pulled or checked
             out).
@@ -111,7 +150,8 @@ def check_workspace(repo: Path, rev: str, commit: str) -> list[str]:
     from lorasent.review.collect import workspace_staleness
 
     code, other = not_reps(repo, commit)
-    if code:
+    platform = (platform_changes(repo, commit, code) if code else None) or []
+    if code and not platform:
         raise NotAReproduction(
             f"params or code differ from {visible(rev)}'s ({listing(code)}): this is not a "
             f"reproduction of {visible(rev)}; `lorasent compare {visible(rev)} workspace` "
@@ -135,7 +175,7 @@ def check_workspace(repo: Path, rev: str, commit: str) -> list[str]:
             f"{visible(rev)}'s outputs were not made here (no machine record of its train or "
             "evaluate stage: they were pulled or checked out, or the stages ran elsewhere): "
             "run the pipeline (make run), or `lorasent reproduce` without --workspace")
-    return ran
+    return ran, platform
 
 
 # ------------------------------------------------------------------ rerunning REV
@@ -213,16 +253,21 @@ def reproduce(repo: Path, rev: str = "HEAD", *, workspace: bool = False, no_trai
     check_revisions(repo, {"REV": [rev]}, command="reproduce")
     commit = _full_commit(repo, rev)
     if workspace:
-        ran = check_workspace(repo, rev, commit)
+        ran, platform = check_workspace(repo, rev, commit)
         if "evaluate" in ran:
-            return judge(repo, rev, commit, tolerance)
-        # train ran here and made the adapter dvc.lock records (REV's, in a fresh clone on
-        # REV's kind of machine): DVC skipped evaluate
-        verdict = judge(repo, rev, commit, tolerance, record_stage="train")
-        verdict.notes.append(
-            "  evaluate did not run here: DVC found its inputs (the adapter the train stage "
-            "made here, the split) unchanged and kept the scores in metrics/ as they were; "
-            "`dvc repro --force evaluate` scores them here")
+            verdict = judge(repo, rev, commit, tolerance)
+        else:
+            # train ran here and made the adapter dvc.lock records (REV's, in a fresh clone
+            # on REV's kind of machine): DVC skipped evaluate
+            verdict = judge(repo, rev, commit, tolerance, record_stage="train")
+            verdict.notes.append(
+                "  evaluate did not run here: DVC found its inputs (the adapter the train "
+                "stage made here, the split) unchanged and kept the scores in metrics/ as "
+                "they were; `dvc repro --force evaluate` scores them here")
+        if platform:
+            verdict.notes.append(
+                f"  another platform's run of {visible(rev)}: the workspace's params differ "
+                f"only in how it computes ({'; '.join(visible(c) for c in platform)})")
         return verdict
     clone = Path(tempfile.mkdtemp(prefix="lorasent-reproduce-"))
     try:
