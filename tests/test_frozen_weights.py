@@ -4,6 +4,8 @@ and the fp32 originals back afterwards, the tied embedding included."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
@@ -15,7 +17,7 @@ from tiny_gemma import tiny_config
 PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def _lora_model() -> torch.nn.Module:
+def _lora_model() -> Any:  # a PeftModel: its config and base model as attributes
     torch.manual_seed(0)
     config = tiny_config(vocab_size=96)
     config.tie_word_embeddings = True

@@ -197,8 +197,9 @@ def test_a_params_file_that_differs_only_in_how_it_computes_is_another_platform(
     another platform: judged, with the params named; any other change is not REV's run."""
     from lorasent.git import run_git
 
-    params = {"base": {"device": "auto", "precision": "auto", "seed": 42},
-              "train": {"learning_rate": 0.0002}}
+    params: dict[str, dict[str, Any]] = {
+        "base": {"device": "auto", "precision": "auto", "seed": 42},
+        "train": {"learning_rate": 0.0002}}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     for args in (["init", "-q"], ["add", "params.yaml"],
                  ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "run"]):
