@@ -80,6 +80,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -236,22 +237,18 @@ def _vocab_safe(ids: torch.Tensor, model: PreTrainedModel) -> torch.Tensor:
     return ids % model.config.vocab_size
 
 
-def _autocast_bf16(loss_fn: Callable[[], torch.Tensor], model: torch.nn.Module | None = None,
+def _autocast_bf16(loss_fn: Callable[[], torch.Tensor],
+                   frozen: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
                    ) -> Callable[[], torch.Tensor]:
     """``loss_fn`` under ``torch.autocast("cpu", torch.bfloat16)``: the forward in bf16
     where autocast casts (matrix products), the trainable weights, their gradients and
     AdamW's state fp32, as the train stage does with ``base.precision: bf16`` on a CPU
-    (accelerate's autocast). With ``model``, its frozen weights held in bf16 meanwhile
-    (:class:`lorasent.frozen_weights.FrozenWeightsIn`, the copies made at the first call),
-    as the stage trains in one process; without, autocast casts them at every product."""
-    from lorasent.frozen_weights import FrozenWeightsIn
-
-    held: list[FrozenWeightsIn] = []
-
+    (accelerate's autocast). With ``frozen``, the model's frozen weights held in bf16
+    meanwhile (the :class:`lorasent.frozen_weights.FrozenWeightsIn` it gives, one for all
+    the ways), as the stage trains in one process; without, autocast casts them at every
+    product."""
     def run() -> torch.Tensor:
-        if model is not None and not held:
-            held.append(FrozenWeightsIn(model, torch.bfloat16))
-        with held[0] if held else contextlib.nullcontext(), torch.autocast(
+        with frozen() if frozen else contextlib.nullcontext(), torch.autocast(
                 "cpu", dtype=torch.bfloat16):
             return loss_fn()
     return run
@@ -343,9 +340,14 @@ def bench_train(model_name: str, device: torch.device, batch_size: int, warmup: 
     elif device.type == "cpu" and bf16_supported(device):
         # base.precision bf16 on a CPU with native bf16: autocast, the frozen weights held
         # in bf16 (the train stage's way), and the project's step under autocast alone
-        for name, way, held in (("project", "project_bf16", model), ("floor", "floor_bf16", model),
-                                ("project", "project_autocast_bf16", None)):
-            losses[way] = _autocast_bf16(losses[name], held)
+        from lorasent.frozen_weights import FrozenWeightsIn
+
+        # the bf16 copies made once, at the first bf16 step (after the project's peak RSS)
+        held = functools.cache(lambda: FrozenWeightsIn(model, torch.bfloat16))
+        for name, way, frozen in (("project", "project_bf16", held),
+                                  ("floor", "floor_bf16", held),
+                                  ("project", "project_autocast_bf16", None)):
+            losses[way] = _autocast_bf16(losses[name], frozen)
             tokens[way], padded[way] = tokens[name], padded[name]
     counts = {name: model_flops.passes_of(name, counts) for name in losses}
     # The project goes first, so the peak memory after its first step is its own.
