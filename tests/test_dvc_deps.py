@@ -114,7 +114,8 @@ def test_the_closures_hold_what_writes_and_maps_the_outputs():
         "modes", "params", "paths", "processes", "provenance", "tables"}
     assert closure("train") - closure("fetch") == {"stages.train", "training.callbacks",
                                                    "training.checkpoints", "training.trainer",
-                                                   "calibration", "contracts", "metrics",
+                                                   "calibration", "contracts",
+                                                   "frozen_weights", "metrics",
                                                    "modeling", "scoring", "statistics",
                                                    "subsets"}
     assert closure("evaluate") - closure("train") == {"stages.evaluate", "stages.test_sets",

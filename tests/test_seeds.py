@@ -61,8 +61,28 @@ def test_a_dvc_failure_while_following_the_queue_is_said_as_seeds_own_line(monke
     import subprocess
 
     failed = subprocess.CompletedProcess([], 1, stdout="", stderr="ERROR: no queue here")
-    monkeypatch.setattr("lorasent.review.collect.subprocess.run", lambda *a, **k: failed)
+    calls: list[int] = []
+    monkeypatch.setattr("lorasent.review.collect.subprocess.run",
+                        lambda *a, **k: calls.append(1) or failed)
+    monkeypatch.setattr(seeds, "POLL_S", 0)
     with pytest.raises(LorasentError) as err:
         seeds.wait_for(Path("."), ["a-seed42"], progress=lambda line: None)
     assert str(err.value) == (f"seeds: `dvc queue status` failed in {Path('.').resolve()}: "
                               "ERROR: no queue here")
+    assert len(calls) == seeds.STATUS_TRIES  # a failed look is taken again before it is one
+
+
+def test_a_look_that_fails_while_a_worker_writes_is_taken_again(monkeypatch):
+    """CI, stop 67: `dvc queue status` read a worker's JSON file half written and failed
+    with "Expecting value: line 1 column 1 (char 0)"; the next look found the runs."""
+    import subprocess
+
+    race = subprocess.CompletedProcess([], 255, stdout="", stderr=(
+        "ERROR: unexpected error - Expecting value: line 1 column 1 (char 0)"))
+    done = subprocess.CompletedProcess([], 0, stderr="", stdout=_queue(
+        "1 a-seed42 07:26 PM Success", "2 a-seed43 07:26 PM Success", workers=0))
+    shown = iter([race, race, done])
+    monkeypatch.setattr("lorasent.review.collect.subprocess.run", lambda *a, **k: next(shown))
+    monkeypatch.setattr(seeds, "POLL_S", 0)
+    assert seeds.wait_for(Path("."), ["a-seed42", "a-seed43"]) == {
+        "a-seed42": "Success", "a-seed43": "Success"}

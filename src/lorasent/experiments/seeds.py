@@ -35,6 +35,7 @@ from lorasent.statistics import GroupComparison
 
 POLL_S = 10  # seconds between two looks at `dvc queue status`
 IDLE_POLLS = 3  # looks in a row with experiments queued and no worker before a restart
+STATUS_TRIES = 3  # failed looks in a row before a failure of `dvc queue status` is an error
 
 
 @dataclass(frozen=True)
@@ -156,17 +157,32 @@ def wait_for(repo: Path, names: Sequence[str], timeout_s: float | None = None,
     when three polls in a row find queued experiments and no worker, ``restart`` starts
     workers again, at most once per experiment.
 
+    ``dvc queue status`` reads the JSON files its workers write, and one read while a
+    worker writes fails ("unexpected error - Expecting value: line 1 column 1 (char 0)",
+    the race of treeverse/dvc#8014): a failed look is taken again at the next poll, and
+    only ``STATUS_TRIES`` failures in a row are an error.
+
     Raises:
-        LorasentError: still pending after ``timeout_s`` seconds, or queued with no
-            worker and no restart left.
+        LorasentError: still pending after ``timeout_s`` seconds, queued with no
+            worker and no restart left, or ``dvc queue status`` failed ``STATUS_TRIES``
+            times in a row (its last error).
     """
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     started, idle_polls, restarts = time.monotonic(), 0, len(names)
     seen: dict[str, str] = {}
+    failures = 0
     while True:
         statuses, workers = {}, None
-        for line in run_dvc(repo, "queue", "status", as_json=False,
-                            command="seeds").splitlines():
+        try:
+            shown = run_dvc(repo, "queue", "status", as_json=False, command="seeds")
+        except LorasentError:
+            failures += 1
+            if failures == STATUS_TRIES:
+                raise
+            time.sleep(POLL_S)
+            continue
+        failures = 0
+        for line in shown.splitlines():
             words = line.split()
             for exp in names:
                 if exp in words:
