@@ -17,6 +17,7 @@ from scipy.special import log_softmax
 from sklearn.metrics import brier_score_loss, log_loss
 
 from conftest import REPO, monte_carlo_error
+from lorasent import statistics
 from lorasent.calibration import (
     ECE_BINS,
     PROB_FLOOR,
@@ -28,13 +29,14 @@ from lorasent.calibration import (
     coverage_at,
     ece,
     fit_temperature,
+    interval_method,
     interval_note,
     label_issues,
     nll,
     reliability_bins,
     risk_coverage,
 )
-from lorasent.statistics import RESAMPLES
+from lorasent.statistics import RESAMPLES, resamples_for
 
 # Four rows, K = 3, three of them with a confidence on a bin edge of the 15 bins
 # (0.8 = 12/15, 0.6 = 9/15, 0.4 = 6/15); row 2 ties 0.4/0.4 and predicts class 0.
@@ -269,13 +271,29 @@ def test_a_paired_delta_worse_on_3_of_2000_rows_never_reaches_below_zero():
         assert deltas[f"delta_{name}_ci95_high"] <= rows[i].max(), name
 
 
+def _fewer(mp):
+    """The regime of more than 10,000 rows on a few rows (issue 61): fewer resamples
+    (10^5 / N, at least 100) above 2 rows, drawn row by row from N / 16 cells on."""
+    mp.setattr(statistics, "ROWS_FOR_ALL_RESAMPLES", 2)
+    mp.setattr(statistics, "ROW_DRAWS", 100_000)
+    mp.setattr(statistics, "MIN_RESAMPLES", 100)
+
+
 @settings(max_examples=12, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(st.integers(3, 60), st.integers(0, 2**32 - 1), st.floats(0.05, 8.0))
-def test_every_interval_lies_within_what_its_resamples_can_take(n, seed, spread):
+@given(st.integers(3, 60), st.integers(0, 2**32 - 1), st.floats(0.05, 8.0), st.booleans())
+def test_every_interval_lies_within_what_its_resamples_can_take(n, seed, spread, fewer):
     """Property: a resample's mean NLL or Brier term lies between the smallest and the
     largest row's (paired: the smallest and largest row's Δ), and its ECE in [0, the
-    largest |gap|]: so does every bound drawn from such resamples."""
+    largest |gap|]: so does every bound drawn from such resamples, with 10,000 resamples
+    or with the fewer ones of a test set above 10,000 rows."""
+    with pytest.MonkeyPatch.context() as mp:
+        if fewer:
+            _fewer(mp)
+        _within_what_resamples_take(n, seed, spread)
+
+
+def _within_what_resamples_take(n, seed, spread):
     rng = np.random.default_rng(seed)
     z = rng.standard_t(1.5, (n, 3)) * spread  # heavy tails: some near-certain rows
     y = rng.integers(0, 3, n)
@@ -292,6 +310,61 @@ def test_every_interval_lies_within_what_its_resamples_can_take(n, seed, spread)
         gap = rows_b[i] - rows_a[i]
         assert (gap.min() - tiny <= deltas[f"delta_{name}_ci95_low"]
                 <= deltas[f"delta_{name}_ci95_high"] <= gap.max() + tiny), name
+
+
+def _seed_s_resamples(y, probs_a, probs_b=None):
+    """The yardstick of the draws: ``resamples_for(N)`` × N row indices from the seed's
+    stream, row i the i-th row in the order of the distinct rows (their NLL, Brier term,
+    gap and bin; both sides'), each resample scored from its rows as the definitions say."""
+    sides = [np.array(_per_row(y, p)).T for p in (probs_a, probs_b) if p is not None]
+    table = np.concatenate([side[:, :3] for side in sides] + [side[:, 3:] for side in sides],
+                           axis=1)
+    _, inverse = np.unique(table, axis=0, return_inverse=True)
+    order = np.argsort(inverse.ravel(), kind="stable")
+    b = resamples_for(len(y))
+    idx = order[np.random.default_rng(0).integers(len(y), size=(b, len(y)))]
+    found = []
+    for side in sides:
+        nll_row, brier_row, gap, bin_of = side.T
+        per_bin = np.bincount((bin_of.astype(int)[idx] + 15 * np.arange(b)[:, None]).ravel(),
+                              weights=gap[idx].ravel(), minlength=15 * b)
+        found.append({"nll": nll_row[idx].mean(axis=1), "brier": brier_row[idx].mean(axis=1),
+                      "ece": np.abs(per_bin.reshape(b, 15)).sum(axis=1) / len(y)})
+    return found[0] if len(found) == 1 else {k: found[1][k] - found[0][k] for k in found[0]}
+
+
+@pytest.mark.parametrize("fewer", [False, True])
+def test_the_bounds_are_the_percentiles_of_the_seed_s_own_resamples(fewer):
+    """Not only the same distribution: the very resamples of the seed's stream, 10,000 of
+    them, or the first 333 where a test set's rows call for fewer (300 rows here, in the
+    regime of more than 10,000; issue 61); equal but for the order of the additions."""
+    y, p, calibrated = _overconfident(300, seed=11)
+    with pytest.MonkeyPatch.context() as mp:
+        if fewer:
+            _fewer(mp)
+        assert resamples_for(300) == (333 if fewer else RESAMPLES)
+        found = [(calibration_metrics(y, p), "", _seed_s_resamples(y, p)),
+                 (calibration_deltas(y, p, calibrated), "delta_",
+                  _seed_s_resamples(y, p, calibrated))]
+    for ours, prefix, resampled in found:
+        for name, values in resampled.items():
+            low, high = np.percentile(values, [2.5, 97.5])
+            assert ours[f"{prefix}{name}_ci95_low"] == pytest.approx(low, rel=1e-12, abs=1e-15)
+            assert ours[f"{prefix}{name}_ci95_high"] == pytest.approx(high, rel=1e-12,
+                                                                      abs=1e-15)
+
+
+def test_the_interval_method_names_fewer_resamples_only_above_10_000_rows():
+    """metrics/eval.json's ``calibration.interval_method`` (600 rows) keeps its bytes."""
+    assert interval_method(600) == interval_method(10_000) == (
+        "percentile bootstrap over test rows, drawn as counts: one multinomial draw of the "
+        "N rows over the distinct rows (their NLL, Brier term, gap and confidence bin; both "
+        "sides' for a paired difference) per resample (the same distribution as resampling "
+        "rows; row by row where the cells outnumber 0.5 × N) (10,000 resamples, 95%, seed 0)")
+    assert interval_method(100_000).endswith(
+        "row by row where the cells outnumber 0.0625 × N); above 10,000 rows 100,000,000 / N "
+        "resamples (rounded down, at least 1,000), not 10,000, so that an interval draws "
+        "about 100,000,000 rows: 1,000 for these 100,000 rows (1,000 resamples, 95%, seed 0)")
 
 
 def test_the_intervals_do_not_depend_on_the_blas_kernel():

@@ -8,18 +8,22 @@ from scipy import stats
 from sklearn.metrics import f1_score
 
 from conftest import REPO, monte_carlo_error
+from lorasent import statistics
 from lorasent.metrics import read_predictions
 from lorasent.review.verdict import group_verdict, paired_verdict
 from lorasent.statistics import (
+    METHOD,
     RESAMPLES,
     PairedComparison,
     cells,
     group_comparison,
+    interval_method,
     intervals,
     macro_f1,
     mcnemar_exact,
     paired_comparison,
     resampled_counts,
+    resamples_for,
 )
 
 LABELS = ["negative", "neutral", "positive"]
@@ -138,7 +142,92 @@ def test_twenty_classes_on_100k_rows_stay_within_the_cells():
     values, counts = cells(y, a, b)
     assert values.shape[1] == len(counts) <= min(len(y), 20**3)
     drawn = next(resampled_counts(counts))
-    assert drawn.shape == (500, len(counts))
+    # 6,995 cells outnumber 100,000 / 16: drawn row by row, one resample of 100,000 rows
+    # a batch (CHUNK, issue 61), counted per cell
+    assert len(counts) == 6_995 and drawn.shape == (1, len(counts))
+    assert drawn.sum() == len(y)
+
+
+def test_fewer_resamples_above_10_000_rows_at_least_1_000():
+    """Issue 61: 10,000 resamples up to 10,000 rows; above, 10^8 / N (rounded down), at
+    least 1,000, so an interval draws about 10^8 rows, not 10^9 at 100,000."""
+    assert [resamples_for(n) for n in (1, 600, 10_000, 10_001, 30_000, 100_000, 10**6)] == [
+        10_000, 10_000, 10_000, 9_999, 3_333, 1_000, 1_000]
+
+
+def test_the_interval_method_is_today_s_up_to_10_000_rows_and_names_fewer_above():
+    """The committed run's ``intervals`` (600 rows) keep their bytes; a larger test set's
+    say how many resamples it drew and why."""
+    assert interval_method(600) == interval_method(10_000) == METHOD
+    assert METHOD["resamples"] == RESAMPLES
+    assert METHOD["method"].endswith("(the same distribution as resampling rows; row by "
+                                     "row where the cells outnumber 0.5 × N)")
+    big = interval_method(100_000)
+    assert {k: v for k, v in big.items() if k != "method"} == {
+        "confidence": 0.95, "resamples": 1_000, "seed": 0}
+    assert big["method"] == (
+        "percentile bootstrap over test rows, drawn as counts: one multinomial draw of the "
+        "N rows over the observed (actual, predicted[, reference]) cells per resample (the "
+        "same distribution as resampling rows; row by row where the cells outnumber 0.0625 "
+        "× N); above 10,000 rows 100,000,000 / N resamples (rounded down, at least 1,000), "
+        "not 10,000, so that an interval draws about 100,000,000 rows: 1,000 for these "
+        "100,000 rows")
+
+
+def _stream(counts, resamples):
+    """The yardstick of the draws row by row: ``resamples`` × N row indices from the
+    seed's stream, row i the i-th of the cells in order, counted per cell."""
+    n, c = sum(counts), len(counts)
+    idx = np.random.default_rng(0).integers(n, size=(resamples, n))
+    cell_of_row = np.repeat(np.arange(c), counts)[idx] + c * np.arange(resamples)[:, None]
+    return np.bincount(cell_of_row.ravel(), minlength=resamples * c).reshape(resamples, c)
+
+
+@pytest.mark.parametrize("counts", [[1] * 50, [2] * 20 + [1] * 10, [3, 0, 1] * 9])
+def test_the_draws_kept_for_the_next_interval_are_the_seed_s_draws(counts):
+    """Drawn row by row, the resamples are kept for the next interval over as many rows
+    (issue 61): they, the fresh draws and the yardstick's are the same, count for count."""
+    statistics._drawn_rows.cache_clear()
+    expected = _stream(counts, RESAMPLES)
+    fresh = np.concatenate(list(resampled_counts(np.array(counts), np.random.default_rng(0))))
+    first = np.concatenate(list(resampled_counts(np.array(counts))))  # draws and keeps
+    again = np.concatenate(list(resampled_counts(np.array(counts))))  # from the kept draws
+    assert statistics._drawn_rows.cache_info().hits >= 1
+    for drawn in (fresh, first, again):
+        assert drawn.dtype == np.int64 and np.array_equal(drawn, expected)
+
+
+def test_above_the_rows_for_all_resamples_the_draws_are_the_first_of_the_same_stream(
+        monkeypatch):
+    """Fewer resamples are the first ones of the same stream, drawn row by row from 1/16
+    of a cell per row on: here 40 rows above a threshold moved to 20 rows, 10^5 / 40 =
+    2,500 resamples over 5 cells (a multinomial below that many rows)."""
+    monkeypatch.setattr(statistics, "ROWS_FOR_ALL_RESAMPLES", 20)
+    monkeypatch.setattr(statistics, "ROW_DRAWS", 100_000)
+    monkeypatch.setattr(statistics, "MIN_RESAMPLES", 100)
+    counts = [10, 10, 10, 5, 5]
+    assert resamples_for(40) == 2_500 and len(counts) > 40 / 16
+    drawn = np.concatenate(list(resampled_counts(np.array(counts))))
+    assert np.array_equal(drawn, _stream(counts, RESAMPLES)[:2_500])
+    assert interval_method(40)["resamples"] == 2_500
+
+
+def test_intervals_drawn_row_by_row_are_the_percentiles_of_the_seed_s_own_resamples():
+    """Many cells (20 classes, 300 rows): the rows are drawn one by one, and the bounds are
+    exactly the 2.5% and 97.5% percentiles of those resamples' accuracy and macro-F1
+    (whole-number counts: no rounding apart)."""
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 20, 300)
+    pred = np.where(rng.random(300) < 0.5, y, rng.integers(0, 20, 300))
+    cell, counts = cells(y, pred)
+    assert len(counts) > 150  # row by row
+    drawn = _stream(counts.tolist(), RESAMPLES)
+    acc = drawn @ (cell[0] == cell[1]) / 300
+    f1 = macro_f1(cell[0], cell[1], 20, drawn)
+    found = intervals(y, pred, 20)
+    for name, values in (("accuracy", acc), ("macro_f1", f1)):
+        low, high = np.percentile(values, [2.5, 97.5])
+        assert (found[f"{name}_ci95_low"], found[f"{name}_ci95_high"]) == (low, high), name
 
 
 def test_the_committed_run_s_intervals_move_less_than_0_005():
@@ -256,3 +345,21 @@ def test_a_macro_f1_change_outside_the_noise_is_said_when_accuracy_is_not():
         "smaller than about 0.188 cannot be told apart from noise. But macro-F1 is lower in "
         "B: its "
         "interval excludes 0 (report.md's per-class table).")
+
+
+@pytest.mark.parametrize(("actual", "predicted"), [
+    ([0] * 20, [0] * 11 + [1] * 9),     # the right rows are the first cell (CI, stop 67)
+    ([2] * 50, [2] * 40 + [0] * 10),    # the right rows are the last cell
+    ([0, 0, 1, 1, 2], [0, 1, 1, 2, 2]),  # every class right once, in cell order
+    ([1, 2, 2, 0], [0, 0, 2, 0])])
+def test_the_tally_of_resampled_cells_is_accuracy_and_macro_f1_of_them(actual, predicted):
+    """The per-class sums of the cells the intervals use are the values accuracy() and
+    macro_f1() give for the same resampled counts, whichever cells hold the right rows."""
+    cell, counts = statistics.cells(np.array(actual), np.array(predicted))
+    weights = next(statistics.resampled_counts(counts))
+    acc, f1 = statistics._Tally(cell[0], cell[1], 3).accuracy_and_f1(weights)
+    assert np.array_equal(acc, statistics.accuracy(cell[0], cell[1], weights))
+    assert np.array_equal(f1, statistics.macro_f1(cell[0], cell[1], 3, weights))
+    share = sum(a == p for a, p in zip(actual, predicted)) / len(actual)
+    found = intervals(actual, predicted, 3)
+    assert found["accuracy_ci95_low"] <= share <= found["accuracy_ci95_high"]

@@ -4,8 +4,8 @@
   score (Brier 1950, "Verification of forecasts expressed in terms of probability") and the
   expected calibration error over :data:`ECE_BINS` equal-width bins (Guo et al. 2017, "On
   Calibration of Modern Neural Networks"), each with a 95% percentile bootstrap interval
-  over the rows (10,000 resamples, seed 0), each resample drawn exactly, as counts of
-  the distinct rows (:data:`INTERVAL_METHOD`);
+  over the rows (10,000 resamples up to 10,000 rows, fewer above, seed 0), each resample
+  drawn exactly, as counts of the distinct rows (:func:`interval_method`);
   :func:`calibration_deltas` compares two models on the same rows.
 - **Temperature scaling** (:func:`fit_temperature`, Guo et al. 2017): one T > 0 such that
   ``softmax(scores / T)`` is calibrated, fitted by scikit-learn; :func:`temperature_scaling`
@@ -48,9 +48,9 @@ from lorasent.errors import LorasentError
 from lorasent.metrics import probabilities
 from lorasent.statistics import (
     BOOTSTRAP_SEED,
-    RESAMPLES,
     bootstrap,
     method_text,
+    resamples_for,
 )
 
 if TYPE_CHECKING:
@@ -64,10 +64,18 @@ log = logging.getLogger("lorasent.stages.train")
 ECE_BINS = 15
 PROB_FLOOR = 1e-12  # nll: a probability below it counts as it (at most 27.6 nats a row)
 SUM_TOLERANCE = 1e-5  # how far a row of probs may sum from 1 (float32 softmax)
-INTERVAL_METHOD = (
-    method_text("the distinct rows (their NLL, Brier term, gap and confidence bin; both "
-                "sides' for a paired difference)")
-    + f" ({RESAMPLES:,} resamples, 95%, seed {BOOTSTRAP_SEED})")
+
+
+def interval_method(rows: int) -> str:
+    """``calibration.interval_method`` of ``eval.json`` for a test set of ``rows`` rows:
+    :data:`INTERVAL_METHOD` up to 10,000 rows; above, it names the fewer resamples
+    (``lorasent.statistics.resamples_for``)."""
+    return (method_text("the distinct rows (their NLL, Brier term, gap and confidence bin; "
+                        "both sides' for a paired difference)", rows)
+            + f" ({resamples_for(rows):,} resamples, 95%, seed {BOOTSTRAP_SEED})")
+
+
+INTERVAL_METHOD = interval_method(1)  # every test set of at most 10,000 rows
 
 Array = npt.NDArray[np.float64]
 
@@ -202,13 +210,29 @@ def _three(counts: np.ndarray, values: Array, bin_of: npt.NDArray[np.int64]) -> 
     one machine wrote other last bits (docs/reproducibility.md).
     """
     weights = np.asarray(counts, dtype=np.float64)
-    n = np.sum(weights, axis=1)
-    per_bin = np.bincount(
-        (bin_of + ECE_BINS * np.arange(len(weights))[:, None]).ravel(),
-        weights=(weights * values[:, 2]).ravel(), minlength=len(weights) * ECE_BINS)
-    return np.stack([np.sum(weights * values[:, 0], axis=1) / n,
-                     np.sum(weights * values[:, 1], axis=1) / n,
-                     np.sum(np.abs(per_bin.reshape(-1, ECE_BINS)), axis=1) / n])
+    return _Sums(values, bin_of).of(weights, np.sum(weights, axis=1))
+
+
+class _Sums:
+    """:func:`_three` of one side's cells for batch after batch of resamples: the values'
+    columns laid out once, each batch size's bin offsets made once. The same bits as
+    :func:`_three` (the same products, sums and bincounts), whatever the batch."""
+
+    def __init__(self, values: Array, bin_of: npt.NDArray[np.int64]) -> None:
+        self.columns = [np.ascontiguousarray(values[:, i]) for i in range(3)]
+        self.bin_of = bin_of
+        self.offsets: dict[int, npt.NDArray[np.int64]] = {}
+
+    def of(self, weights: Array, n: Array | float) -> Array:
+        """float ``(3, B)`` of float weights ``(B, C)`` whose rows sum to ``n``."""
+        b = len(weights)
+        if b not in self.offsets:
+            self.offsets[b] = (self.bin_of + ECE_BINS * np.arange(b)[:, None]).ravel()
+        per_bin = np.bincount(self.offsets[b], weights=(weights * self.columns[2]).ravel(),
+                              minlength=b * ECE_BINS)
+        return np.stack([np.sum(weights * self.columns[0], axis=1) / n,
+                         np.sum(weights * self.columns[1], axis=1) / n,
+                         np.sum(np.abs(per_bin.reshape(-1, ECE_BINS)), axis=1) / n])
 
 
 def _resampled(values: Array, bins: npt.NDArray[np.int64]
@@ -219,9 +243,10 @@ def _resampled(values: Array, bins: npt.NDArray[np.int64]
     Rows that agree in all their values and bins are one cell (``numpy.unique``); a
     resample draws the N rows over the cells exactly
     (``lorasent.statistics.resampled_counts``: one multinomial, or the rows one by one
-    where the cells outnumber ``ROW_DRAWS_ABOVE`` × N), so that each resampled value is
+    where the cells outnumber ``row_draws_above(N)`` × N), so that each resampled value is
     one that some resample of the rows takes, and so is each bound: no approximation puts
-    one where no resample can. 10,000 resamples, 95%, seed 0, as ``lorasent.statistics``.
+    one where no resample can. 10,000 resamples up to 10,000 rows (fewer above,
+    ``lorasent.statistics.resamples_for``), 95%, seed 0, as ``lorasent.statistics``.
 
     Returns:
         ``(points, (low, high))``: float (3,) each: NLL, Brier, ECE.
@@ -230,14 +255,17 @@ def _resampled(values: Array, bins: npt.NDArray[np.int64]
     cell, counts = np.unique(np.concatenate([values, bins.astype(np.float64)], axis=1),
                              axis=0, return_counts=True)
     cell_values, cell_bins = cell[:, :3 * sides], cell[:, 3 * sides:].astype(np.int64)
+    each = [_Sums(cell_values[:, 3 * s:3 * s + 3], cell_bins[:, s]) for s in range(sides)]
+    n = float(len(values))  # a resample's counts sum to N exactly, as float64 too
 
-    def statistic(weights: np.ndarray, v: Array = cell_values,
-                  b: npt.NDArray[np.int64] = cell_bins) -> np.ndarray:
-        each = [_three(weights, v[:, 3 * s:3 * s + 3], b[:, s]) for s in range(sides)]
-        return each[0] if sides == 1 else each[1] - each[0]
+    def statistic(weights: np.ndarray) -> np.ndarray:
+        w = weights.astype(np.float64)
+        found = [side.of(w, n) for side in each]
+        return found[0] if sides == 1 else found[1] - found[0]
 
-    point = statistic(np.ones((1, len(values)), dtype=np.int64), values, bins)
-    return point[:, 0], bootstrap(counts, statistic)
+    ones = np.ones((1, len(values)), dtype=np.int64)
+    point = [_three(ones, values[:, 3 * s:3 * s + 3], bins[:, s]) for s in range(sides)]
+    return (point[0] if sides == 1 else point[1] - point[0])[:, 0], bootstrap(counts, statistic)
 
 
 _NAMES = ("nll", "brier", "ece")
@@ -288,11 +316,11 @@ def interval_note(names: Iterable[str], points: Iterable[float], low: Iterable[f
 def calibration_metrics(y: ClassIds, probs: npt.ArrayLike) -> dict[str, Any]:
     """NLL, Brier score and ECE (:data:`ECE_BINS` bins), each with its 95% interval.
 
-    The intervals are a percentile bootstrap over the rows (10,000 resamples, seed 0), the
-    three scored on the same resampled rows, each resample drawn exactly
-    (:data:`INTERVAL_METHOD`); bit-identical across runs and processes. ECE is biased
-    upwards on few rows per bin, so for a well-calibrated model its resamples may sit
-    above the point, and the interval miss it: read it as a spread.
+    The intervals are a percentile bootstrap over the rows (10,000 resamples up to 10,000
+    rows, fewer above: :func:`interval_method`; seed 0), the three scored on the same
+    resampled rows, each resample drawn exactly; bit-identical across runs and processes.
+    ECE is biased upwards on few rows per bin, so for a well-calibrated model its
+    resamples may sit above the point, and the interval miss it: read it as a spread.
 
     Returns:
         ``nll``, ``nll_ci95_low``, ``nll_ci95_high``, the same for ``brier`` and ``ece``,
@@ -325,7 +353,7 @@ def calibration_deltas(y: ClassIds, probs_a: npt.ArrayLike, probs_b: npt.ArrayLi
     Returns:
         ``delta_nll``, ``delta_nll_ci95_low``, ``delta_nll_ci95_high``, the same for
         ``brier`` and ``ece``: negative means B is better calibrated. The bootstrap
-        resamples the same rows for A and B (:data:`INTERVAL_METHOD`);
+        resamples the same rows for A and B (:func:`interval_method`);
         ``delta_interval_note`` only where an interval leaves out its estimate.
     """
     (ids, a), (_, b) = _checked(y, probs_a), _checked(y, probs_b)

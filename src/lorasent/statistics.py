@@ -4,10 +4,12 @@ Resampling is numpy's (``Generator.multinomial``), tests are ``scipy.stats``'
 (``binomtest``, ``ttest_ind``):
 
 - **Intervals** (:func:`intervals`): a percentile bootstrap over the test rows, 95%,
-  10,000 resamples drawn from a fixed seed, so a rerun gives the same bytes. Each
+  10,000 resamples drawn from a fixed seed, so a rerun gives the same bytes (above
+  10,000 rows fewer, :func:`resamples_for`: about 10^8 rows drawn). Each
   resample is drawn as counts (:func:`resampled_counts`): one multinomial draw of the N
   rows over the observed (actual, predicted[, reference or other side]) cells, at most
-  K^3 of them, so its cost does not grow with N. Accuracy,
+  K^3 of them, so its cost does not grow with N (row by row where the cells are many,
+  the draws kept for the next interval over as many rows). Accuracy,
   macro-F1 and the relative error reduction are computed on the *same* resampled rows;
   the relative error reduction's reference is recomputed on those rows too (paired with
   the reference's predictions), so its interval carries the reference's noise as well.
@@ -27,9 +29,10 @@ a reviewer reads are worded in ``lorasent.review.verdict``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 from scipy import stats
@@ -41,26 +44,103 @@ CONFIDENCE = 0.95
 RESAMPLES = 10_000
 BOOTSTRAP_SEED = 0  # fixed: intervals must not move when base.seed does
 ALPHA = 0.05
-BATCH = 500  # resamples drawn at once: a (500, cells) array at a time
+BATCH = 500  # resamples drawn at once: a (500, cells) array at a time, or fewer (CHUNK)
+# At most this many counts (or drawn rows) in one batch: 500 resamples up to 262 cells
+# (the default's 27), 218 of a 600-row test set's distinct calibration rows, one of
+# 100,000 rows (an array of 0.8 MiB, within a core's cache: faster than larger batches,
+# and memory does not grow with N). The values do not depend on it: the intervals' sums
+# are whole numbers (exact) or per resample (lorasent.calibration).
+CHUNK = 2**17
+# Row draws kept for the next interval over as many rows (resampled_counts): at most
+# this many (uint8, 128 MiB), so up to 134,217 rows. The review of one test set draws
+# its rows once, not once per interval (evaluate's three references, its two
+# calibrations; compare's paired test and calibration deltas).
+KEPT_DRAWS = 2**27
+# Row draws per interval (RESAMPLES resamples of ROWS_FOR_ALL_RESAMPLES rows): above that
+# many rows an interval draws ROW_DRAWS // N resamples, not RESAMPLES, at least
+# MIN_RESAMPLES (issue 61). Each resample of the rows costs N draws once the cells are
+# many (a model's continuous probabilities: every row its own cell), so 10,000 of them
+# at 100,000 rows were 10^9 draws and about 50 s per calibration interval on 2 loaded
+# cores; 1,000 take about a second (0.45 s to draw them, 0.6 s to score NLL, Brier and
+# ECE on them; docs/performance.md).
+ROWS_FOR_ALL_RESAMPLES = 10_000
+ROW_DRAWS = RESAMPLES * ROWS_FOR_ALL_RESAMPLES
+# The fewest resamples an interval draws: Efron & Tibshirani 1993 ("An Introduction to the
+# Bootstrap") take about 1,000 or more for a percentile interval, against 25 to 200 for a
+# standard error (sec. 6.4); a 2.5% quantile of 1,000 resamples moves by
+# sqrt(0.025 * 0.975 / 1000) = 0.005 in probability between two seeds' draws, about 0.08
+# of a normal statistic's standard error (0.03 with 10,000).
+MIN_RESAMPLES = 1_000
 # Cells per row above which one resample is drawn row by row (N indices, counted per cell)
 # rather than as one multinomial draw over the cells: numpy's multinomial costs about one
 # binomial draw per cell, 1.3e-7 s, against 0.5e-7 to 1e-7 s a row index (measured on the
 # 2-core dev machine, numpy 2.4: 500 resamples of 10,000 rows over 3,000 cells 0.20 s
 # either way; of 100,000 rows over 5,000 cells 0.8 s against 5.0 s).
 ROW_DRAWS_ABOVE = 1 / 2
+# The same above ROWS_FOR_ALL_RESAMPLES rows, where the draws differ anyway (fewer
+# resamples): a row index now costs about 1e-8 s with its count, a cell's binomial still
+# 1e-7 s (issue 61, numpy 2.4, 2 loaded cores: 1,000 resamples of 100,000 rows over
+# 3,000 cells 0.6 s as a multinomial against 0.9 s row by row, over 10,000 cells 1.4 s
+# against 0.8 s).
+ROW_DRAWS_ABOVE_MANY = 1 / 16
 
 
-def method_text(cells: str) -> str:
+def row_draws_above(rows: int) -> float:
+    """Cells per row above which a resample of ``rows`` rows is drawn row by row:
+    :data:`ROW_DRAWS_ABOVE`, or :data:`ROW_DRAWS_ABOVE_MANY` above
+    :data:`ROWS_FOR_ALL_RESAMPLES` rows."""
+    return ROW_DRAWS_ABOVE if rows <= ROWS_FOR_ALL_RESAMPLES else ROW_DRAWS_ABOVE_MANY
+
+
+def resamples_for(rows: int) -> int:
+    """How many resamples an interval over ``rows`` test rows draws: :data:`RESAMPLES`
+    up to :data:`ROWS_FOR_ALL_RESAMPLES` rows, above ``ROW_DRAWS // rows`` (1,000 at
+    100,000 rows), never fewer than :data:`MIN_RESAMPLES`."""
+    return max(MIN_RESAMPLES, min(RESAMPLES, ROW_DRAWS // max(rows, 1)))
+
+
+def fewer_text(rows: int) -> str:
+    """The words that say an interval over ``rows`` rows drew fewer than
+    :data:`RESAMPLES` resamples, and why; empty up to :data:`ROWS_FOR_ALL_RESAMPLES`."""
+    if resamples_for(rows) == RESAMPLES:
+        return ""
+    return (f"; above {ROWS_FOR_ALL_RESAMPLES:,} rows {ROW_DRAWS:,} / N resamples "
+            f"(rounded down, at least {MIN_RESAMPLES:,}), not {RESAMPLES:,}, so that an "
+            f"interval draws about {ROW_DRAWS:,} rows: {resamples_for(rows):,} for these "
+            f"{rows:,} rows")
+
+
+def method_text(cells: str, rows: int = 1) -> str:
     """How a bootstrap over ``cells`` (what rows are grouped by) draws its resamples: the
     one wording of ``intervals.method`` here and ``calibration.interval_method`` in
-    ``lorasent.calibration``, its threshold :data:`ROW_DRAWS_ABOVE` itself."""
+    ``lorasent.calibration``, its threshold :func:`row_draws_above` itself; over more
+    than :data:`ROWS_FOR_ALL_RESAMPLES` ``rows``, :func:`fewer_text` follows."""
     return (f"percentile bootstrap over test rows, drawn as counts: one multinomial draw of "
             f"the N rows over {cells} per resample (the same distribution as resampling "
-            f"rows; row by row where the cells outnumber {ROW_DRAWS_ABOVE:g} × N)")
+            f"rows; row by row where the cells outnumber {row_draws_above(rows):g} × N)"
+            + fewer_text(rows))
 
 
-METHOD = {"method": method_text("the observed (actual, predicted[, reference]) cells"),
-          "confidence": CONFIDENCE, "resamples": RESAMPLES, "seed": BOOTSTRAP_SEED}
+class IntervalMethodRecord(TypedDict):
+    """``intervals`` as ``eval.json`` writes it (:class:`lorasent.contracts.IntervalMethod`)."""
+
+    method: str
+    confidence: float
+    resamples: int
+    seed: int
+
+
+def interval_method(rows: int) -> IntervalMethodRecord:
+    """``intervals`` of ``eval.json`` and ``baseline.json``
+    (:class:`lorasent.contracts.IntervalMethod`) for a test set of ``rows`` rows:
+    :data:`METHOD` up to :data:`ROWS_FOR_ALL_RESAMPLES` rows; above, its ``resamples``
+    is :func:`resamples_for` and its ``method`` says so."""
+    return {"method": method_text("the observed (actual, predicted[, reference]) cells", rows),
+            "confidence": CONFIDENCE, "resamples": resamples_for(rows),
+            "seed": BOOTSTRAP_SEED}
+
+
+METHOD = interval_method(1)  # every test set of at most ROWS_FOR_ALL_RESAMPLES rows
 
 
 def cells(*columns: ClassIds) -> tuple[np.ndarray, np.ndarray]:
@@ -77,6 +157,44 @@ def cells(*columns: ClassIds) -> tuple[np.ndarray, np.ndarray]:
     return np.stack(np.unravel_index(codes, shape)).astype(np.int64), counts.astype(np.int64)
 
 
+def _draw_rows(n: int, total: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
+    """``total`` resamples of ``n`` rows drawn one by one (``Generator.integers``) in
+    batches: int64 ``(b, n)``, how often each row is drawn."""
+    batch = min(BATCH, max(1, CHUNK // n))
+    for start in range(0, total, batch):
+        b = min(batch, total - start)
+        drawn = rng.integers(n, size=(b, n))
+        drawn += n * np.arange(b)[:, None]
+        yield np.bincount(drawn.ravel(), minlength=b * n).reshape(b, n)
+
+
+@functools.lru_cache(maxsize=1)
+def _drawn_rows(n: int, total: int) -> np.ndarray | None:
+    """``total`` resamples of ``n`` rows drawn one by one from
+    ``default_rng(BOOTSTRAP_SEED)``, kept as uint8 ``(total, n)`` for the next interval
+    over as many rows (:data:`KEPT_DRAWS`); None where they do not fit in it."""
+    if total * n > KEPT_DRAWS:
+        return None
+    kept = np.empty((total, n), dtype=np.uint8)
+    done = 0
+    for drawn in _draw_rows(n, total, np.random.default_rng(BOOTSTRAP_SEED)):
+        if drawn.max() > np.iinfo(np.uint8).max:  # a row drawn 256 times: never kept
+            return None
+        kept[done:done + len(drawn)] = drawn
+        done += len(drawn)
+    kept.setflags(write=False)
+    return kept
+
+
+def _per_class(counts: np.ndarray, classes: np.ndarray, k: int) -> np.ndarray:
+    """float64 ``(B, k)``: each row of ``counts`` ``(B, C)`` summed over the columns of
+    each class (``classes`` (C,) in ``[0, k)``), by ``numpy.bincount``: whole numbers,
+    exact whatever the order of the additions."""
+    b = len(counts)
+    return np.bincount((classes + k * np.arange(b)[:, None]).ravel(),
+                       weights=counts.ravel(), minlength=b * k).reshape(b, k)
+
+
 def resampled_counts(counts: np.ndarray, rng: np.random.Generator | None = None
                      ) -> Iterator[np.ndarray]:
     """The bootstrap's resamples as counts: how often each cell is drawn in each.
@@ -84,30 +202,43 @@ def resampled_counts(counts: np.ndarray, rng: np.random.Generator | None = None
     Drawing N rows with replacement from N rows grouped into C cells of ``counts`` rows
     draws each cell a multinomial(N, counts / N) number of times (Efron & Tibshirani 1993,
     "An Introduction to the Bootstrap", ch. 6), so a resample costs O(C), not O(N)
-    (numpy's ``Generator.multinomial``). Where C > N * :data:`ROW_DRAWS_ABOVE` the N rows
+    (numpy's ``Generator.multinomial``). Where C > N * :func:`row_draws_above` the N rows
     are drawn one by one instead (``Generator.integers``) and counted per cell: the same
-    distribution, whichever is cheaper.
+    distribution, whichever is cheaper. The draws are the same whatever the batches'
+    sizes: a batch of fewer resamples takes the next draws of the same stream. Drawn row
+    by row, they are the same for every interval over N rows, whatever its cells (row i
+    is the i-th of the cells in order): kept for the next such interval
+    (:data:`KEPT_DRAWS`).
 
     Args:
         counts: int (C,), rows per cell, summing to N > 0.
         rng: the generator; default ``numpy.random.default_rng(BOOTSTRAP_SEED)``.
 
     Yields:
-        int64 arrays of shape ``(b, C)``, b <= :data:`BATCH`, :data:`RESAMPLES` rows in all;
-        each row sums to N.
+        int64 arrays of shape ``(b, C)``: b <= :data:`BATCH` resamples, fewer where
+        b × C (or b × N, row by row) would exceed :data:`CHUNK`; ``resamples_for(N)``
+        rows in all (:data:`RESAMPLES` up to 10,000 rows); each row sums to N.
     """
     counts = np.asarray(counts, dtype=np.int64)
     n, c = int(counts.sum()), len(counts)
-    rng = np.random.default_rng(BOOTSTRAP_SEED) if rng is None else rng
-    by_row = c > n * ROW_DRAWS_ABOVE
-    cell_of_row = np.repeat(np.arange(c), counts)
-    for start in range(0, RESAMPLES, BATCH):
-        b = min(BATCH, RESAMPLES - start)
-        if by_row:
-            drawn = cell_of_row[rng.integers(n, size=(b, n))] + c * np.arange(b)[:, None]
-            yield np.bincount(drawn.ravel(), minlength=b * c).reshape(b, c)
-        else:
-            yield rng.multinomial(n, counts / n, size=b)
+    total = resamples_for(n)
+    kept = None
+    if rng is None:
+        rng = np.random.default_rng(BOOTSTRAP_SEED)
+        kept = _drawn_rows(n, total) if c > n * row_draws_above(n) else None
+    if c > n * row_draws_above(n):
+        step = min(BATCH, max(1, CHUNK // n))
+        rows = (_draw_rows(n, total, rng) if kept is None
+                else (kept[i:i + step] for i in range(0, total, step)))
+        one_each = bool(np.all(counts == 1))  # a row per cell: its counts are the cells'
+        cell_of_row = np.repeat(np.arange(c), counts)
+        for drawn in rows:  # a cell's count: its rows' counts summed (whole numbers: exact)
+            yield (drawn.astype(np.int64) if one_each
+                   else _per_class(drawn, cell_of_row, c).astype(np.int64))
+        return
+    batch = min(BATCH, max(1, CHUNK // c))
+    for start in range(0, total, batch):
+        yield rng.multinomial(n, counts / n, size=min(batch, total - start))
 
 
 def percentile_interval(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -122,8 +253,8 @@ def bootstrap(counts: np.ndarray, statistic: Callable[[np.ndarray], np.ndarray]
               ) -> tuple[np.ndarray, np.ndarray]:
     """Percentile interval of a multi-valued ``statistic`` of cells' counts (:data:`METHOD`).
 
-    The one resampling of lorasent's intervals (95%, 10,000 resamples, seed 0), here and
-    in ``lorasent.calibration``.
+    The one resampling of lorasent's intervals (95%, 10,000 resamples up to 10,000 rows,
+    :func:`resamples_for`, seed 0), here and in ``lorasent.calibration``.
 
     Args:
         counts: int (C,), the test rows per cell (:func:`cells`).
@@ -176,6 +307,68 @@ def macro_f1(y_true: np.ndarray, y_pred: np.ndarray, num_labels: int,
     return np.asarray(np.mean(f1, axis=-1))
 
 
+class _Tally:
+    """Accuracy and macro-F1 of one side's cells for batch after batch of resamples.
+
+    From each resample's counts of the cells (int ``(B, C)``) it sums per class the true
+    rows, the predicted rows and the rows right (:class:`_ByClass`): whole numbers, so
+    the same values as :func:`accuracy` and :func:`macro_f1` of these counts (their
+    matrix products of whole numbers are exact too), at a cost of about three passes
+    over the counts, not K.
+    """
+
+    def __init__(self, y_true: np.ndarray, y_pred: np.ndarray, num_labels: int) -> None:
+        right = np.flatnonzero(y_true == y_pred)
+        self.true, self.predicted = _ByClass(y_true, num_labels), _ByClass(y_pred, num_labels)
+        self.tp = _ByClass(y_true[right], num_labels, right)
+
+    def accuracy_and_f1(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Float ``(B,)`` each: accuracy and macro-F1 of each resample (row) of ``counts``."""
+        true, predicted, tp = (g.sums(counts) for g in (self.true, self.predicted, self.tp))
+        wrong = (true + predicted - 2 * tp).astype(np.float64)  # false positives + negatives
+        tp_f = tp.astype(np.float64)
+        denominator = 2 * tp_f + wrong
+        f1 = np.divide(2 * tp_f, denominator, out=np.zeros(np.shape(tp_f)),
+                       where=denominator > 0)
+        return np.sum(tp, axis=1) / np.sum(counts, axis=1), np.mean(f1, axis=-1)
+
+
+class _ByClass:
+    """Columns (cells or rows) of a class each, summed per class for a batch of counts:
+    the columns ordered by class once, then ``numpy.add.reduceat`` over at most K runs."""
+
+    def __init__(self, classes: np.ndarray, k: int, columns: np.ndarray | None = None
+                 ) -> None:
+        order = np.argsort(classes, kind="stable")
+        picked = order if columns is None else columns[order]
+        # None: every column, in class order already (the cells are sorted by y_true);
+        # a subset (``columns``) is always picked, even one that starts 0, 1, ...
+        whole = columns is None and np.array_equal(order, np.arange(len(classes)))
+        self.columns = None if whole else picked
+        ordered = classes[order]
+        self.starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])[
+            :len(ordered)]
+        self.classes, self.k = ordered[self.starts], k
+
+    def sums(self, counts: np.ndarray) -> np.ndarray:
+        """int64 ``(B, K)``: each resample's counts summed per class."""
+        out = np.zeros((len(counts), self.k), dtype=np.int64)
+        if len(self.starts):
+            picked = counts if self.columns is None else counts[:, self.columns]
+            out[:, self.classes] = np.add.reduceat(picked, self.starts, axis=1)
+        return out
+
+
+def _as_drawn(cell: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The cells as :func:`resampled_counts` draws them: themselves, or where it draws
+    row by row the rows themselves in the cells' order (each cell repeated over its
+    rows, counts of 1), the same draws counted per row, not per cell."""
+    n = int(counts.sum())
+    if len(counts) <= n * row_draws_above(n):
+        return cell, counts
+    return np.repeat(cell, counts, axis=1), np.ones(n, dtype=np.int64)
+
+
 def _finite(value: float) -> float | None:
     return float(value) if np.isfinite(value) else None
 
@@ -198,13 +391,16 @@ def intervals(y_true: ClassIds, y_pred: ClassIds, num_labels: int,
         ratio is undefined). Bit-identical across runs (fixed seed).
     """
     columns = [y_true, y_pred] + ([] if reference_pred is None else [reference_pred])
-    cell, counts = cells(*columns)
+    cell, counts = _as_drawn(*cells(*columns))
+
+    tally = _Tally(cell[0], cell[1], num_labels)
+    reference_right = None if reference_pred is None else np.flatnonzero(cell[0] == cell[2])
 
     def statistic(weights: np.ndarray) -> np.ndarray:
-        acc = accuracy(cell[0], cell[1], weights)
-        values = [acc, macro_f1(cell[0], cell[1], num_labels, weights)]
-        if reference_pred is not None:
-            ref_acc = accuracy(cell[0], cell[2], weights)
+        acc, f1 = tally.accuracy_and_f1(weights)
+        values = [acc, f1]
+        if reference_right is not None:
+            ref_acc = np.sum(weights[:, reference_right], axis=1) / np.sum(weights, axis=1)
             with np.errstate(divide="ignore", invalid="ignore"):
                 values.append(np.where(ref_acc < 1, (acc - ref_acc) / (1 - ref_acc), np.nan))
         return np.stack(values)
@@ -270,18 +466,22 @@ def paired_comparison(y_true: ClassIds, pred_a: ClassIds, pred_b: ClassIds,
         raise ValueError(f"need N > 0 rows in all three; got {len(y)}, {len(a)}, {len(b)}")
     k = len(labels)
 
-    cell, counts = cells(y, a, b)
+    cell, counts = _as_drawn(*cells(y, a, b))
+
+    tally = [_Tally(cell[0], cell[i], k) for i in (1, 2)]
 
     def statistic(weights: np.ndarray) -> np.ndarray:
-        return np.stack([accuracy(cell[0], cell[2], weights) - accuracy(cell[0], cell[1], weights),
-                         macro_f1(cell[0], cell[2], k, weights)
-                         - macro_f1(cell[0], cell[1], k, weights)])
+        (acc_a, f1_a), (acc_b, f1_b) = (t.accuracy_and_f1(weights) for t in tally)
+        return np.stack([acc_b - acc_a, f1_b - f1_a])
 
     low, high = bootstrap(counts, statistic)
     a_right, b_right = a == y, b == y
     only_b, only_a = int(np.sum(b_right & ~a_right)), int(np.sum(a_right & ~b_right))
-    acc = (float(accuracy(y, a)), float(accuracy(y, b)))
-    f1 = (float(macro_f1(y, a, k)), float(macro_f1(y, b, k)))
+    # each row once: the cells' counts (the same values as accuracy() and macro_f1() of
+    # the rows, without their (N, K) matrices)
+    points = [t.accuracy_and_f1(counts[None, :]) for t in tally]
+    acc = (float(points[0][0][0]), float(points[1][0][0]))
+    f1 = (float(points[0][1][0]), float(points[1][1][0]))
     return PairedComparison(
         rows=len(y), accuracy=acc, macro_f1=f1,
         delta_accuracy=acc[1] - acc[0], delta_accuracy_ci=(float(low[0]), float(high[0])),

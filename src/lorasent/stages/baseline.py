@@ -101,7 +101,7 @@ from lorasent.scoring import (
     contextual_calibration,
     score_texts,
 )
-from lorasent.statistics import METHOD, intervals
+from lorasent.statistics import interval_method, intervals
 from lorasent.subsets import training_subset
 
 log = logging.getLogger(__name__)
@@ -201,7 +201,7 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
     report["references"] = {name: found.record for name, found in supervised.items()}
     report["reference_notes"] = {name: found.note for name, found in supervised.items()
                                  if found.note}
-    report["intervals"] = METHOD
+    report["intervals"] = interval_method(len(y_test))
 
     if is_main():  # the other processes of a launched run only scored
         write_json(metrics_path, report)

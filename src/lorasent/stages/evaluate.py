@@ -61,14 +61,14 @@ from lorasent.atomic import (
     write_in_turn,
 )
 from lorasent.calibration import (
-    INTERVAL_METHOD as CALIBRATION_INTERVALS,
-)
-from lorasent.calibration import (
     LabelIssues,
     apply_temperature,
     calibration_metrics,
     label_issues,
     reliability_bins,
+)
+from lorasent.calibration import (
+    interval_method as calibration_intervals,
 )
 from lorasent.contracts import (
     REFERENCE_NAMES,
@@ -117,7 +117,7 @@ from lorasent.provenance import provenance, write_provenance
 from lorasent.references import seconds_here
 from lorasent.scoring import Encoder, contextual_calibration, score_texts
 from lorasent.stages.test_sets import TestSet, load_test_sets
-from lorasent.statistics import METHOD, intervals, paired_comparison, with_interval
+from lorasent.statistics import interval_method, intervals, paired_comparison, with_interval
 from lorasent.subsets import training_subset
 from lorasent.tables import spreadsheet_row
 
@@ -468,7 +468,7 @@ def _set_metrics(s: ScoredSet, *, labels: list[str], wanted: str,
             y, apply_temperature(s.scores, temperature)).items() if key != "ece_bins"}
     calibration = {**_calibration(y, probs), "temperature": temperature,
                    "temperature_note": scaling.note if scaling else NO_SCALING,
-                   "scaled": scaled, "interval_method": CALIBRATION_INTERVALS}
+                   "scaled": scaled, "interval_method": calibration_intervals(len(y))}
     out: dict[str, Any] = {}
     for name in ("accuracy", "macro_f1"):
         out[name] = metrics[name]
@@ -500,7 +500,7 @@ def _set_metrics(s: ScoredSet, *, labels: list[str], wanted: str,
         "calibration": calibration,
         "label_issues": {"rows": len(issues.indices), "share": len(issues.indices) / len(y),
                          "method": issues.method, "file": issues_file},
-        "intervals": METHOD,
+        "intervals": interval_method(len(y)),
     })
     out["warnings"] = run_warnings(out) + _overlap_warnings(s) + (
         [] if len(y) > 1 else [ONE_ROW.format(name=s.name)])

@@ -18,9 +18,10 @@ if TYPE_CHECKING:
 TARGETS = {"train_vs_seed002": 10.0, "train_vs_floor_max": 0.75,
            "train_long_template_vs_floor_max": 0.6, "eval_vs_seed000_cpu": 2.5,
            "eval_vs_seed000_gpu": 20.0, "noop_repro_s_max": 5.0,
-           # issue 42: on 100k rows, on 2 cores
+           # issue 42: on 100k rows of 3 classes, on 2 cores; issue 61: the whole review
+           # and the memory it adds also with 100 classes
            "scale_intervals_and_paired_s_max": 1.0, "scale_review_s_max": 10.0,
-           "scale_peak_rss_gib_max": 1.0,
+           "scale_added_rss_gib_max": 1.0,
            # issue 58: tfidf_lr fitted on 100k training rows, on 2 cores
            "reference_tfidf_lr_s_max": 60.0, "reference_tfidf_lr_added_gib_max": 2.0,
            # issue 61: base.precision bf16's train step against fp32's, on a CPU with AMX
@@ -107,17 +108,20 @@ def summarise(results: dict[str, Any], device: torch.device,
     if "pipeline" in results:
         checks["pipeline"] = {f"no-op dvc repro < {TARGETS['noop_repro_s_max']:g} s":
                               results["pipeline"]["noop_repro_s"] < TARGETS["noop_repro_s_max"]}
-    largest = max(results.get("scale", []), key=lambda r: r["rows"], default=None)
-    if largest:
-        fast = largest["seconds"]["evaluate_intervals"] + largest["seconds"]["compare_paired"]
-        checks["scale"] = {
-            f"{largest['rows']:,} rows: intervals and paired test < "
-            f"{TARGETS['scale_intervals_and_paired_s_max']:g} s":
-                fast < TARGETS["scale_intervals_and_paired_s_max"],
-            f"{largest['rows']:,} rows: whole review < {TARGETS['scale_review_s_max']:g} s":
-                largest["evaluate_s"] + largest["compare_s"] < TARGETS["scale_review_s_max"],
-            f"{largest['rows']:,} rows: peak RSS < {TARGETS['scale_peak_rss_gib_max']:g} GiB":
-                largest["peak_rss_bytes"] < TARGETS["scale_peak_rss_gib_max"] * 2**30}
+    scale = results.get("scale", [])
+    top = max((r["rows"] for r in scale), default=None)
+    for r in (r for r in scale if r["rows"] == top):
+        where = f"{r['rows']:,} rows, {r.get('classes', 3)} classes"
+        found = checks.setdefault("scale", {})
+        if r.get("classes", 3) == 3:  # issue 42's target, of its 3 classes
+            fast = r["seconds"]["evaluate_intervals"] + r["seconds"]["compare_paired"]
+            found[f"{where}: intervals and paired test < "
+                  f"{TARGETS['scale_intervals_and_paired_s_max']:g} s"] = (
+                fast < TARGETS["scale_intervals_and_paired_s_max"])
+        found[f"{where}: whole review < {TARGETS['scale_review_s_max']:g} s"] = (
+            r["evaluate_s"] + r["compare_s"] < TARGETS["scale_review_s_max"])
+        found[f"{where}: peak RSS added < {TARGETS['scale_added_rss_gib_max']:g} GiB"] = (
+            r["added_rss_bytes"] < TARGETS["scale_added_rss_gib_max"] * 2**30)
     largest = max(results.get("reference", []), key=lambda r: r["rows"], default=None)
     if largest:
         checks["reference"] = {
@@ -162,8 +166,12 @@ def _train_table(title: str, part: dict[str, Any], largest: str,
     lower bound where ``busy``)."""
     ways = part["ways"]
     peak = max(w["peak_rss_bytes"] for w in ways.values()) / 2**30
-    lines = [f"**{title}** (median of {part['steps']} steps, interleaved, after "
-             f"{part['warmup']} warm-up round{'' if part['warmup'] == 1 else 's'}; "
+    fewer = [f"{name}'s of {w['timed_steps']}" for name, w in ways.items()
+             if w.get("timed_steps", part["steps"]) < part["steps"]]
+    lines = [f"**{title}** (median of {part['steps']} steps"
+             f"{', ' + ', '.join(fewer) + ' in the last rounds' if fewer else ''}, "
+             f"interleaved, after {part['warmup']} warm-up "
+             f"round{'' if part['warmup'] == 1 else 's'}; "
              f"{part['shared_prefix_tokens']} of {part['width']} positions shared; peak RSS "
              f"of the project's way: {ways['project']['peak_rss_bytes'] / 2**30:.1f} GiB; "
              f"of the whole part{', ' + largest if largest else ''}: {peak:.1f} GiB)", "",
@@ -172,9 +180,10 @@ def _train_table(title: str, part: dict[str, Any], largest: str,
              "|---|---|---|---|---|---|---|---|"]
     project = ways["project"]["seconds_per_step"]
     for name, w in ways.items():
+        ratio = w["seconds_per_step"] / project
         rel = ("—" if name == "project" else
-               f"{w['seconds_per_step'] / project:.2f}x faster" if name != "floor"
-               else f"{project / w['seconds_per_step']:.2f}x the floor's time")
+               f"{project / w['seconds_per_step']:.2f}x the floor's time" if name == "floor"
+               else f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower")
         lines.append(f"| {name} | {w['seconds_per_step']:.2f} | {w['examples_per_s']:.2f} | "
                      f"{w['useful_tokens_per_s']:.0f} | {w['tokens_in_batch']} | {rel} | "
                      f"{_flops_cells(w, 'model_flops_per_step', busy)} |")
@@ -184,13 +193,14 @@ def _train_table(title: str, part: dict[str, Any], largest: str,
 def scale_table(scale: list[dict[str, Any]]) -> list[str]:
     """The scale part as a Markdown table: seconds per step and peak RSS per row count."""
     names = list(scale[0]["seconds"])
-    lines = ["**Review statistics against the test set's size** (synthetic 3-class rows, "
-             "seconds; each size in its own process)", "",
-             "| rows | " + " | ".join(f"`{n}`" for n in names)
+    lines = ["**Review statistics against the test set's size** (synthetic rows, seconds; "
+             "each size in its own process)", "",
+             "| rows | classes | " + " | ".join(f"`{n}`" for n in names)
              + " | evaluate | compare / pr-comment | peak RSS (added) |",
-             "|---" * (len(names) + 4) + "|"]
+             "|---" * (len(names) + 5) + "|"]
     for r in scale:
-        lines.append(f"| {r['rows']:,} | " + " | ".join(f"{r['seconds'][n]:.2f}" for n in names)
+        lines.append(f"| {r['rows']:,} | {r.get('classes', 3)} | "
+                     + " | ".join(f"{r['seconds'][n]:.2f}" for n in names)
                      + f" | {r['evaluate_s']:.2f} | {r['compare_s']:.2f} | "
                      f"{r['peak_rss_bytes'] / 2**30:.2f} GiB "
                      f"({r['added_rss_bytes'] / 2**20:.0f} MiB) |")
