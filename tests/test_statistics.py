@@ -360,6 +360,6 @@ def test_the_tally_of_resampled_cells_is_accuracy_and_macro_f1_of_them(actual, p
     acc, f1 = statistics._Tally(cell[0], cell[1], 3).accuracy_and_f1(weights)
     assert np.array_equal(acc, statistics.accuracy(cell[0], cell[1], weights))
     assert np.array_equal(f1, statistics.macro_f1(cell[0], cell[1], 3, weights))
-    share = sum(a == p for a, p in zip(actual, predicted)) / len(actual)
+    share = float(np.mean(np.array(actual) == np.array(predicted)))
     found = intervals(actual, predicted, 3)
     assert found["accuracy_ci95_low"] <= share <= found["accuracy_ci95_high"]
