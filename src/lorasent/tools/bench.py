@@ -577,13 +577,15 @@ def bench_pipeline(repo: Path) -> dict[str, Any]:
     a copy of the repo with tiny sizes (the real pipeline, 24 rows, 3 steps, each extra
     test set of ``evaluate.test_sets`` 24 rows too: at its 400 the evaluate rerun was
     two minutes of scoring, not of the pipeline)."""
-    from lorasent.params import load_params, update_params
+    from lorasent.params import read_params_text, read_yaml, update_params
 
-    extra = load_params(repo / "params.yaml").evaluate.test_sets
+    # the test sets are replaced whole by a merge (params.VALUE_MAPS): each as it is, made tiny
+    extra = read_yaml(read_params_text(repo / "params.yaml"), "params.yaml")["evaluate"][
+        "test_sets"]
     tiny = {"split": {"train_size": TINY_ROWS, "validation_size": 0, "test_size": TINY_ROWS},
             "train": {"max_steps": 3, "per_device_train_batch_size": 4},
-            "evaluate": {"batch_size": 8,
-                         "test_sets": {name: {"size": TINY_ROWS} for name in extra}}}
+            "evaluate": {"batch_size": 8, "test_sets": {
+                name: {**spec, "size": TINY_ROWS} for name, spec in extra.items()}}}
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     with tempfile.TemporaryDirectory(prefix="lorasent-bench-") as tmp:
         root = Path(tmp)
