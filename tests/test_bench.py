@@ -1,5 +1,7 @@
 """make bench: each way builds the batch it claims, and the summary's arithmetic."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -117,12 +119,14 @@ MATMUL = {"n": 2048, "before": {"fp32": 1.9e11, "bf16": 7.5e11},
           "after": {"fp32": 2e11, "bf16": 7.4e11}, "flop_per_s": {"fp32": 2e11, "bf16": 7.5e11}}
 
 
-def _fake(project, seed002, floor, long_project, eval_project, eval_seed000, noop):
+def _fake(project, seed002, floor, long_project, eval_project, eval_seed000, noop,
+          project_mfu=0.6):
     part = {"batch_size": 8, "steps": 3, "warmup": 1, "shared_prefix_tokens": 18, "width": 60,
             "matmul": MATMUL}
-    return {"train": {"m": {**part, "ways": _ways(
-                project=project, project_unshared=2.3, seed002=seed002, plain_trainer=4.0,
-                floor=floor)}},
+    ways = _ways(project=project, project_unshared=2.3, seed002=seed002, plain_trainer=4.0,
+                 floor=floor)
+    ways["project"]["mfu"] = project_mfu
+    return {"train": {"m": {**part, "ways": ways}},
             "train_long_template": {"m": {**part, "shared_prefix_tokens": 70, "width": 110,
                                           "ways": _ways(project=long_project,
                                                         project_unshared=2.4, floor=2.2)}},
@@ -157,25 +161,28 @@ def test_summary_ratios_and_verdicts():
     assert r["train_long_template_unshared_time_vs_floor"] == pytest.approx(2.4 / 2.2)
     assert r["eval_speedup_vs_seed000"] == pytest.approx(2.5)
     assert r["eval_accuracy_project_minus_seed000"] == pytest.approx(0.05)
-    assert r["train_mfu"] == pytest.approx(60e9 / 1.6 / 2e11)
+    assert r["train_mfu"] == pytest.approx(0.6)
     assert "eval_mfu" not in r and "train_mfu_vs_peak" not in r  # not measured; a CPU
     assert summary["checks"]["m"] == {
         "train >= 10x seed 002": True, "train step <= 0.75x the floor's time": True,
         "eval >= 2.5x seed 000": True, "eval loses no accuracy": True,
-        "long template: train step <= 0.6x the floor's time": True}
+        "long template: train step <= 0.6x the floor's time": True,
+        "fp32 train step >= 60% of the fp32 matmul rate": True}
     assert summary["all_targets_met"] is True
-    slow = summarise(_fake(1.7, 15.0, 2.2, 1.4, 9.0, 4.0, 6.0), torch.device("cpu"), None)
+    slow = summarise(_fake(1.7, 15.0, 2.2, 1.4, 9.0, 4.0, 6.0, project_mfu=0.44),
+                     torch.device("cpu"), None)
     assert slow["checks"]["m"] == {
         "train >= 10x seed 002": False, "train step <= 0.75x the floor's time": False,
         "eval >= 2.5x seed 000": False, "eval loses no accuracy": True,
-        "long template: train step <= 0.6x the floor's time": False}
+        "long template: train step <= 0.6x the floor's time": False,
+        "fp32 train step >= 60% of the fp32 matmul rate": False}
     assert slow["checks"]["pipeline"]["no-op dvc repro < 5 s"] is False
     assert slow["all_targets_met"] is False
     table = markdown({"machine": {"cpu": "x", "cores": 2, "torch": "t", "device": "cpu"},
                       "results": results, "summary": summary})
     assert "| seed002 | 32.00 | 0.25 | 12 | 480 | 20.00x faster |" in table
     assert "| tokens in batch | project is | model GFLOP / step | MFU |" in table
-    assert "| project | 1.60 | 5.00 | 250 | 480 | — | 60.00 | 18.8% |" in table
+    assert "| project | 1.60 | 5.00 | 250 | 480 | — | 60.00 | 60.0% |" in table
     assert "| seed002 | 32.00 | 0.25 | 12 | 480 | 20.00x faster | 60.00 | 0.9% |" in table
     assert table.count("Matrix-product rate measured in this part's process (2048 × 2048 "
                        "`torch.mm`, the higher of before and after the ways), GFLOP/s: fp32 "
@@ -201,7 +208,7 @@ def test_summary_ratios_and_verdicts():
     assert "**Warning: the machine was busy** (1-minute load average 1.0 on 2 cores" in busy
     assert "the model FLOP utilisations are lower bounds (≥)" in busy
     assert "| project is | model GFLOP / step | MFU, a lower bound (busy) |" in busy
-    assert "| project | 1.60 | 5.00 | 250 | 480 | — | 60.00 | ≥18.8% |" in busy
+    assert "| project | 1.60 | 5.00 | 250 | 480 | — | 60.00 | ≥60.0% |" in busy
 
 
 def test_bf16_ways_are_checked_against_the_target_of_the_cpu_s_bf16_and_profiled():
@@ -330,3 +337,32 @@ def test_an_out_folder_that_cannot_be_written_exits_2_before_measuring(monkeypat
     assert capsys.readouterr().err.splitlines()[-1].endswith(
         "error: --out /sys/lorasent-bench: cannot write in /sys (Permission denied); give a "
         "folder you can write to")
+
+
+def test_the_pipeline_part_runs_the_repo_s_params_made_tiny_each_test_set_too(monkeypatch,
+                                                                              tmp_path):
+    """Its tiny run scored the 400-row second test set whole (two minutes of the bench's
+    ten); every extra test set is now given whole (a merge replaces that map), 24 rows."""
+    import shutil
+
+    from lorasent.params import load_params
+    from lorasent.tools import bench
+
+    seen = []
+    monkeypatch.setattr(bench, "copy_tracked", lambda repo, dest: shutil.copy(
+        repo / "params.yaml", dest / "params.yaml"))
+    monkeypatch.setattr(bench, "_git", lambda *a, **k: "")
+    monkeypatch.setattr(bench.subprocess, "run", lambda argv, cwd, **_: seen.append(
+        load_params(Path(cwd) / "params.yaml")))
+    from conftest import REPO
+
+    times = bench.bench_pipeline(REPO)
+    assert set(times) == {"first_tiny_run_s", "noop_repro_s", "evaluate_param_rerun_s"}
+    committed = load_params(REPO / "params.yaml")
+    first = seen[0]
+    assert (first.split.train_size, first.split.test_size, first.train.max_steps) == (24, 24, 3)
+    assert set(first.evaluate.test_sets) == set(committed.evaluate.test_sets)
+    for name, test_set in first.evaluate.test_sets.items():
+        assert test_set == committed.evaluate.test_sets[name].model_copy(update={"size": 24})
+    assert [p.evaluate.reference for p in seen] == [committed.evaluate.reference] * 2 + [
+        "majority"]

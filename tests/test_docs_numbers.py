@@ -265,6 +265,76 @@ def time_of(part: str, way: str, than: str) -> str:
     return f"{step(part, way) / step(part, than):.2f}×"
 
 
+# the bf16 ways: (way, its fp32 counterpart, the row's name)
+BF16_WAYS = [("project_bf16", "project",
+              "**project**, the frozen weights held in bf16 (`base.precision: bf16`)"),
+             ("project_autocast_bf16", "project",
+              "project under autocast alone (each frozen weight cast at each product)"),
+             ("floor_bf16", "floor", "floor, the frozen weights held in bf16")]
+
+
+def mfu(part: str, way: str, busy: bool) -> str:
+    """``43.4%`` (``≥43.4%`` on a busy machine): a way's model FLOP utilisation."""
+    return f"{'≥' if busy else ''}{100 * bench_part(part)['ways'][way]['mfu']:.1f}%"
+
+
+def share(way: str, op: str) -> str:
+    """``71%``: an operator's share of a way's profiled step."""
+    ops = {o["name"]: o for o in bench_part("train")["profile"][way]["ops"]}
+    return f"{ops[op]['share']:.0%}"
+
+
+def calls(way: str, op: str) -> int:
+    """How often an operator ran in a way's profiled step."""
+    found: int = next(o["calls"] for o in bench_part("train")["profile"][way]["ops"]
+                      if o["name"] == op)
+    return found
+
+
+def bench_limit_numbers() -> list[str]:
+    """The sentences of the machine's limit: the matrix-product rates, each way's model
+    FLOP utilisation, the bf16 ways and the profile (issue 61)."""
+    machine, summary = BENCH["machine"], BENCH["summary"]
+    busy = machine["load_average_1min_before"] >= machine["cores"] / 2
+    train = bench_part("train")
+    rates = train["matmul"]["flop_per_s"]
+    checks, ratios = summary["checks"][MODEL], summary["ratios"][MODEL]
+    bf16_check = next(name for name in checks if name.startswith("bf16 train step"))
+    mfu_check = next(name for name in checks if name.startswith("fp32 train step"))
+    return [
+        f"the train part measured {rates['fp32'] / 1e9:.0f} GFLOP/s in fp32 and "
+        f"{rates['bf16'] / 1e9:.0f} in bf16",
+        f"the project's fp32 step at {mfu('train', 'project', busy)}, the floor at "
+        f"{mfu('train', 'floor', busy)}, the project's bf16 step at "
+        f"{mfu('train', 'project_bf16', busy)}; label scoring at "
+        f"{mfu('eval', 'project', busy)} (seed 000's way {mfu('eval', 'seed000', busy)})",
+        f"| training step, batch {train['batch_size']}, bf16 | s / step | fp32's step over "
+        "it | MFU |",
+        *(f"| {name} | {step('train', way):.2f} | "
+          f"{step('train', fp32) / step('train', way):.2f}× | {mfu('train', way, busy)} |"
+          for way, fp32, name in BF16_WAYS),
+        f"bf16 step ≥ {bf16_check.split('>= ')[1].split('x')[0]}× the fp32 step "
+        f"({bf16_check.split('(')[1].rstrip(')')}): **{met(checks[bf16_check])}** "
+        f"({ratios['train_bf16_speedup_vs_fp32']:.2f}×)",
+        f"fp32 step ≥ {summary['targets']['train_mfu_fp32_min']:.0%} of the fp32 "
+        f"matrix-product rate: **{met(checks[mfu_check])}** "
+        f"({mfu('train', 'project', busy)})",
+        f"`aten::mm` {share('project', 'aten::mm')} of the fp32 step's time and "
+        f"{share('project_bf16', 'aten::mm')} of the bf16 step's",
+        f"`aten::bernoulli_`, {calls('project', 'aten::bernoulli_')} calls a step) "
+        f"{share('project', 'aten::bernoulli_')} and {share('project_bf16', 'aten::bernoulli_')}",
+        f"holding the frozen weights in bf16 makes the step "
+        f"{ratios['train_bf16_held_speedup_vs_autocast']:.2f}× faster than autocast alone",
+    ]
+
+
+def scale_numbers() -> list[str]:
+    """The rows of performance.md's table of the review statistics, from the bench's
+    scale part: the whole review's seconds and the RSS it added."""
+    return [f"| {r['rows']:,} | {r.get('classes', 3)} | {r['evaluate_s'] + r['compare_s']:.2f} "
+            f"| {r['added_rss_bytes'] / 2**20:,.0f} MiB |" for r in BENCH["results"]["scale"]]
+
+
 def performance_bench_numbers() -> list[str]:
     machine, summary = BENCH["machine"], BENCH["summary"]
     ratios, targets = summary["ratios"][MODEL], summary["targets"]
@@ -342,7 +412,8 @@ def size_numbers() -> dict[str, list[str]]:
 
 
 EXPECTED = {"README.md": readme_numbers(),
-            "docs/performance.md": performance_run_numbers() + performance_bench_numbers(),
+            "docs/performance.md": performance_run_numbers() + performance_bench_numbers()
+            + bench_limit_numbers() + scale_numbers(),
             **size_numbers()}
 
 

@@ -26,7 +26,10 @@ TARGETS = {"train_vs_seed002": 10.0, "train_vs_floor_max": 0.75,
            "reference_tfidf_lr_s_max": 60.0, "reference_tfidf_lr_added_gib_max": 2.0,
            # issue 61: base.precision bf16's train step against fp32's, on a CPU with AMX
            # (oneDNN's tile kernels) or with avx512_bf16 alone
-           "train_bf16_vs_fp32_amx": 2.5, "train_bf16_vs_fp32": 2.0}
+           "train_bf16_vs_fp32_amx": 2.5, "train_bf16_vs_fp32": 2.0,
+           # issue 61: the fp32 step's model FLOP utilisation against the fp32 matrix-product
+           # rate measured in the same process, on a CPU
+           "train_mfu_fp32_min": 0.6}
 # A 1-minute load average of this many per core before the run marks the machine busy:
 # under contention the ways slow unequally and not always alike (measured in two busy
 # runs: the project's step 3.2x and 11x, the plain Trainer way 6x and 10x, seed 000's
@@ -100,6 +103,10 @@ def summarise(results: dict[str, Any], device: torch.device,
         project = part["ways"]["project"]
         if project.get("mfu") is not None:  # against the rate measured in the part
             ratios[model]["train_mfu"] = project["mfu"]
+            if project.get("compute_dtype") == "fp32":
+                target = TARGETS["train_mfu_fp32_min"]
+                checks[model][f"fp32 train step >= {target:.0%} of the fp32 matmul rate"] = (
+                    project["mfu"] >= target)
         if e["project"].get("mfu") is not None:
             ratios[model]["eval_mfu"] = e["project"]["mfu"]
         if peak_tflops and device.type == "cuda":
