@@ -323,7 +323,7 @@ def bench_limit_numbers() -> list[str]:
         f"{share('project_bf16', 'aten::mm')} of the bf16 step's",
         f"`aten::bernoulli_`, {calls('project', 'aten::bernoulli_')} calls a step) "
         f"{share('project', 'aten::bernoulli_')} and {share('project_bf16', 'aten::bernoulli_')}",
-        f"holding the frozen weights in bf16 makes the step "
+        f"frozen weights in bf16 makes the step "
         f"{ratios['train_bf16_held_speedup_vs_autocast']:.2f}× faster than autocast alone",
     ]
 
@@ -333,6 +333,17 @@ def scale_numbers() -> list[str]:
     scale part: the whole review's seconds and the RSS it added."""
     return [f"| {r['rows']:,} | {r.get('classes', 3)} | {r['evaluate_s'] + r['compare_s']:.2f} "
             f"| {r['added_rss_bytes'] / 2**20:,.0f} MiB |" for r in BENCH["results"]["scale"]]
+
+
+def outputs_scale_numbers() -> list[str]:
+    """docs/outputs.md's sentence of the review at the bench's largest size."""
+    largest = max(r["rows"] for r in BENCH["results"]["scale"])
+    three, hundred = ([r for r in BENCH["results"]["scale"]
+                       if r["rows"] == largest and r.get("classes", 3) == k][0] for k in (3, 100))
+    seconds = [f"{r['evaluate_s'] + r['compare_s']:.2f} s" for r in (three, hundred)]
+    added = [f"{r['added_rss_bytes'] / 2**20:,.0f} MiB" for r in (three, hundred)]
+    return [f"the whole review {seconds[0]} and {added[0]} added with 3 classes, "
+            f"{seconds[1]} and {added[1]} with 100"]
 
 
 def performance_bench_numbers() -> list[str]:
@@ -414,6 +425,7 @@ def size_numbers() -> dict[str, list[str]]:
 EXPECTED = {"README.md": readme_numbers(),
             "docs/performance.md": performance_run_numbers() + performance_bench_numbers()
             + bench_limit_numbers() + scale_numbers(),
+            "docs/outputs.md": outputs_scale_numbers(),
             **size_numbers()}
 
 

@@ -67,6 +67,23 @@ def test_probabilities_within_the_tolerance_and_a_near_tie_are_equivalent():
     assert (only.flipped, only.near_ties) == (["row000"], ["row000"])
 
 
+def test_a_reference_s_predictions_within_the_tolerance_are_equivalent_not_bytes():
+    """The fresh-clone `make run` of issue 61 on another AMD EPYC (avx_vnni, OpenBLAS's
+    Haswell kernels): every predictions file byte for byte but the encoder reference's,
+    its probabilities up to 1.1e-5 apart, and `different` for two files judged as bytes."""
+    ids, gold, probs = rows()
+    moved = probs + np.array([1.1e-5, -1e-5, -1e-6])
+    pairs = {f"metrics/references/encoder/{name}.csv": (csv_bytes(ids, gold, probs),
+                                                        csv_bytes(ids, gold, moved))
+             for name in ("test", "reviews-zh")}
+    verdict = verdict_of(pairs, rev="HEAD", commit="abcdef1")
+    assert verdict.tier == "equivalent", verdict.text()
+    assert verdict.line.startswith("the same predicted labels on every test row of HEAD "
+                                   "(abcdef1); probabilities within 1.1e-05")
+    assert [s.name for s in verdict.sets] == sorted(pairs)
+    assert "bytes differ" not in verdict.text()
+
+
 def test_a_probability_over_the_tolerance_is_not_equivalent_but_consistent():
     ids, gold, probs = rows()
     moved = probs.copy()

@@ -18,7 +18,7 @@ import numpy as np
 
 from lorasent.calibration import ECE_BINS
 from lorasent.metrics import Predictions
-from lorasent.paths import EVAL_PREDICTIONS
+from lorasent.paths import BASELINE_REFERENCES, EVAL_PREDICTIONS
 from lorasent.statistics import PairedComparison, paired_comparison
 
 # The default tolerance of a probability (absolute; --tolerance), issue 50's: 25 times the
@@ -207,9 +207,18 @@ def judge_set(name: str, old: Predictions, new: Predictions, tolerance: float) -
         paired_comparison(old.actual, old.predicted, predicted, old.labels), on_edge=on_edge)
 
 
+def is_predictions_file(path: str) -> bool:
+    """Whether an output is a predictions file (``lorasent.metrics.predictions_csv``'s
+    format): ``*predictions.csv`` (evaluate's, the extra test sets', the baselines'), or a
+    supervised reference's ``metrics/references/<reference>/<test set>.csv``."""
+    return path.endswith("predictions.csv") or (
+        path.startswith(f"{BASELINE_REFERENCES.as_posix()}/") and path.endswith(".csv"))
+
+
 def predictions_files(files: dict[str, tuple[bytes, bytes]]) -> list[str]:
-    """The predictions files among ``files``: the test split's first (the verdict's own
-    paired test), then the extra test sets' and the baselines'."""
+    """The predictions files among ``files`` (:func:`is_predictions_file`): the test
+    split's first (the verdict's own paired test), then the extra test sets', the
+    baselines' and the references'."""
     main = EVAL_PREDICTIONS.as_posix()
-    others = sorted(p for p in files if p != main and p.endswith("predictions.csv"))
+    others = sorted(p for p in files if p != main and is_predictions_file(p))
     return [p for p in [main, *others] if p in files]

@@ -155,7 +155,7 @@ def _sync(device: torch.device) -> None:
 
 
 # Ways whose step takes ten times the project's (seed 002's 256-token padding and full
-# vocabulary loss: 29 s a step on 2 cores) take part in only the last rounds: one
+# vocabulary loss: 24 s a step on 2 cores) take part in only the last rounds: one
 # untimed, then this many timed. Their ratio to the project's is large enough for two,
 # and seven rounds of them were a quarter of the bench's ten minutes.
 SLOW_WAYS = {"seed002": 2}
