@@ -335,6 +335,25 @@ def scale_numbers() -> list[str]:
             f"| {r['added_rss_bytes'] / 2**20:,.0f} MiB |" for r in BENCH["results"]["scale"]]
 
 
+def bf16_run_numbers() -> list[str]:
+    """performance.md's sentences of the bf16 default run against the committed one, from
+    the verdict kept in ``bench/bf16-run.md``."""
+    text = committed("bench/bf16-run.md")
+    tier = re.search(r"^reproduce: (\w+):", text, re.M)
+    split = re.search(r"no detectable difference in accuracy: (accuracy [^;]+); (macro-F1 "
+                      r"[^.]+)\.", text)
+    reviews = re.search(r"reviews-zh/predictions.csv: \d+ of \d+ predictions differ; (this "
+                        r"run is worse than HEAD: accuracy [^;]+);", text)
+    runtimes = re.search(r"Trainer's runtime: bf16 ([\d.]+) s, fp32 ([\d.]+) s", text)
+    assert tier and split and reviews and runtimes, "bench/bf16-run.md: not a verdict"
+    bf16, fp32 = (float(s) for s in runtimes.groups())
+    return [f"as another platform's run: **{tier[1]}**",
+            f"no detectable difference in accuracy: {split[1]}; but {split[2]}",
+            f"On reviews-zh {reviews[1]}",
+            f"Training took {bf16:.1f} s of Trainer's runtime against fp32's {fp32:.1f} s "
+            f"({fp32 / bf16:.2f}×"]
+
+
 def outputs_scale_numbers() -> list[str]:
     """docs/outputs.md's sentence of the review at the bench's largest size."""
     largest = max(r["rows"] for r in BENCH["results"]["scale"])
@@ -424,7 +443,7 @@ def size_numbers() -> dict[str, list[str]]:
 
 EXPECTED = {"README.md": readme_numbers(),
             "docs/performance.md": performance_run_numbers() + performance_bench_numbers()
-            + bench_limit_numbers() + scale_numbers(),
+            + bench_limit_numbers() + scale_numbers() + bf16_run_numbers(),
             "docs/outputs.md": outputs_scale_numbers(),
             **size_numbers()}
 
