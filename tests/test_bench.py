@@ -352,7 +352,7 @@ def test_the_pipeline_part_runs_the_repo_s_params_made_tiny_each_test_set_too(mo
     monkeypatch.setattr(bench, "copy_tracked", lambda repo, dest: shutil.copy(
         repo / "params.yaml", dest / "params.yaml"))
     monkeypatch.setattr(bench, "_git", lambda *a, **k: "")
-    monkeypatch.setattr(bench.subprocess, "run", lambda argv, cwd, **_: seen.append(
+    monkeypatch.setattr("lorasent.tools.bench.subprocess.run", lambda argv, cwd, **_: seen.append(
         load_params(Path(cwd) / "params.yaml")))
     from conftest import REPO
 

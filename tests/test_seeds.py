@@ -61,9 +61,13 @@ def test_a_dvc_failure_while_following_the_queue_is_said_as_seeds_own_line(monke
     import subprocess
 
     failed = subprocess.CompletedProcess([], 1, stdout="", stderr="ERROR: no queue here")
-    calls: list[int] = []
-    monkeypatch.setattr("lorasent.review.collect.subprocess.run",
-                        lambda *a, **k: calls.append(1) or failed)
+    calls: list[tuple[object, ...]] = []
+
+    def run(*args: object, **_: object) -> subprocess.CompletedProcess[str]:
+        calls.append(args)
+        return failed
+
+    monkeypatch.setattr("lorasent.review.collect.subprocess.run", run)
     monkeypatch.setattr(seeds, "POLL_S", 0)
     with pytest.raises(LorasentError) as err:
         seeds.wait_for(Path("."), ["a-seed42"], progress=lambda line: None)

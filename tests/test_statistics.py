@@ -362,4 +362,5 @@ def test_the_tally_of_resampled_cells_is_accuracy_and_macro_f1_of_them(actual, p
     assert np.array_equal(f1, statistics.macro_f1(cell[0], cell[1], 3, weights))
     share = float(np.mean(np.array(actual) == np.array(predicted)))
     found = intervals(actual, predicted, 3)
-    assert found["accuracy_ci95_low"] <= share <= found["accuracy_ci95_high"]
+    low, high = found["accuracy_ci95_low"], found["accuracy_ci95_high"]
+    assert low is not None and high is not None and low <= share <= high
