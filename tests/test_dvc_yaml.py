@@ -295,7 +295,11 @@ def test_a_rejected_dvc_exp_run_set_does_not_pass_silently_into_the_next_run(tmp
     subprocess.run(["git", "checkout", "params.yaml"], cwd=root, check=True)
     third = _dvc_exp_run(root, "data.source=nope.csv")
     lines = third.stderr.splitlines()
-    report = next(i for i, line in enumerate(lines) if line.startswith("lorasent fetch: DVC"))
+    report = next((i for i, line in enumerate(lines) if line.startswith("lorasent fetch: DVC")),
+                  None)
+    # once, in a make test beside the container tier, this line was missing: say what DVC said
+    assert report is not None, f"exit {third.returncode}; stdout:\n{third.stdout}\nstderr:\n" \
+        f"{third.stderr}"
     assert lines[report].endswith(" differs from HEAD "
                                   f"({_head(root)[:7]}) in 1 key (HEAD -> this run):")
     assert lines[report + 1] == '  data.source: "packaged:tweets-en" -> "nope.csv"'
