@@ -176,16 +176,18 @@ def _interleaved(ways: dict[str, Any], rounds: int, device: torch.device,
     times: dict[str, list[float]] = {name: [] for name in ways}
     last: dict[str, Any] = {}
     total = warmup + rounds
-    first_timed = {name: max(warmup, total - (slow or {}).get(name, rounds)) for name in ways}
+    timed_from = {name: max(warmup, total - (slow or {}).get(name, rounds)) for name in ways}
+    # every way from the first round, a slow one from the untimed round before its timed ones
+    runs_from = {name: 0 if t == warmup else t - 1 for name, t in timed_from.items()}
     for round_ in range(total):
         for name, fn in ways.items():
-            if round_ < first_timed[name] - 1 and first_timed[name] > warmup:
-                continue  # a slow way: from one round before its timed ones
+            if round_ < runs_from[name]:
+                continue
             _sync(device)
             start = time.perf_counter()
             last[name] = fn()
             _sync(device)
-            if round_ >= first_timed[name]:
+            if round_ >= timed_from[name]:
                 times[name].append(time.perf_counter() - start)
     return times, last
 

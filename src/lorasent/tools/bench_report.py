@@ -187,10 +187,13 @@ def _train_table(title: str, part: dict[str, Any], largest: str,
              "|---|---|---|---|---|---|---|---|"]
     project = ways["project"]["seconds_per_step"]
     for name, w in ways.items():
-        ratio = w["seconds_per_step"] / project
-        rel = ("—" if name == "project" else
-               f"{project / w['seconds_per_step']:.2f}x the floor's time" if name == "floor"
-               else f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower")
+        ratio = w["seconds_per_step"] / project  # the project is this many times faster
+        if name == "project":
+            rel = "—"
+        elif name == "floor":
+            rel = f"{1 / ratio:.2f}x the floor's time"
+        else:
+            rel = f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
         lines.append(f"| {name} | {w['seconds_per_step']:.2f} | {w['examples_per_s']:.2f} | "
                      f"{w['useful_tokens_per_s']:.0f} | {w['tokens_in_batch']} | {rel} | "
                      f"{_flops_cells(w, 'model_flops_per_step', busy)} |")
