@@ -120,8 +120,8 @@ def test_seq_cls_baseline_has_no_calibrated_zero_shot(tmp_path, tiny_base, split
     note = MODES["seq_cls"].no_zero_shot_note
     assert note
     # in every mode (no LM is needed); this training split has one positive row
-    assert report.pop("references") == {"tfidf_lr": None, "encoder": None}
-    assert set(report.pop("reference_notes")) == {"tfidf_lr", "encoder"}
+    assert report.pop("references") == {"tfidf_lr": None, "encoder": None, "encoder_ft": None}
+    assert set(report.pop("reference_notes")) == {"tfidf_lr", "encoder", "encoder_ft"}
     assert report.pop("intervals") == METHOD
     assert report == {"majority_class": "negative", "majority_accuracy": 3 / 8,
                       "zero_shot": None, "zero_shot_note": note,

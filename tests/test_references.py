@@ -9,7 +9,13 @@ import pytest
 
 from lorasent.contracts import Cost, EvalMetrics, PairedVerdict, Reference
 from lorasent.metrics import supervised_verdict, warnings_by_kind
-from lorasent.params import BaselineParams, EncoderParams, ParamsError, parse_params
+from lorasent.params import (
+    BaselineParams,
+    EncoderFtParams,
+    EncoderParams,
+    ParamsError,
+    parse_params,
+)
 from lorasent.references import ReferenceNotFitted, check_fittable, fit_tfidf_lr
 from lorasent.review.render import references_section
 from lorasent.review.verdict import Side
@@ -24,7 +30,8 @@ TRAIN = [("I love this phone", 2), ("great service, thank you", 2), ("so happy w
          ("the store opens at 9", 1), ("the bus comes at seven", 1)]
 VALIDATION = [("happy with the service", 2), ("broken again", 0), ("opens at 3pm", 1)]
 TEST = ["I love it, great", "worst flight, broken", "the meeting opens at 9", "🙂🙂", "好评"]
-NO_REFERENCE_ENCODER = BaselineParams(encoder=EncoderParams(enabled=False))
+NO_REFERENCE_ENCODER = BaselineParams(encoder=EncoderParams(enabled=False),
+                                      encoder_ft=EncoderFtParams(enabled=False))
 
 
 def _fit(train=TRAIN, validation=VALIDATION, class_weighting="none"):
@@ -79,11 +86,12 @@ def test_a_split_it_cannot_fit_is_said_in_one_line(y, message):
 def test_the_stage_goes_on_when_a_reference_cannot_be_fitted():
     rows = [{"id": str(i), "text": t, "label_id": 0} for i, t in enumerate(["a b", "c d"])]
     found = fit_references(NO_REFERENCE_ENCODER, rows=rows, validation=[], sets={"test": rows},
-                           labels=LABELS, class_weighting="none")
+                           labels=LABELS, class_weighting="none", seed=42)
     assert {name: (r.record, r.note) for name, r in found.items()} == {
         "tfidf_lr": (None, "not fitted: the training rows hold one class ('negative'); a "
                            "classifier needs at least two"),
-        "encoder": (None, "baseline.encoder.enabled: false")}
+        "encoder": (None, "baseline.encoder.enabled: false"),
+        "encoder_ft": (None, "baseline.encoder_ft.enabled: false")}
 
 
 def test_texts_without_word_characters_still_have_character_ngrams():
@@ -104,7 +112,7 @@ def test_references_are_written_per_set_and_score_the_test_rows():
     test = rows([(t, y) for t, y in zip(TEST[:3], [2, 0, 1], strict=True)])
     found = fit_references(NO_REFERENCE_ENCODER, rows=rows(TRAIN), validation=rows(VALIDATION),
                            sets={"test": test, "other": test[:2]}, labels=LABELS,
-                           class_weighting="none")["tfidf_lr"]
+                           class_weighting="none", seed=42)["tfidf_lr"]
     assert found.record is not None and found.record["accuracy"] == 1.0
     assert found.record["test_sets"] == {"other": {"accuracy": 1.0, "macro_f1": 2 / 3}}
     assert found.record["train_rows"] == 9
@@ -133,7 +141,7 @@ def test_naming_a_reference_that_is_off_is_refused():
     with pytest.raises(ParamsError) as err:
         parse_params({**PARAMS, "evaluate": {**PARAMS["evaluate"], "reference": "encoder"},
                       "baseline": {"encoder": {"enabled": False}}})
-    assert "evaluate.reference: 'encoder' names the encoder reference" in str(err.value)
+    assert "evaluate.reference: 'encoder' names the encoder + LR reference" in str(err.value)
 
 
 # 40 rows: the reference right on 20 of them

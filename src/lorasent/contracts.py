@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
@@ -33,6 +33,7 @@ from pydantic_core import PydanticCustomError
 from lorasent.errors import LorasentError
 from lorasent.modes import ModeName
 from lorasent.paths import CALIBRATION_RECORD
+from lorasent.reference_registry import NAMES, SUPERVISED
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -211,14 +212,17 @@ class IntervalMethod(_Contract):
     seed: int          # the bootstrap's own seed (not ``base.seed``)
 
 
-ReferenceName = Literal["majority", "zero_shot", "zero_shot_calibrated", "tfidf_lr", "encoder"]
+# The references trained on the adapter's own rows, in the order sentences try them
+# (lorasent.reference_registry, the one place that lists them).
+SUPERVISED_REFERENCES = NAMES
 # Each reference baseline as sentences and tables name it.
 REFERENCE_NAMES: dict[str, str] = {"majority": "majority-class", "zero_shot": "zero-shot",
                                    "zero_shot_calibrated": "calibrated zero-shot",
-                                   "tfidf_lr": "TF-IDF + LR", "encoder": "encoder + LR"}
-# The references trained on the adapter's own rows (lorasent.references), in the order
-# sentences try them.
-SUPERVISED_REFERENCES = ("tfidf_lr", "encoder")
+                                   **{r.name: r.short for r in SUPERVISED}}
+if TYPE_CHECKING:
+    ReferenceName = str
+else:
+    ReferenceName = Literal[tuple(REFERENCE_NAMES)]
 
 
 class PairedVerdict(_Contract):

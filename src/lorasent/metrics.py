@@ -19,6 +19,7 @@ import numpy.typing as npt
 from sklearn.metrics import accuracy_score, confusion_matrix, precision_recall_fscore_support
 
 from lorasent.errors import LorasentError
+from lorasent.reference_registry import BY_NAME
 from lorasent.tables import spreadsheet_row, spreadsheet_text
 
 # Class ids as callers hold them: a list read from a split, or an array such as
@@ -335,11 +336,6 @@ COLLAPSE_SHARE = 0.9  # one class predicted for at least this share of the rows 
 COLLAPSE_EXCESS = 0.1  # ... and for this much more than its share of the actual rows
 
 
-# How the verdict sentence names a supervised reference (lorasent.references).
-SUPERVISED_NAMES = {"tfidf_lr": "TF-IDF + logistic regression",
-                    "encoder": "a frozen encoder + logistic regression"}
-
-
 def supervised_verdict(name: str, reference: Mapping[str, Any],
                        seconds: float | None = None) -> str:
     """The one sentence a reviewer reads first: the adapter against the supervised
@@ -354,7 +350,7 @@ def supervised_verdict(name: str, reference: Mapping[str, Any],
 
     paired, cost = reference["paired"], reference.get("cost") or {}
     rows = cost.get("train_rows")
-    what = (f"{SUPERVISED_NAMES.get(name, name)} trained on the same "
+    what = (f"{BY_NAME[name].described if name in BY_NAME else name} trained on the same "
             + (f"{rows:,} rows" if rows else "rows"))
     took = f" in {seconds:.0f} s" if seconds is not None else ""
     if not paired:  # one test row: nothing to pair

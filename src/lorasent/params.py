@@ -25,7 +25,7 @@ import re
 import unicodedata
 from datetime import date
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -41,6 +41,7 @@ from pydantic_core import PydanticCustomError
 from lorasent.characters import character_name, invisible_characters
 from lorasent.errors import LorasentError
 from lorasent.modes import MODES, ModeName
+from lorasent.reference_registry import BY_NAME, NAMES
 from lorasent.tables import check_separator, decomposed, label_key, mixed_script, skeleton
 
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -365,6 +366,15 @@ TEST_SET_NAME = re.compile(r"[a-z0-9_-]{1,64}")
 WINDOWS_DEVICE_NAME = re.compile(r"(con|prn|aux|nul|com[0-9]|lpt[0-9])")
 
 
+# evaluate.reference's choices: auto, the references without training, then the
+# supervised ones of the registry (one place: lorasent.reference_registry)
+REFERENCE_CHOICES = ("auto", "zero_shot", "zero_shot_calibrated", "majority", *NAMES)
+if TYPE_CHECKING:
+    ReferenceChoice = str
+else:
+    ReferenceChoice = Literal[REFERENCE_CHOICES]
+
+
 class EvaluateParams(_Section):
     """Scoring batch size, the reference for the relative error reduction and the extra
     labelled test sets scored beside the split's test split (name -> source)."""
@@ -372,8 +382,7 @@ class EvaluateParams(_Section):
     batch_size: PositiveInt
     # auto: the calibrated zero-shot baseline when it beats the uncalibrated one, else
     # the zero-shot one (the majority class in a mode without a zero-shot answer)
-    reference: Literal["auto", "zero_shot", "zero_shot_calibrated", "majority", "tfidf_lr",
-                       "encoder"]
+    reference: ReferenceChoice
     test_sets: dict[str, TestSetParams]
 
     @field_validator("test_sets", mode="before")
@@ -462,13 +471,42 @@ class EncoderParams(_Section):
         return self
 
 
+# A learning rate of a fine-tune: finite, in (0, 1); a grid of them, one to five values.
+LearningRate = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
+LearningRateGrid = Annotated[tuple[LearningRate, ...], Field(min_length=1, max_length=5)]
+
+
+class EncoderFtParams(_Section):
+    """``baseline.encoder_ft``: a small encoder fine-tuned in full with a classification
+    head (``lorasent.finetuned_encoder``), its learning rate and epoch chosen on the
+    validation split."""
+
+    enabled: bool = False  # params.yaml turns it on; a params file without it leaves it off
+    model: str = Field(default="packaged:minilm-l6", min_length=1)
+    learning_rate: LearningRateGrid = (1e-4,)
+    epochs: Annotated[int, Field(ge=1, le=50)] = 5
+    batch_size: Annotated[int, Field(ge=1, le=4096)] = 16
+    max_length: Annotated[int, Field(ge=8, le=512)] = 128
+    weight_decay: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.01
+    warmup_ratio: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.1
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EncoderFtParams:
+        if len(set(self.learning_rate)) != len(self.learning_rate):
+            raise ValueError(f"baseline.encoder_ft.learning_rate: {list(self.learning_rate)} "
+                             "repeats a value; give each learning rate once")
+        return self
+
+
 class BaselineParams(_Section):
     """The supervised references of the baseline stage, trained on the rows the adapter
-    trains on (``lorasent.references``); the majority class and zero-shot baselines
-    need no params."""
+    trains on (``lorasent.references``), one field per entry of
+    ``lorasent.reference_registry.SUPERVISED``, named as it; the majority class and
+    zero-shot baselines need no params."""
 
     tfidf_lr: TfidfLrParams = TfidfLrParams()
     encoder: EncoderParams = EncoderParams()
+    encoder_ft: EncoderFtParams = EncoderFtParams()
 
 
 class Params(_Section):
@@ -490,10 +528,11 @@ class Params(_Section):
             raise ValueError(
                 f"train.eval_strategy: {train.eval_strategy!r} scores the validation split, "
                 "but split.validation_size is 0; set it (e.g. 0.1) or eval_strategy: 'no'")
-        if self.evaluate.reference == "encoder" and not self.baseline.encoder.enabled:
-            raise ValueError("evaluate.reference: 'encoder' names the encoder reference, "
-                             "which baseline.encoder.enabled: false turns off; turn it on "
-                             "or name another reference")
+        named = BY_NAME.get(self.evaluate.reference)
+        if named and named.optional and not getattr(self.baseline, named.name).enabled:
+            raise ValueError(f"evaluate.reference: {named.name!r} names the {named.short} "
+                             f"reference, which baseline.{named.name}.enabled: false turns "
+                             "off; turn it on or name another reference")
         if train.load_best_model_at_end and train.eval_strategy == "no":
             raise ValueError("train.load_best_model_at_end: needs train.eval_strategy: epoch")
         words = self.prompt.label_words

