@@ -11,7 +11,11 @@ of a second, through the flag), with nothing pulled, trained or sent elsewhere.
 from __future__ import annotations
 
 import contextlib
+import io
+import logging
+import random
 import socket
+import string
 import subprocess
 import sys
 import threading
@@ -23,7 +27,14 @@ import dvc.cli  # at collection: `import dvc` binds its log handlers to the stre
 import pytest
 from dvc.data_cloud import DataCloud
 
-from lorasent.addresses import CONNECT_TIMEOUT_ENV, connect_timeout_s, redact
+from conftest import REPO
+from lorasent.addresses import (
+    CONNECT_TIMEOUT_ENV,
+    RedactedError,
+    RedactSecrets,
+    connect_timeout_s,
+    redact,
+)
 from lorasent.errors import LorasentError
 from remote_servers import free_port
 
@@ -91,6 +102,101 @@ def silent() -> Iterator[int]:
 def test_redact_takes_out_passwords_tokens_and_signatures_and_nothing_else(text, shown):
     assert redact(text) == shown
     assert redact(shown) == shown
+
+
+# Issue 70: a password typed unencoded may hold any printable character but a space.
+DELIMITERS = string.punctuation
+
+
+def _passwords(mark: str) -> list[str]:
+    """Passwords that hold ``mark``: inside, at both ends, doubled, beside ``@`` and ``:``,
+    and four random ones (a fixed seed) drawn from every printable character."""
+    draw = random.Random(f"issue-70-{mark}")
+    printable = string.ascii_letters + string.digits + DELIMITERS
+    return [f"pw{mark}k70", f"{mark}pw{mark}", f"pw{mark}{mark}", f"p@w{mark}:70",
+            *(mark + "".join(draw.choice(printable) for _ in range(draw.randint(6, 24)))
+              + mark for _ in range(4))]
+
+
+# (scheme, host, tail): ports, IPv6, paths, queries (one secret parameter) and fragments
+URL_SHAPES = [(scheme, host, tail)
+              for scheme in ("https", "http", "ssh", "s3", "git+ssh")
+              for host in ("example.com", "127.0.0.1:8443", "[::1]:22")
+              for tail in ("", "/srv/store", "/r.git/?n=1&X-Amz-Signature=k70#top",
+                           "?sig=k70", "#frag")]
+
+
+def _shown(scheme: str, user: str, host: str, tail: str) -> str:
+    """The URL as redact shows it: no user info but an SSH login (before the first
+    ``:``), the secret parameters' values ``***``."""
+    login = user.partition(":")[0]
+    kept = f"{login}@" if login and scheme.endswith("ssh") else ""
+    return (f"{scheme}://{kept}{host}"
+            + tail.replace("Signature=k70", "Signature=***").replace("sig=k70", "sig=***"))
+
+
+@pytest.mark.parametrize("mark", list(DELIMITERS))
+def test_a_password_with_any_delimiter_is_never_shown(mark):
+    for password in _passwords(mark):
+        for scheme, host, tail in URL_SHAPES:
+            for user in (f"bob:{password}", f":{password}", password):
+                url, shown = f"{scheme}://{user}@{host}{tail}", _shown(scheme, user, host, tail)
+                for line in ("{}", "fatal: unable to access '{}': error 403",
+                             "run: DVC remote 'store' ({}) refused", '"{}", ssh://a:b@c'):
+                    assert redact(line.format(url)) == (
+                        line.format(shown).replace("a:b@", "a@")), url
+
+
+def test_a_user_info_cut_off_at_its_at_sign_is_hidden_as_no_port():
+    """An unquoted ``#`` in .dvc/config starts a comment: DVC reads
+    ``http://bob:pa#ss@host`` as ``http://bob:pa``, a "port" that is no number."""
+    for text, shown in [("http://bob:pa", "http://bob:***"),
+                        ("run: DVC remote 'store' (http://bob:p4) did", "run: DVC remote "
+                         "'store' (http://bob:***) did"),
+                        ("http://h:8080/x (http://h:80), http://[::1]:22/x",
+                         "http://h:8080/x (http://h:80), http://[::1]:22/x")]:
+        assert (redact(text), redact(shown)) == (shown, shown)
+
+
+CONNECTION_STRINGS = [
+    ("DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=Ab+/k70==;EndpointSuffix=c",
+     "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=***;EndpointSuffix=c"),
+    ("BlobEndpoint=https://acct.blob.core.windows.net/;SharedAccessSignature=sv=2022&ss=b&"
+     "sig=k70%3D", "BlobEndpoint=https://acct.blob.core.windows.net/;"
+     "SharedAccessSignature=***"),
+    ("Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=root;SharedAccessKey=k70=",
+     "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=root;SharedAccessKey=***"),
+    ("Driver={ODBC 18};Server=h;Uid=bob;Pwd={k7;0}}x};Database=d",
+     "Driver={ODBC 18};Server=h;Uid=bob;Pwd=***;Database=d"),
+    ('Server=h;User Id=bob;Password="k7;""0";Pooling=true',
+     "Server=h;User Id=bob;Password=***;Pooling=true"),
+    ("export AZURE_STORAGE_CONNECTION_STRING='AccountName=a;AccountKey=k70'",
+     "export AZURE_STORAGE_CONNECTION_STRING='AccountName=a;AccountKey=***"),
+    ("sas: sv=2022-11-02&ss=b&srt=co&sig=k70%2B&se=2030 (expires)",
+     "sas: sv=2022-11-02&ss=b&srt=co&sig=***&se=2030 (expires)"),
+]
+
+
+@pytest.mark.parametrize(("text", "shown"), CONNECTION_STRINGS)
+def test_the_secret_keys_of_connection_strings_are_hidden(text, shown):
+    assert redact(text) == shown
+    assert redact(shown) == shown
+
+
+@pytest.mark.parametrize("key", ["AccountKey", "SharedAccessSignature", "SharedAccessKey",
+                                 "Password", "Pwd", "accountkey", "PASSWORD"])
+def test_a_connection_strings_secret_with_any_delimiter_is_never_shown(key):
+    for mark in DELIMITERS:
+        for password in _passwords(mark):
+            # a ";" ends an unquoted value, a brace or quote first opens a quoted one;
+            # braces and quotes hold any character
+            plain = ";" not in password and password[0] not in "{\"'"
+            for value in ([password] if plain else []) + [
+                    "{" + password.replace("}", "}}") + "}",
+                    '"' + password.replace('"', '""') + '"',
+                    "'" + password.replace("'", "''") + "'"]:
+                text = f"Server=h;{key}={value};Name=x"
+                assert redact(text) == f"Server=h;{key}=***;Name=x", (key, value)
 
 
 def test_the_connect_timeout_comes_from_the_flag_then_the_environment(monkeypatch):
@@ -184,11 +290,11 @@ def test_the_environment_sets_the_wait_for_make_run(silent, tmp_path, monkeypatc
 def _refusing(error: BaseException):
     """DataCloud.get_remote whose remote's fs raises ``error`` (as a plugin would, its
     message naming the URL it was given)."""
-    def exists(path: str) -> bool:
+    def exists(path: str, **kwargs: object) -> bool:
         raise error
 
     return lambda self, name=None, command="<command>": SimpleNamespace(
-        fs=SimpleNamespace(exists=exists), path="store")
+        fs=SimpleNamespace(exists=exists, fs=SimpleNamespace(exists=exists)), path="store")
 
 
 def _errors() -> dict[str, tuple[BaseException, str]]:
@@ -251,6 +357,138 @@ def test_ssh_to_a_closed_port_names_the_remote_without_its_password(
         f"run: DVC remote 'store' (ssh://bob@127.0.0.1:{port}/s) did not answer: ")
 
 
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_an_http_remote_with_nothing_listening_stops_make_run_in_one_line(
+        scheme, tmp_path, monkeypatch, capsys):
+    """fsspec's HTTP ``exists`` took the refused connection for "no such folder", and
+    the run went on to DVC's own retries without a word."""
+    port = free_port()
+    code, line = _make_run(_project(tmp_path, f"{scheme}://bob:{PASSWORD}@127.0.0.1:{port}/s"),
+                           monkeypatch, capsys)
+    assert code == 1
+    assert line.startswith(f"run: DVC remote 'store' ({scheme}://127.0.0.1:{port}/s) did not "
+                           f"answer: Cannot connect to host 127.0.0.1:{port} ssl:"), line
+    assert line.endswith("; check its URL (port, endpointurl) and that the server runs; "
+                         "nothing was pulled or trained")
+
+
+@pytest.mark.parametrize("status", [b"404 Not Found", b"403 Forbidden", b"200 OK"])
+def test_an_http_remote_that_answers_passes_the_check(status, tmp_path):
+    """Any answer is one: a new remote's folder is missing (404), a server may refuse to
+    list a folder (403) and still serve its files."""
+    from lorasent.run_pipeline import remote_problem
+
+    answer = b"HTTP/1.0 " + status + b"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    with _listening(answer) as port:
+        assert remote_problem(_project(tmp_path, f"http://127.0.0.1:{port}/s"), 5) is None
+
+
+@pytest.mark.parametrize("mark", list("#?/@'"))
+def test_make_runs_remote_check_hides_a_password_with_a_delimiter(
+        mark, tmp_path, monkeypatch, capsys):
+    """The URL as ``dvc remote add`` writes it (quoted), DVC reading it whole."""
+    port, password = free_port(), f"p{mark}{PASSWORD}"
+    url = f"http://bob:{password}@127.0.0.1:{port}/s"
+    code, line = _make_run(_project(tmp_path, f'"{url}"'), monkeypatch, capsys)
+    assert code == 1 and line.startswith(
+        f"run: DVC remote 'store' (http://127.0.0.1:{port}/s) did not answer: "), line
+    assert password not in line and f"p{mark}" not in line
+
+
+def test_a_password_cut_off_by_an_unquoted_hash_is_hidden(tmp_path, monkeypatch, capsys):
+    """Written by hand without quotes, ``#`` starts a comment: DVC reads ``http://bob:p``."""
+    code, line = _make_run(_project(tmp_path, f"http://bob:p4#{PASSWORD}@127.0.0.1:9/s"),
+                           monkeypatch, capsys)
+    assert code == 1 and line.startswith(
+        "run: DVC remote 'store' (http://bob:***) did not answer: "), line
+    assert "p4" not in line
+
+
+def test_dvc_warnings_in_lorasents_process_hide_the_password(monkeypatch, tmp_path):
+    """``make run`` runs ``dvc repro`` in its process: DVC's own warnings (its run-cache
+    warning names the remote's URL) pass through redact while it runs, and only then."""
+    from dvc.logger import ColorFormatter, LoggerHandler
+
+    from lorasent import run_pipeline
+
+    url = f"http://bob:p#{PASSWORD}@127.0.0.1:9/store{QUERY}"
+    shown = "http://127.0.0.1:9/store?X-Amz-Signature=***&X-Amz-Expires=60"
+
+    def repro(argv: list[str]) -> int:
+        logging.getLogger("dvc.repo.reproduce").warning(
+            "Failed to pull run cache: %s", PermissionError(f"403 Forbidden: {url}"))
+        try:
+            try:
+                raise OSError(f"refused at {url}")
+            except OSError as err:
+                raise RuntimeError(f"Cannot connect to {url}") from err
+        except RuntimeError:
+            logging.getLogger("dvc_data.index.fetch").exception("unexpected error")
+        return 0
+
+    monkeypatch.setattr(dvc.cli, "main", repro)
+    monkeypatch.chdir(_project(tmp_path, url))
+    out, traced = io.StringIO(), io.StringIO()
+    handlers = [LoggerHandler(out), LoggerHandler(traced)]
+    handlers[0].setFormatter(ColorFormatter(log_colors=False))
+    handlers[1].setFormatter(ColorFormatter(log_colors=False, show_traceback=True))
+    loggers = [logging.getLogger("dvc"), logging.getLogger("dvc_data")]
+    for logger, handler in zip(loggers, handlers, strict=True):
+        logger.addHandler(handler)
+    before = [list(logger.filters) for logger in loggers]
+    try:
+        assert run_pipeline.reproduce(pull=False) == 0
+        # removed after the run
+        assert [h.filters for h in handlers] == [[], []]
+        assert [logger.filters for logger in loggers] == before
+    finally:
+        for logger, handler in zip(loggers, handlers, strict=True):
+            logger.removeHandler(handler)
+    assert out.getvalue() == (
+        f"WARNING: Failed to pull run cache: 403 Forbidden: {shown}\n")
+    assert traced.getvalue().startswith(
+        f"ERROR: unexpected error - Cannot connect to {shown}: refused at {shown}\n"
+        "Traceback (most recent call last):\n")
+    assert "RedactedError: Cannot connect to " in traced.getvalue()
+    for text in (out.getvalue(), traced.getvalue()):
+        assert PASSWORD not in text and SECRET not in text
+
+
+def test_the_filter_reaches_a_plugin_logger_without_handlers():
+    """A plugin's warning with no handler above it is printed by Python's last-resort
+    handler; and a record whose arguments do not fit its format still hides them."""
+    url = f"http://bob:p?{PASSWORD}@127.0.0.1:9/store"
+    code = ("import logging, sys\n"
+            "from lorasent.addresses import redacted_logs\n"
+            "with redacted_logs(['dvc_http']):\n"
+            "    logging.getLogger('dvc_http.spec').warning('GET %s: 401', sys.argv[1])\n"
+            "    logging.getLogger('dvc_http').warning('no fit %d', sys.argv[1])\n")
+    done = subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True,
+                          check=True, env={"PYTHONPATH": str(REPO / "src")})
+    assert done.stderr == ("GET http://127.0.0.1:9/store: 401\n"
+                           "no fit %d ('http://127.0.0.1:9/store',)\n")
+
+
+def test_an_exception_stand_in_keeps_the_chain_without_secrets():
+    url = f"https://bob:{PASSWORD}@h/x"
+    try:
+        try:
+            raise KeyError(url)
+        except KeyError:
+            raise ValueError(f"at {url}") from None
+    except ValueError as err:
+        caught = err
+        record = logging.LogRecord("dvc", logging.ERROR, __file__, 1, "failed %s", (url,),
+                                   sys.exc_info())
+    assert RedactSecrets().filter(record)
+    assert record.exc_info is not None
+    stand_in = record.exc_info[1]
+    assert (record.getMessage(), str(stand_in)) == ("failed https://h/x", "at https://h/x")
+    assert isinstance(stand_in, RedactedError) and stand_in.__suppress_context__
+    assert str(stand_in.__context__) == "'https://h/x'"
+    assert stand_in.__traceback__ is caught.__traceback__
+
+
 def test_the_damaged_pull_line_names_the_remote_without_its_secrets():
     from lorasent.run_pipeline import Damaged, damage_message
 
@@ -296,10 +534,16 @@ def test_a_git_remote_that_never_answers_is_named_once_the_wait_passes(
     assert PASSWORD not in str(err.value) and SECRET not in str(err.value)
 
 
-def test_a_git_remote_that_refuses_is_named_without_its_secrets(tmp_path):
+@pytest.mark.parametrize("mark", ["", *"#?/@'\""])
+def test_a_git_remote_that_refuses_is_named_without_its_secrets(mark, tmp_path):
+    """git's own last line may name the URL with a password it did not parse
+    (``http://bob:pw/k70@...``)."""
     from lorasent.experiments.repo_checks import _on_git_remote
 
-    url = f"http://bob:{PASSWORD}@127.0.0.1:{free_port()}/repo.git{QUERY}"
+    port = free_port()
+    url = f"http://bob:p{mark}{PASSWORD}@127.0.0.1:{port}/repo.git{QUERY}"
+    assert redact(url) == (f"http://127.0.0.1:{port}/repo.git?X-Amz-Signature=***"
+                           "&X-Amz-Expires=60")
     commit = _git_repo(tmp_path / "repo", url)
     with pytest.raises(LorasentError) as err:
         _on_git_remote(tmp_path / "repo", "origin", commit, "learning-curve", 5)

@@ -27,6 +27,8 @@ from lorasent.params import read_yaml
 
 PACKAGES = ("commands", "stages", "training", "tools", "review", "experiments")
 TOP = "cli"
+# `python -m lorasent`: the entry point too, the one module that imports cli.
+MAIN = "__main__"
 STAGE_COMMANDS = "commands.stages"
 # The one module outside training/ that imports it: the train stage's recipe.
 TRAINING_USER = "stages.train"
@@ -64,7 +66,7 @@ def layer(module: str) -> str:
     """``cli``, ``commands``, ``stages``, ``training``, ``tools``, ``review``,
     ``experiments`` or ``core``."""
     first = module.split(".")[0]
-    return first if module == TOP or first in PACKAGES else "core"
+    return TOP if module == MAIN else first if module == TOP or first in PACKAGES else "core"
 
 
 def broken_rule(importer: str, imported: str) -> str | None:
@@ -74,7 +76,10 @@ def broken_rule(importer: str, imported: str) -> str | None:
     if importer in PACKAGES:
         return f"{importer}/__init__.py holds only its docstring: a package imports nothing"
     if imported == TOP:
-        return "nothing imports cli: it is the entry point, the top of the graph"
+        if importer == MAIN:
+            return None
+        return ("nothing imports cli but __main__ (python -m lorasent): it is the entry "
+                "point, the top of the graph")
     if importer == STAGE_COMMANDS and layer(imported) not in {"core", "stages"}:
         return (f"the stages' commands import {imported}; commands.stages may import the "
                 "core and stages/ only (it is the one command module in the stages' deps)")
@@ -206,6 +211,8 @@ def test_a_stage_that_imports_another_stage_is_one_line_naming_it():
     ("tools.predict", "cli", "nothing imports cli"),
     ("stages.train", "commands.stages", "a stage imports a command (commands.stages)"),
     ("cli", "stages.train", "cli imports a stage (stages.train); cli may import commands/ only"),
+    ("__main__", "stages.split", "cli imports a stage (stages.split); cli may import "
+                                 "commands/ only"),
     ("commands.stages", "commands.options", "commands.stages may import the core and "
                                             "stages/ only"),
     ("commands.stages", "tools.predict", "the stages' commands import tools.predict"),
@@ -249,7 +256,7 @@ def test_what_each_rule_refuses(importer, imported, rule):
     ("training.checkpoints", "atomic"),
     ("commands.experiments", "experiments.sweep"), ("experiments.learning_curve", "review.render"),
     ("experiments.sweep", "experiments.grid"), ("experiments.task", "processes"),
-    ("git", "processes"),
+    ("git", "processes"), ("__main__", "cli"),
     *EXCEPTIONS])
 def test_what_the_rules_allow(importer, imported):
     assert broken_rule(importer, imported) is None

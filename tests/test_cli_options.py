@@ -2,10 +2,15 @@
 line is parsed, in one line (issue 62, kind 5): ``queue --random-share nan`` crashed after
 the pool was scored, ``learning-curve --project-to inf`` wrote ``+nan [+nan, +nan]``."""
 
+import os
+import subprocess
+import sys
+
 import click
 import pytest
 from click.testing import CliRunner
 
+from conftest import REPO
 from lorasent.cli import main
 from lorasent.commands.options import FiniteFloat
 
@@ -88,3 +93,16 @@ def test_the_tools_float_options_refuse_a_non_finite_value(value, capsys):
         f"bench: error: argument --peak-tflops: {value!r} is not a finite number (nan and "
         "inf are refused)")
     assert finite_float("989") == 989.0
+
+
+def test_python_dash_m_lorasent_runs_the_command_group():
+    """``python -m lorasent`` (issue 70: no ``__main__``) runs the group of the
+    ``lorasent`` script, every command listed."""
+    done = subprocess.run([sys.executable, "-m", "lorasent", "--help"], capture_output=True,
+                          text=True, cwd=REPO, env={**os.environ, "COLUMNS": "80",
+                                                    "PYTHONPATH": str(REPO / "src")})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "Usage: python -m lorasent [OPTIONS] COMMAND [ARGS]..."
+    listed = lines[lines.index("Commands:") + 1:]
+    assert [line.split()[0] for line in listed] == sorted(main.commands)

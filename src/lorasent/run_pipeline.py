@@ -57,6 +57,7 @@ from lorasent.addresses import (
     NoAnswer,
     connect_timeout_s,
     redact,
+    redacted_logs,
     within,
 )
 
@@ -71,6 +72,12 @@ PULLING = "Pulling data for %s"
 RESTORED = "Stage '%s' is cached - skipping run, checking out outputs"
 # The loggers they come from (dvc.data_cloud, dvc.stage and its child dvc.stage.run).
 DVC_LOGGERS = ("dvc.data_cloud", "dvc.stage")
+# The loggers of DVC (the three its handlers print: dvc.logger.setup), of its remote
+# plugins and of the filesystems under them: their records pass through
+# lorasent.addresses.redact while DVC runs here (a warning may name a remote's URL with
+# its password: "Failed to pull run cache: ...").
+DVC_PLUGIN_LOGGERS = ("dvc", "dvc_objects", "dvc_data", "dvc_http", "dvc_s3", "dvc_ssh",
+                      "fsspec", "s3fs", "sshfs", "asyncssh", "aiohttp", "botocore")
 
 NOT_ON_REMOTE = ("run: DVC's 'Missing cache files' and 'Unable to pull data' warnings (above, "
                  "and any for a later stage) mean that the DVC remote does not hold these "
@@ -351,7 +358,10 @@ def _remote_problem(root: Path, timeout_s: float) -> str | None:
 
         def ask() -> None:
             remote = repo.cloud.get_remote(name)
-            remote.fs.exists(remote.path)
+            if scheme in ("http", "https"):
+                http_answers(remote.fs.fs, remote.path)
+            else:
+                remote.fs.exists(remote.path)
 
         try:
             within(ask, timeout_s)
@@ -382,6 +392,23 @@ def _remote_problem(root: Path, timeout_s: float) -> str | None:
     return None
 
 
+def http_answers(fs: Any, path: str) -> None:
+    """Ask an HTTP remote's server for ``path`` (fsspec's ``HTTPFileSystem``, under
+    dvc-http): any answer, a 404 or a 403 too, is one. fsspec's ``exists`` alone takes
+    a refused connection for "no such file" (False), and ``make run`` would go on to
+    DVC's own retries; ``strict=True`` raises it instead.
+
+    Raises:
+        aiohttp.ClientError: no answer came (refused, reset, an unknown host...).
+    """
+    from aiohttp import ClientResponseError
+
+    try:
+        fs.exists(path, strict=True)
+    except ClientResponseError:  # an HTTP status other than 404: the server answers
+        pass
+
+
 def no_credentials(err: BaseException) -> bool:
     """botocore found no credentials, or half of them, anywhere it looks (the remote's
     config, the environment, ``~/.aws``): the S3 remote was never asked. A machine of a
@@ -405,7 +432,9 @@ def reproduce(pull: bool, connect_timeout: float | None = None) -> int:
     """``dvc repro`` (``--pull``) in this process, :data:`NOT_ON_REMOTE` after DVC's
     first warning that the remote lacks a stage's outputs, the check of what DVC pulled
     or checked out (:func:`check_checked_out`), and :func:`closing_hint` after a run that
-    succeeded (none when git cannot tell what changed).
+    succeeded (none when git cannot tell what changed). Throughout, the records of DVC
+    and its plugins (:data:`DVC_PLUGIN_LOGGERS`) pass through
+    :func:`lorasent.addresses.redact` (:func:`lorasent.addresses.redacted_logs`).
 
     ``connect_timeout``: the seconds the remote gets to connect and answer the check
     (None: ``LORASENT_CONNECT_TIMEOUT``, else 10).
@@ -416,6 +445,11 @@ def reproduce(pull: bool, connect_timeout: float | None = None) -> int:
         ``LORASENT_CONNECT_TIMEOUT`` that is no number of seconds) or a file DVC pulled
         or checked out is damaged (after saying which); else DVC's exit status.
     """
+    with redacted_logs(DVC_PLUGIN_LOGGERS):
+        return _reproduce(pull, connect_timeout)
+
+
+def _reproduce(pull: bool, connect_timeout: float | None) -> int:
     from dvc.cli import main as dvc_main
 
     from lorasent.errors import LorasentError
