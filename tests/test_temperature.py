@@ -18,7 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import train_in
-from lorasent.atomic import atomic_write_text, jsonl_text, read_json
+from lorasent import environment
+from lorasent.atomic import atomic_write_text, jsonl_text, read_json, read_jsonl
 from lorasent.calibration import (
     CONFIDENCE_GRID,
     NO_VALIDATION_NOTE,
@@ -45,7 +46,7 @@ from lorasent.params import parse_params
 from lorasent.scoring import score_texts
 from lorasent.tools.predict import NotFiniteError, predict, restore_adapter, written_by_predict
 from test_contracts import round_trip
-from test_train_recipe import LABELS, PARAMS, ROWS
+from test_train_recipe import LABELS, PARAMS, ROWS, SEQ_CLS
 
 RAW = {**PARAMS, "train": {**PARAMS["train"], "max_steps": 2, "eval_strategy": "no",
                            "save_steps": 0}}
@@ -139,6 +140,51 @@ def test_calibration_json_holds_the_temperature_fitted_on_the_validation_scores(
     assert provenance["temperature"] == temperature
     assert provenance["inputs"]["validation.jsonl"] == sha256_file(
         run / "split" / "validation.jsonl")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("mode", ["generative", "seq_cls"])
+def test_the_temperature_is_fitted_on_the_scores_evaluate_and_predict_give(
+        tiny_base, tmp_path, monkeypatch, mode, precision):
+    """Issue 70: after a bf16 training on a CPU the validation split was scored under the
+    training's autocast, so the temperature and calibration.json's numbers described bf16
+    scores that evaluate and predict (fp32) never give (its NLL after scaling 6e-3 from
+    predict's on the same rows). Trained one step in each precision and mode (on a CPU
+    made to list avx512_bf16): the scores the temperature is fitted on are, bit for bit,
+    those of evaluate's model (base + the saved adapter, loaded as evaluate loads it) on
+    the same rows in the same batches; calibration.json is their record; and predict's
+    probabilities, in its own batches of 16, give its NLL after scaling to 1e-6."""
+    monkeypatch.setattr(environment, "cpu_bf16_flags", lambda *a: ["avx512_bf16"])
+    fitted: list[np.ndarray] = []
+
+    def fit(scores: np.ndarray, y: Any) -> TemperatureScaling:
+        fitted.append(np.array(scores, copy=True))
+        return temperature_scaling(scores, y)
+
+    monkeypatch.setattr("lorasent.stages.train.temperature_scaling", fit)
+    split = _split(tmp_path / "split", validation=True)
+    train = {**RAW["train"], **(SEQ_CLS if mode == "seq_cls" else {}), "max_steps": 1,
+             "warmup_ratio": 0.0}  # no warmup: the one step moves the adapter
+    params = parse_params({**RAW, "base": {**RAW["base"], "precision": precision},
+                           "train": train})
+    train_in(tmp_path, params, tiny_base, split)
+    assert read_json(tmp_path / "provenance" / "train.json")["compute_dtype"] == precision
+    rows = read_jsonl(split / "validation.jsonl")
+    texts, y = [r["text"] for r in rows], [r["label_id"] for r in rows]
+    model, encoder, _, _ = load_trained_model(tmp_path / "adapter", tiny_base)
+    assert any(p.abs().sum() > 0 for name, p in model.named_parameters() if "lora_B" in name)
+    scores = score_texts(model, encoder, texts, params.train.per_device_train_batch_size)
+    assert len(fitted) == 1
+    np.testing.assert_array_equal(fitted[0], scores)
+    found = _calibration(tmp_path)
+    assert found == dump(temperature_scaling(scores, y))
+    temperature = found["temperature"]
+    assert temperature is not None
+    assert found["nll_after"] == nll(y, apply_temperature(scores, temperature))
+    predicted = predict(model, encoder, LABELS, texts, 16, temperature=temperature)
+    probs = np.array([[p.probabilities[label] for label in LABELS]  # type: ignore[index]
+                      for p in predicted])
+    assert nll(y, probs) == pytest.approx(found["nll_after"], abs=1e-6)
 
 
 def test_no_validation_rows_write_the_same_shape_and_the_same_adapter(run, tiny_base, tmp_path):

@@ -16,7 +16,8 @@ exactly the bf16 values it read before (autocast rounds fp32 to bf16 the same wa
 ``Tensor.to``), so the losses, gradients and trained adapter are those of plain
 autocast, bit for bit; the trainable weights (LoRA's, a seq_cls head), the norms, the
 embedding lookup and AdamW's state stay fp32. Scoring after training (the validation
-split's temperature) runs on the fp32 originals again, as the evaluate stage does.
+split's temperature) runs on the fp32 originals again, without autocast (the train
+stage takes accelerate's off the model first), as the evaluate stage does.
 """
 
 from __future__ import annotations

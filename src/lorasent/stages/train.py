@@ -33,7 +33,8 @@ Trainer's schedule counts the optimiser steps of that batch. Only the main proce
 writes.
 
 After training, the validation split's rows (whatever ``train.eval_strategy``) are
-scored by the trained model as the evaluate stage scores the test split, and one
+scored by the trained model as the evaluate stage scores the test split (without the
+training's autocast: in fp32 on a CPU whatever ``base.precision``), and one
 temperature is fitted on them (temperature scaling, Guo et al. 2017:
 :func:`lorasent.calibration.temperature_scaling`), which ``lorasent predict`` divides the
 scores by.
@@ -299,6 +300,7 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
             if main:  # Trainer makes the folder even when it saves nothing
                 with contextlib.suppress(OSError):
                     checkpoint_dir.rmdir()
+        _end_autocast(trainer, model)  # from here on it scores as evaluate's model does
         scaling = _save_adapter(  # RNG step 7
             trainer=trainer, model=model, record=record, adapter_dir=adapter_dir, main=main,
             validation=data.calibration, encoder=encoder,
@@ -559,6 +561,25 @@ def _frozen_in_compute_dtype(model: torch.nn.Module, dtype: torch.dtype,
     return FrozenWeightsIn(model, dtype)
 
 
+def _end_autocast(trainer: LorasentTrainer, model: PeftModel) -> None:
+    """Take the training's mixed precision off ``model`` (in place), so that it scores
+    as the evaluate stage's model, base + the saved adapter, does.
+
+    With ``bf16``/``fp16`` the Trainer's accelerator wrapped ``model.forward`` in
+    ``torch.autocast`` (``Accelerator.prepare_model``), and the wrapper outlives the
+    training; evaluate and predict score without autocast, on the weights as loaded
+    (fp32 on a CPU: :func:`lorasent.environment.compute_dtype`). Left on, the
+    validation scores the temperature is fitted on were bf16 products, and
+    ``calibration.json`` described scores that evaluate and predict never produce.
+    ``Accelerator.unwrap_model(keep_fp32_wrapper=False)`` restores the original
+    forward (a no-op for an fp32 training); ``model`` is the peft model itself, never a
+    DDP or FSDP wrapper, so a launched run's ``trainer.model`` keeps its wrapper and
+    scores through it. The frozen weights are fp32 again already: the
+    :class:`lorasent.frozen_weights.FrozenWeightsIn` copies are left with the training.
+    """
+    trainer.accelerator.unwrap_model(model, keep_fp32_wrapper=False)
+
+
 def _save_adapter(*, trainer: LorasentTrainer, model: PeftModel, record: AdapterRecord,
                   adapter_dir: Path, main: bool, validation: list[dict[str, Any]],
                   encoder: Encoder, batch_size: int) -> TemperatureScaling:
@@ -595,8 +616,9 @@ def _fit_on_validation(*, model: torch.nn.Module, encoder: Encoder,
     """:func:`lorasent.calibration.temperature_scaling` of ``rows`` (the validation
     split), scored by ``model``
     in eval mode ``batch_size`` texts at a time, as the evaluate stage scores the test
-    split (:func:`lorasent.scoring.score_texts`); every process of a launched run
-    takes part. The model is left in eval mode."""
+    split (:func:`lorasent.scoring.score_texts`, with the training's autocast taken off
+    by :func:`_end_autocast`); every process of a launched run takes part. The model is
+    left in eval mode."""
     if not rows:
         return temperature_scaling(np.zeros((0, encoder.num_labels)), [])
     model.eval()
