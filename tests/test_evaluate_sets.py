@@ -296,3 +296,39 @@ def test_the_stage_writes_each_sets_metrics_and_files(evaluated):
     assert [line.split(":")[0] for line in summary[:4]] == ["test split", "test split", "extra",
                                                             "Details"]
     assert summary[0].startswith("test split: the adapter: ")
+
+
+@pytest.mark.parametrize("n", [2, 48, 300])
+def test_the_adapter_s_intervals_do_not_move_when_a_reference_is_added_removed_or_ties(n):
+    """Issue 70: the adapter's accuracy and macro-F1 intervals are its own, whichever
+    reference the headline takes: the same predictions with the references removed, one
+    added (a supervised one that becomes the headline's), or tied with another give the
+    same bounds; only the relative error reduction's follow the reference."""
+    rng = np.random.default_rng(n)
+    y = rng.integers(0, 3, n)
+    predicted = np.where(rng.random(n) < 0.6, y, rng.integers(0, 3, n))
+    scores = np.log(np.full((n, 3), 0.1) + 0.7 * np.eye(3)[predicted]).astype(np.float32)
+    zero_shot = np.where(rng.random(n) < 0.3, y, rng.integers(0, 3, n))
+    strong = np.where(rng.random(n) < 0.8, y, rng.integers(0, 3, n))
+    variants = {
+        "majority alone": {"majority": np.zeros(n, dtype=np.int64)},
+        "zero-shot": {"majority": np.zeros(n, dtype=np.int64), "zero_shot": zero_shot},
+        "a stronger one added": {"majority": np.zeros(n, dtype=np.int64),
+                                 "zero_shot": zero_shot, "tfidf_lr": strong},
+        "two tied": {"majority": np.zeros(n, dtype=np.int64), "zero_shot": strong,
+                     "tfidf_lr": strong[::-1].copy()},
+        "the adapter itself": {"majority": np.zeros(n, dtype=np.int64),
+                               "zero_shot_calibrated": predicted.copy()}}
+    keys = [f"{name}_ci95_{end}" for name in ("accuracy", "macro_f1") for end in ("low", "high")]
+    found = {}
+    for variant, references in variants.items():
+        s = ScoredSet("set", [f"r{i}" for i in range(n)], y, scores,
+                      {"zero_shot": None, "zero_shot_calibrated": None, **references}, None, {})
+        metrics, _ = _set_metrics(s, labels=LABELS, wanted="auto", scaling=None,
+                                  majority_class="negative", issues_file="f.csv")
+        found[variant] = {key: metrics[key] for key in keys}
+        chosen = metrics["references"][metrics["reference"]]
+        assert [metrics[f"relative_error_reduction_ci95_{end}"] for end in ("low", "high")] == [
+            chosen[f"relative_error_reduction_ci95_{end}"] for end in ("low", "high")]
+    assert all(bounds == found["majority alone"] for bounds in found.values()), found
+    assert all(value is not None for value in found["majority alone"].values())

@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from lorasent.calibration import reliability_bins, risk_coverage
 from lorasent.contracts import EvalMetrics
 from lorasent.review.collect import Comparison
@@ -218,3 +220,55 @@ def test_the_comment_has_one_line_per_test_set():
         "- news (20 rows): no detectable difference, Δ accuracy +0.000 [+0.000, +0.000]", ""]
     at = lines.index("| Δ macro-F1 | +0.300 | [+0.171, +0.451] |")
     assert lines[at + 1:at + 4] == _deltas(REVIEW.calibration)
+
+
+@pytest.mark.parametrize("rows", [40, 10_000, 10_001, 30_000, 100_000, 10**6])
+def test_a_set_of_fewer_resamples_says_how_many_wherever_its_intervals_are_printed(
+        rows, tmp_path, monkeypatch):
+    """Issue 70: above 10,000 rows a set's intervals draw fewer resamples
+    (``resamples_for``), and every place that prints them says how many: the evaluate
+    stage's line, ``lorasent metrics``' line of an extra set (under a header that names
+    the test split's), the report's and the comment's notes under a metrics table, the
+    paired table's interval column and the verdict's sentence; nothing where a set drew
+    all 10,000."""
+    from click.testing import CliRunner
+
+    from lorasent.commands.project import metrics
+    from lorasent.contracts import SetMetrics
+    from lorasent.review import collect
+    from lorasent.review.render import paired_table, resample_notes
+    from lorasent.review.verdict import measured_text
+    from lorasent.stages.evaluate import _headline
+    from lorasent.statistics import PairedComparison, interval_method, resamples_for
+
+    fewer = resamples_for(rows) < 10_000
+    said = f"{resamples_for(rows):,} resamples"
+    assert fewer == (rows > 10_000)
+    big = _metrics(0.7, rows, None, intervals=interval_method(rows))
+    assert (said in _headline(SetMetrics.model_validate(big))) == fewer
+    notes = resample_notes([big, None])
+    assert notes == (["", f"A's 95% intervals on this set: {said} (above 10,000 rows, "
+                          "`lorasent.statistics.resamples_for`)."] if fewer else [])
+    assert interval_notes((big, None))[:len(notes)] == notes
+    paired = PairedComparison(
+        rows=rows, accuracy=(0.6, 0.7), macro_f1=(0.6, 0.7), delta_accuracy=0.1,
+        delta_accuracy_ci=(0.05, 0.15), delta_macro_f1=0.1, delta_macro_f1_ci=(0.05, 0.15),
+        only_b_right=20, only_a_right=2, p_value=0.001, flips={})
+    assert paired_table(paired)[0] == ("| B − A | value | paired bootstrap 95% interval"
+                                       + (f" ({said})" if fewer else "") + " |")
+    assert measured_text(paired).endswith(f"(paired intervals of {said})" if fewer
+                                          else "macro-F1 +0.100 [+0.050, +0.150]")
+    # lorasent metrics: each set's count where it is not the header's (the test split's)
+    for split_rows in (600, 100_000):
+        top = _metrics(0.7, split_rows, None, intervals=interval_method(split_rows),
+                       test_sets={"big": {**big, **NEWS}})
+        (tmp_path / "metrics").mkdir(exist_ok=True)
+        (tmp_path / "metrics/eval.json").write_text(json.dumps(top), encoding="utf-8")
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setattr(collect, "workspace_staleness", lambda: None)
+        result = CliRunner().invoke(metrics, [])
+        assert result.exit_code == 0, result.output
+        line = next(line for line in result.output.splitlines() if line.startswith("test set"))
+        other = resamples_for(rows) != resamples_for(split_rows)
+        assert line == (f"test set big (news.csv): {rows} rows"
+                        + (f"; [95% interval: {said}]" if other else ""))

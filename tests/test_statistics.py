@@ -214,8 +214,8 @@ def test_above_the_rows_for_all_resamples_the_draws_are_the_first_of_the_same_st
 
 def test_intervals_drawn_row_by_row_are_the_percentiles_of_the_seed_s_own_resamples():
     """Many cells (20 classes, 300 rows): the rows are drawn one by one, and the bounds are
-    exactly the 2.5% and 97.5% percentiles of those resamples' accuracy and macro-F1
-    (whole-number counts: no rounding apart)."""
+    exactly the 2.5% and 97.5% order statistics of those resamples' accuracy and macro-F1
+    (whole-number counts: no rounding apart): values of the resamples, not between two."""
     rng = np.random.default_rng(3)
     y = rng.integers(0, 20, 300)
     pred = np.where(rng.random(300) < 0.5, y, rng.integers(0, 20, 300))
@@ -226,8 +226,10 @@ def test_intervals_drawn_row_by_row_are_the_percentiles_of_the_seed_s_own_resamp
     f1 = macro_f1(cell[0], cell[1], 20, drawn)
     found = intervals(y, pred, 20)
     for name, values in (("accuracy", acc), ("macro_f1", f1)):
-        low, high = np.percentile(values, [2.5, 97.5])
+        low = np.quantile(values, 0.025, method="lower")
+        high = np.quantile(values, 0.975, method="higher")
         assert (found[f"{name}_ci95_low"], found[f"{name}_ci95_high"]) == (low, high), name
+        assert np.sort(values)[[249, 9_750]].tolist() == [low, high], name
 
 
 def test_the_committed_run_s_intervals_move_less_than_0_005():
@@ -364,3 +366,83 @@ def test_the_tally_of_resampled_cells_is_accuracy_and_macro_f1_of_them(actual, p
     found = intervals(actual, predicted, 3)
     low, high = found["accuracy_ci95_low"], found["accuracy_ci95_high"]
     assert low is not None and high is not None and low <= share <= high
+
+
+def _every_resample(k, *columns):
+    """Every resample's accuracy and macro-F1 of ``columns[1]`` (and, given a third
+    column, the relative error reduction against it), recomputed from the seed's own
+    draws of the cells the intervals draw: the values a bound must be one of."""
+    cell, counts = statistics._as_drawn(*cells(*columns))
+    weights = np.concatenate(list(resampled_counts(counts)))
+    rows = weights.sum(axis=1)
+    acc = weights @ (cell[0] == cell[1]).astype(np.float64) / rows
+    found = {"accuracy": acc, "macro_f1": macro_f1(cell[0], cell[1], k, weights)}
+    if len(columns) == 3:
+        ref = weights @ (cell[0] == cell[2]).astype(np.float64) / rows
+        with np.errstate(divide="ignore", invalid="ignore"):
+            found["relative_error_reduction"] = np.where(ref < 1, (acc - ref) / (1 - ref),
+                                                         np.nan)
+    return found
+
+
+@pytest.mark.parametrize("n", [*range(1, 61), 10_001, 25_000, 100_000])
+def test_every_bound_is_a_value_some_resample_takes(n):
+    """Issue 70: no bound interpolated between two resamples (0.2911 on 48 rows is
+    neither 13/48 nor 14/48). Over many sizes, 2 to 5 classes, 10,000 resamples or
+    fewer (above 10,000 rows): an accuracy bound is k/N, and every bound, the macro-F1's
+    and the relative error reduction's too, is the value of one of the seed's resamples,
+    the 2.5% and 97.5% order statistics of them."""
+    k = 2 + n % 4
+    rng = np.random.default_rng(n)
+    y = rng.integers(0, k, n)
+    pred = np.where(rng.random(n) < 0.6, y, rng.integers(0, k, n))
+    reference = np.where(rng.random(n) < 0.4, y, rng.integers(0, k, n))
+    found = intervals(y, pred, k, reference)
+    values = {**_every_resample(k, y, pred),
+              "relative_error_reduction": _every_resample(k, y, pred, reference)[
+                  "relative_error_reduction"]}
+    assert len(values["accuracy"]) == resamples_for(n)
+    for end in ("low", "high"):
+        bound = found[f"accuracy_ci95_{end}"]
+        assert bound is not None and bound == round(bound * n) / n, (end, bound)
+    for name, resampled in values.items():
+        if np.isnan(resampled).any():  # a resample whose reference makes no errors
+            assert found[f"{name}_ci95_low"] is found[f"{name}_ci95_high"] is None
+            continue
+        ordered = np.sort(resampled)
+        b = len(ordered)
+        assert [found[f"{name}_ci95_low"], found[f"{name}_ci95_high"]] == [
+            ordered[int(np.floor(0.025 * (b - 1)))], ordered[int(np.ceil(0.975 * (b - 1)))]
+        ], name
+
+
+@pytest.mark.parametrize("b", [1, 2, 3, 39, 40, 41, 999, 1_000, 3_333, 10_000])
+def test_a_percentile_interval_takes_its_bounds_from_the_values(b):
+    """Property, on random values with ties: each bound is one of the B values, and the
+    interval holds numpy's interpolated percentiles (never narrower)."""
+    rng = np.random.default_rng(b)
+    values = np.round(rng.normal(size=(3, b)), 2)
+    low, high = statistics.percentile_interval(values)
+    interpolated = np.percentile(values, [2.5, 97.5], axis=-1)
+    for row, lo, hi, (p_lo, p_hi) in zip(values, low, high, interpolated.T, strict=True):
+        assert lo in row and hi in row
+        assert lo <= p_lo <= p_hi <= hi
+
+
+@pytest.mark.parametrize("n", [2, 7, 30, 48, 600, 12_000])
+def test_the_adapter_s_intervals_do_not_move_with_its_reference(n):
+    """Issue 70: accuracy and macro-F1's intervals are drawn from their own resamples:
+    the same predictions give the same bounds with no reference, a reference, another,
+    a tied one (as right as the adapter, or the adapter itself) and a perfect one."""
+    rng = np.random.default_rng(n)
+    y = rng.integers(0, 3, n)
+    pred = np.where(rng.random(n) < 0.6, y, rng.integers(0, 3, n))
+    alone = intervals(y, pred, 3)
+    assert set(alone) == {"accuracy_ci95_low", "accuracy_ci95_high", "macro_f1_ci95_low",
+                          "macro_f1_ci95_high"}
+    tied = np.where(pred == y, (y + 1) % 3, y)[::-1]  # right as often, elsewhere: no
+    references = [np.zeros(n, dtype=np.int64), rng.integers(0, 3, n), pred, y,
+                  np.where(pred == y, y, (y + 1) % 3), tied]
+    for i, reference in enumerate(references):
+        found = intervals(y, pred, 3, reference)
+        assert {key: found[key] for key in alone} == alone, i

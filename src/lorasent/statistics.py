@@ -9,10 +9,13 @@ Resampling is numpy's (``Generator.multinomial``), tests are ``scipy.stats``'
   resample is drawn as counts (:func:`resampled_counts`): one multinomial draw of the N
   rows over the observed (actual, predicted[, reference or other side]) cells, at most
   K^3 of them, so its cost does not grow with N (row by row where the cells are many,
-  the draws kept for the next interval over as many rows). Accuracy,
-  macro-F1 and the relative error reduction are computed on the *same* resampled rows;
-  the relative error reduction's reference is recomputed on those rows too (paired with
-  the reference's predictions), so its interval carries the reference's noise as well.
+  the draws kept for the next interval over as many rows). Each bound is an order
+  statistic of the resamples' values (:func:`percentile_interval`), never a value
+  between two of them: an accuracy bound is k/N. Accuracy and macro-F1 are computed on
+  the same resamples of the (actual, predicted) cells, whatever reference the set has;
+  the relative error reduction (:func:`reduction_interval`) on resamples of its own
+  (actual, predicted, reference) cells, the reference's accuracy recomputed on the
+  same resampled rows as the adapter's, so its interval carries both sides' noise.
 - **Paired comparison** (:func:`paired_comparison`): two classifiers scored on the same
   rows. Δ accuracy and Δ macro-F1 get a paired-bootstrap interval; McNemar's exact test
   (a two-sided binomial test on the rows where exactly one of the two is right,
@@ -108,6 +111,15 @@ def fewer_text(rows: int) -> str:
             f"(rounded down, at least {MIN_RESAMPLES:,}), not {RESAMPLES:,}, so that an "
             f"interval draws about {ROW_DRAWS:,} rows: {resamples_for(rows):,} for these "
             f"{rows:,} rows")
+
+
+def resamples_said(resamples: int | None, named: int = RESAMPLES) -> str:
+    """``"1,000 resamples"``: a set's resample count (``intervals.resamples``,
+    :func:`resamples_for`), for every place that prints its intervals, where it is not
+    ``named``, the count the reader is told or assumes (:data:`RESAMPLES`, or the one a
+    header above gives); empty where it is, or where the record does not say (None: a
+    file from before ``intervals``)."""
+    return "" if resamples is None or resamples == named else f"{resamples:,} resamples"
 
 
 def method_text(cells: str, rows: int = 1) -> str:
@@ -243,9 +255,19 @@ def resampled_counts(counts: np.ndarray, rng: np.random.Generator | None = None
 
 def percentile_interval(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The :data:`CONFIDENCE` percentile interval of resampled values ``(M, B)``: two
-    ``(M,)`` float arrays; NaN where some resample is NaN (callers make it None)."""
-    tail = (1 - CONFIDENCE) / 2 * 100
-    low, high = np.percentile(values, [tail, 100 - tail], axis=-1)
+    ``(M,)`` float arrays; NaN where some resample is NaN (callers make it None).
+
+    Each bound is one of the B values, an order statistic, never interpolated between
+    two (issue 70): the low bound ``numpy.quantile(method="lower")`` of the 2.5%
+    quantile, the high bound ``method="higher"`` of the 97.5% (the sorted values'
+    position ``q (B - 1)`` of numpy's linear default, rounded down, and up): of 10,000
+    resamples the 250th from each end (0-based 249 and 9,750), of 1,000 the 25th. So
+    every bound is a value some resample takes (an accuracy bound is k/N), and the
+    interval holds the interpolated one (``numpy.percentile``'s linear default).
+    """
+    tail = (1 - CONFIDENCE) / 2
+    low = np.quantile(values, tail, axis=-1, method="lower")
+    high = np.quantile(values, 1 - tail, axis=-1, method="higher")
     return np.atleast_1d(low), np.atleast_1d(high)
 
 
@@ -377,6 +399,10 @@ def intervals(y_true: ClassIds, y_pred: ClassIds, num_labels: int,
               reference_pred: ClassIds | None = None) -> dict[str, float | None]:
     """95% bootstrap intervals of accuracy, macro-F1 and the relative error reduction.
 
+    Accuracy and macro-F1 come from resamples of the (actual, predicted) cells alone, so
+    a classifier's intervals are the same whatever reference is passed, or none; the
+    relative error reduction's from :func:`reduction_interval`.
+
     Args:
         y_true, y_pred: gold and predicted class ids, ints in ``[0, K)``, length N > 0.
         num_labels: K.
@@ -388,29 +414,50 @@ def intervals(y_true: ClassIds, y_pred: ClassIds, num_labels: int,
         ``accuracy_ci95_low``, ``accuracy_ci95_high``, ``macro_f1_ci95_low``,
         ``macro_f1_ci95_high`` and, with a reference, ``relative_error_reduction_ci95_low``
         and ``_high`` (``None`` when some resample's reference makes no errors, so the
-        ratio is undefined). Bit-identical across runs (fixed seed).
+        ratio is undefined). Each bound a value some resample takes
+        (:func:`percentile_interval`); bit-identical across runs (fixed seed).
     """
-    columns = [y_true, y_pred] + ([] if reference_pred is None else [reference_pred])
-    cell, counts = _as_drawn(*cells(*columns))
-
+    cell, counts = _as_drawn(*cells(y_true, y_pred))
     tally = _Tally(cell[0], cell[1], num_labels)
-    reference_right = None if reference_pred is None else np.flatnonzero(cell[0] == cell[2])
+    low, high = bootstrap(counts, lambda weights: np.stack(tally.accuracy_and_f1(weights)))
+    out: dict[str, float | None] = {}
+    for name, lo, hi in zip(["accuracy", "macro_f1"], low, high, strict=True):
+        out[f"{name}_ci95_low"], out[f"{name}_ci95_high"] = _finite(lo), _finite(hi)
+    if reference_pred is not None:
+        out["relative_error_reduction_ci95_low"], out["relative_error_reduction_ci95_high"] = (
+            reduction_interval(y_true, y_pred, reference_pred))
+    return out
+
+
+def reduction_interval(y_true: ClassIds, y_pred: ClassIds, reference_pred: ClassIds
+                       ) -> tuple[float | None, float | None]:
+    """95% bootstrap interval of the relative error reduction
+    ``(accuracy - reference accuracy) / (1 - reference accuracy)``.
+
+    Drawn over the (actual, predicted, reference) cells: each resample scores the
+    classifier and the reference on the same resampled rows, so the interval carries
+    both sides' noise.
+
+    Args:
+        y_true, y_pred, reference_pred: gold, predicted and the reference's predicted
+            class ids on the same N > 0 rows.
+
+    Returns:
+        ``(low, high)``, fractions (the reduction may be negative); ``(None, None)`` when
+        some resample's reference makes no errors (the ratio is undefined there).
+    """
+    cell, counts = _as_drawn(*cells(y_true, y_pred, reference_pred))
+    right, reference_right = np.flatnonzero(cell[0] == cell[1]), np.flatnonzero(
+        cell[0] == cell[2])
 
     def statistic(weights: np.ndarray) -> np.ndarray:
-        acc, f1 = tally.accuracy_and_f1(weights)
-        values = [acc, f1]
-        if reference_right is not None:
-            ref_acc = np.sum(weights[:, reference_right], axis=1) / np.sum(weights, axis=1)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                values.append(np.where(ref_acc < 1, (acc - ref_acc) / (1 - ref_acc), np.nan))
-        return np.stack(values)
+        rows = np.sum(weights, axis=1)
+        acc, ref_acc = (np.sum(weights[:, r], axis=1) / rows for r in (right, reference_right))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(ref_acc < 1, (acc - ref_acc) / (1 - ref_acc), np.nan)[None, :]
 
     low, high = bootstrap(counts, statistic)
-    names = ["accuracy", "macro_f1", "relative_error_reduction"][:len(low)]
-    out: dict[str, float | None] = {}
-    for name, lo, hi in zip(names, low, high, strict=True):
-        out[f"{name}_ci95_low"], out[f"{name}_ci95_high"] = _finite(lo), _finite(hi)
-    return out
+    return _finite(low[0]), _finite(high[0])
 
 
 def mcnemar_exact(b: int, c: int) -> float:
@@ -437,6 +484,11 @@ class PairedComparison:
     only_a_right: int                        # McNemar's c
     p_value: float                           # McNemar's exact test
     flips: dict[str, dict[str, int]]         # actual class -> {"fixed", "broken"}: rows
+
+    @property
+    def resamples(self) -> int:
+        """The resamples its paired intervals drew: :func:`resamples_for` of its rows."""
+        return resamples_for(self.rows)
 
     @property
     def resolution(self) -> float:

@@ -155,7 +155,7 @@ def metrics() -> None:
     from lorasent.paths import BASELINE_METRICS, EVAL_METRICS, PROVENANCE_DIR
     from lorasent.references import seconds_here
     from lorasent.review.collect import workspace_staleness
-    from lorasent.statistics import with_interval
+    from lorasent.statistics import RESAMPLES, resamples_said, with_interval
 
     m = read(EvalMetrics, EVAL_METRICS, "rerun evaluate (dvc repro)")
     seconds = seconds_here(PROVENANCE_DIR)
@@ -196,8 +196,11 @@ def metrics() -> None:
                   if method else ""))
     for name, value in rows:
         click.echo(f"  {name:<26}{value}")
-    for name, s in m.test_sets.items():
-        click.echo(f"test set {name} ({s.source}): {s.test_rows} rows")
+    for name, s in m.test_sets.items():  # its resamples where not the header's
+        fewer = resamples_said(s.intervals.resamples if s.intervals else None,
+                               method.resamples if method else RESAMPLES)
+        click.echo(f"test set {name} ({s.source}): {s.test_rows} rows"
+                   + (f"; [95% interval: {fewer}]" if fewer else ""))
         for row, value in [("accuracy", with_interval(*s.interval("accuracy"))),
                            ("macro-F1", with_interval(*s.interval("macro_f1"))),
                            *_reduction_rows(s), *_calibration_rows(s)]:

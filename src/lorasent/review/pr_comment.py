@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from lorasent.contracts import dump
 from lorasent.errors import LorasentError
 from lorasent.output_guard import output_dir
 from lorasent.review.collect import (
@@ -53,6 +54,7 @@ from lorasent.review.render import (
     diff_cells,
     paired_table,
     param_cell,
+    resample_notes,
     slug,
     table,
     with_interval_of,
@@ -337,7 +339,8 @@ def _section(c: Comparison, name_a: str, tables: bool = True) -> list[str]:
         lines += table(["test split", f"A ({name_a})", "B (head)"],
                         ([name, *(with_interval_of(s.evals, key) for s in c.sides)]
                          for key, name in (("accuracy", "accuracy [95% interval]"),
-                                           ("macro_f1", "macro-F1 [95% interval]")))) + [""]
+                                           ("macro_f1", "macro-F1 [95% interval]"))))
+        lines += resample_notes([dump(s.evals) if s.evals else None for s in c.sides]) + [""]
     changed = c.changed_params()
     lines += ([f"Params that differ ({name_a} → head): " + "; ".join(
         f"{md_code(key)} {param_cell(old)} → {param_cell(new)}" for key, old, new in changed)

@@ -27,7 +27,12 @@ from lorasent.paths import EVAL_METRICS, EVAL_RELIABILITY, SPLIT_DIR
 from lorasent.review.collect import Comparison, lookup, ran_with
 from lorasent.review.markup import SENTENCE_LIMIT, md_code, md_text, visible
 from lorasent.review.verdict import Review, Side, busy, class_order, delta_text, p_text
-from lorasent.statistics import GroupComparison, PairedComparison, with_interval
+from lorasent.statistics import (
+    GroupComparison,
+    PairedComparison,
+    resamples_said,
+    with_interval,
+)
 
 REPORT_MD = "report.md"
 
@@ -407,7 +412,9 @@ def paired_table(p: PairedComparison, calibration: dict[str, Any] | None = None
     rows += [[name, delta_text(calibration[key]), delta_text(None, calibration[f"{key}_ci95_low"],
                                                             calibration[f"{key}_ci95_high"])]
              for key, name in DELTAS if calibration]
-    lines = table(["B − A", "value", "paired bootstrap 95% interval"], rows)
+    fewer = resamples_said(p.resamples)
+    lines = table(["B − A", "value", "paired bootstrap 95% interval"
+                   + (f" ({fewer})" if fewer else "")], rows)
     if calibration:
         lines += ["", "ECE, NLL and Brier score of the probabilities each predictions file "
                       "holds (raw, before temperature scaling): lower is better."]
@@ -441,13 +448,25 @@ def set_section(name: str, review: Review, sides: tuple[Side, Side]) -> list[str
 
 
 def interval_notes(values: tuple[dict[str, Any] | None, dict[str, Any] | None]) -> list[str]:
-    """Markdown lines: each side's ``calibration.interval_note`` (why its ECE, NLL or
+    """Markdown lines: each side's resample count where it drew fewer
+    (:func:`resample_notes`), then its ``calibration.interval_note`` (why its ECE, NLL or
     Brier interval leaves out the estimate, ``lorasent.calibration.interval_note``),
     escaped: a side's eval.json is the pull request's."""
     notes = [(side, lookup(v, "calibration.interval_note", None))
              for side, v in zip("AB", values, strict=True)]
-    return [line for side, note in notes if note
-            for line in ("", f"Note on {side}: {md_text(note, None)}.")]
+    return resample_notes(values) + [line for side, note in notes if note
+                                     for line in ("", f"Note on {side}: {md_text(note, None)}.")]
+
+
+def resample_notes(values: Sequence[dict[str, Any] | None]) -> list[str]:
+    """Markdown lines: for each side (A, B) whose intervals on this set drew fewer than
+    10,000 resamples (its ``intervals.resamples``; above 10,000 rows,
+    ``lorasent.statistics.resamples_for``), how many; ``[]`` where none did."""
+    counts = [(side, resamples_said(lookup(v, "intervals.resamples", None)))
+              for side, v in zip("AB", values, strict=True)]
+    return [line for side, fewer in counts if fewer
+            for line in ("", f"{side}'s 95% intervals on this set: {fewer} (above "
+                             "10,000 rows, `lorasent.statistics.resamples_for`).")]
 
 
 def _pair_of(values: Iterable[dict[str, Any] | None]) -> tuple[dict[str, Any] | None,
@@ -600,7 +619,8 @@ def references_section(sides: Sequence[Side]) -> list[str]:
         rows.append([REFERENCE_NAMES.get(name, "LoRA adapter"), acc_a, acc_b, paired_a,
                      paired_b, cost_a, cost_b])
     return ["", "## References trained on the same rows, and what each cost (test split)", "",
-            *table(REFERENCES_HEADER, rows)]
+            *table(REFERENCES_HEADER, rows),
+            *resample_notes([dump(e) if e else None for e in evals])]
 
 
 def _speed(sides: Sequence[Side], key: str) -> dict[str, Any] | None:

@@ -45,6 +45,7 @@ from lorasent.statistics import (
     PairedComparison,
     group_comparison,
     paired_comparison,
+    resamples_said,
     with_interval,
 )
 
@@ -524,11 +525,15 @@ def resolution_sentence(p: PairedComparison) -> str:
 
 
 def measured_text(p: PairedComparison) -> str:
-    """Δ accuracy and Δ macro-F1 with their intervals, and McNemar's p."""
+    """Δ accuracy and Δ macro-F1 with their intervals, and McNemar's p; the intervals'
+    resample count where they drew fewer than 10,000 (above 10,000 rows,
+    :func:`lorasent.statistics.resamples_said`)."""
     low, high = p.delta_accuracy_ci
     f1_low, f1_high = p.delta_macro_f1_ci
+    fewer = resamples_said(p.resamples)
     return (f"accuracy {delta_text(p.delta_accuracy, low, high)}, McNemar "
-            f"{p_text(p.p_value)}; macro-F1 {delta_text(p.delta_macro_f1, f1_low, f1_high)}")
+            f"{p_text(p.p_value)}; macro-F1 {delta_text(p.delta_macro_f1, f1_low, f1_high)}"
+            + (f" (paired intervals of {fewer})" if fewer else ""))
 
 
 def group_verdict(g: GroupComparison) -> str:

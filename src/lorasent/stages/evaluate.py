@@ -117,7 +117,14 @@ from lorasent.provenance import provenance, write_provenance
 from lorasent.references import seconds_here
 from lorasent.scoring import Encoder, contextual_calibration, score_texts
 from lorasent.stages.test_sets import TestSet, load_test_sets
-from lorasent.statistics import interval_method, intervals, paired_comparison, with_interval
+from lorasent.statistics import (
+    interval_method,
+    intervals,
+    paired_comparison,
+    reduction_interval,
+    resamples_said,
+    with_interval,
+)
 from lorasent.subsets import training_subset
 from lorasent.tables import spreadsheet_row
 
@@ -167,8 +174,10 @@ def _headline(m: Any) -> str:
     scaled = m.calibration.scaled if m.calibration else None
     ece = (f"; ECE {m.calibration.ece:.4f}" + (f" ({scaled.ece:.4f} after temperature "
            f"scaling)" if scaled else "")) if m.calibration else ""
+    fewer = resamples_said(m.intervals.resamples if m.intervals else None)
     return (f"{m.test_rows} rows, accuracy {ci('accuracy')}, macro-F1 {ci('macro_f1')} "
-            f"(95% intervals); relative error reduction {ci('relative_error_reduction')} "
+            f"(95% intervals{f', {fewer}' if fewer else ''}); relative error reduction "
+            f"{ci('relative_error_reduction')} "
             f"against the {REFERENCE_NAMES[m.reference]} baseline {m.reference_accuracy:.4f}"
             f"; majority-class baseline {base.majority_accuracy:.4f} (always "
             f"`{base.majority_class}`){ece}")
@@ -430,21 +439,20 @@ def _set_metrics(s: ScoredSet, *, labels: list[str], wanted: str,
     reference, reference_note = choose_reference(wanted, accuracies, s.reference_note,
                                                  s.reference_notes)
     references: dict[str, dict[str, Any] | None] = {}
-    bounds: dict[str, dict[str, float | None]] = {}
+    # the adapter's own: the same whichever references the set has (issue 70)
+    bounds = intervals(y, predicted, k) if len(y) > 1 else dict.fromkeys(_INTERVAL_KEYS)
     for name in REFERENCES:
         pred = s.references.get(name)
         if pred is None:
             references[name] = None
             continue
         rer, note = relative_error_reduction(metrics["accuracy"], accuracies[name] or 0.0)
-        bounds[name] = (intervals(y, predicted, k, pred) if len(y) > 1 else
-                        dict.fromkeys(_INTERVAL_KEYS))
+        reduction = (reduction_interval(y, predicted, pred) if len(y) > 1 else (None, None))
         own = classification_metrics(y, pred, labels)
         own_bounds = (intervals(y, pred, k) if len(y) > 1 else dict.fromkeys(_INTERVAL_KEYS))
         references[name] = {"accuracy": accuracies[name], "relative_error_reduction": rer,
-                            **{f"relative_error_reduction_ci95_{end}":
-                               bounds[name][f"relative_error_reduction_ci95_{end}"]
-                               for end in ("low", "high")},
+                            **{f"relative_error_reduction_ci95_{end}": bound
+                               for end, bound in zip(("low", "high"), reduction, strict=True)},
                             "relative_error_reduction_note": note,
                             **{f"accuracy_ci95_{end}": own_bounds[f"accuracy_ci95_{end}"]
                                for end in ("low", "high")},
@@ -472,7 +480,7 @@ def _set_metrics(s: ScoredSet, *, labels: list[str], wanted: str,
     out: dict[str, Any] = {}
     for name in ("accuracy", "macro_f1"):
         out[name] = metrics[name]
-        out.update({f"{name}_ci95_{end}": bounds[reference][f"{name}_ci95_{end}"]
+        out.update({f"{name}_ci95_{end}": bounds[f"{name}_ci95_{end}"]
                     for end in ("low", "high")})
     out["relative_error_reduction"] = chosen["relative_error_reduction"]
     out.update({f"relative_error_reduction_ci95_{end}":

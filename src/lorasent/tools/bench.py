@@ -473,7 +473,7 @@ def bench_scale(rows: int, num_labels: int = 3) -> dict[str, Any]:
         calibration_metrics,
         label_issues,
     )
-    from lorasent.statistics import intervals, paired_comparison
+    from lorasent.statistics import intervals, paired_comparison, reduction_interval
 
     rng = np.random.default_rng(0)
     y = rng.integers(0, num_labels, rows)
@@ -490,8 +490,8 @@ def bench_scale(rows: int, num_labels: int = 3) -> dict[str, Any]:
     labels = [f"class{i}" for i in range(num_labels)]
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     steps: dict[str, Callable[[], object]] = {
-        "evaluate_intervals": lambda: [intervals(y, pred_a, num_labels, ref)
-                                       for ref in references],
+        "evaluate_intervals": lambda: [intervals(y, pred_a, num_labels)] + [
+            reduction_interval(y, pred_a, ref) for ref in references],
         "evaluate_calibration": lambda: [calibration_metrics(y, probs[0]),
                                          calibration_metrics(y, apply_temperature(
                                              scores[0], 1.3))],
