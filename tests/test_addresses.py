@@ -25,16 +25,20 @@ from types import SimpleNamespace
 
 import dvc.cli  # at collection: `import dvc` binds its log handlers to the streams of the moment
 import pytest
+from click.testing import CliRunner
 from dvc.data_cloud import DataCloud
 
 from conftest import REPO
 from lorasent.addresses import (
     CONNECT_TIMEOUT_ENV,
+    CONNECT_TIMEOUT_MAX_S,
     RedactedError,
     RedactSecrets,
     connect_timeout_s,
     redact,
+    within,
 )
+from lorasent.cli import main
 from lorasent.errors import LorasentError
 from remote_servers import free_port
 
@@ -210,7 +214,82 @@ def test_the_connect_timeout_comes_from_the_flag_then_the_environment(monkeypatc
             connect_timeout_s()
         assert str(err.value) == (
             f"LORASENT_CONNECT_TIMEOUT {bad!r}: give the seconds to wait for a remote to "
-            "connect and answer, a number above 0 (default 10)")
+            f"connect and answer, {RANGE}")
+
+
+RANGE = "a number above 0 and at most 2147483 (about 24 days; default 10)"
+# Issue 70, kind 3: seconds past what a socket, a thread's join or a subprocess's poll
+# takes (1e308 crashed with "timestamp out of range"); the generated extremes
+TOO_LONG = [CONNECT_TIMEOUT_MAX_S + 1, CONNECT_TIMEOUT_MAX_S + 0.001, threading.TIMEOUT_MAX,
+            *(10.0 ** e for e in range(7, 309, 15)), 1.7976931348623157e308, float("inf"),
+            10 ** 30, 2 ** 64, 10 ** 400]
+
+
+def test_the_connect_timeout_is_at_most_what_every_wait_takes(monkeypatch):
+    """The longest timeout accepted is one each wait it feeds takes (a thread's join, a
+    socket's, a subprocess's poll); each longer one, given or from the environment, is
+    refused in one line naming where it came from, and so are 0 and below."""
+    from lorasent.git import run_git
+
+    longest = connect_timeout_s(CONNECT_TIMEOUT_MAX_S)
+    assert longest == CONNECT_TIMEOUT_MAX_S == 2147483
+    assert within(lambda: "answered", longest) == "answered"
+    with socket.socket() as sock:
+        sock.settimeout(longest)
+    assert run_git(".", "--version", timeout_s=longest).returncode == 0
+    assert connect_timeout_s(1e-300) == 1e-300  # short: the remote is named as silent
+    for bad in [*TOO_LONG, 0, -0.0, -1e308, float("-inf"), float("nan")]:
+        with pytest.raises(LorasentError) as err:
+            connect_timeout_s(bad)
+        shown = (repr(bad) if len(repr(bad)) <= 40
+                 else f"{repr(bad)[:40]}... ({len(repr(bad))} characters)")
+        assert str(err.value) == f"--connect-timeout {shown}: give the seconds to wait for " \
+            f"a remote to connect and answer, {RANGE}"
+        monkeypatch.setenv(CONNECT_TIMEOUT_ENV, str(bad))
+        with pytest.raises(LorasentError) as err:
+            connect_timeout_s()
+        said = str(err.value)
+        assert said.startswith("LORASENT_CONNECT_TIMEOUT '") and said.endswith(RANGE)
+        assert "\n" not in said and len(said) < 220
+    with pytest.raises(LorasentError) as err:  # past int's repr limit: its size
+        connect_timeout_s(10 ** 5000)
+    assert str(err.value).startswith("--connect-timeout (an integer of 16610 bits): ")
+
+
+@pytest.mark.parametrize("command", ["sweep", "learning-curve", "reproduce"])
+def test_a_connect_timeout_too_long_is_refused_by_each_command_in_one_line(command):
+    for bad in ("1e308", "2147484", "2147483.5", "0", "-1e308"):
+        done = CliRunner().invoke(main, [command, "--connect-timeout", bad],
+                                  prog_name="lorasent")
+        assert (done.exit_code, done.output) == (2, (
+            f"lorasent {command}: error: Invalid value for '--connect-timeout': {float(bad)} "
+            f"is not in the range 0<x<=2147483 (see `lorasent {command} --help`)\n"))
+    for bad in ("1e999", "1" + "0" * 400, "inf"):  # past float's range: inf
+        done = CliRunner().invoke(main, [command, "--connect-timeout", bad],
+                                  prog_name="lorasent")
+        assert (done.exit_code, done.output) == (2, (
+            f"lorasent {command}: error: Invalid value for '--connect-timeout': {bad!r} is not "
+            "a finite number (nan and inf are refused); give a number 0<x<=2147483 (see "
+            f"`lorasent {command} --help`)\n"))
+
+
+def test_make_run_refuses_a_connect_timeout_too_long_in_one_line(tmp_path, monkeypatch,
+                                                                   capsys):
+    root = _project(tmp_path, "http://127.0.0.1:9/store")
+    for bad in ("1e308", "10000000000", "inf"):
+        monkeypatch.setenv(CONNECT_TIMEOUT_ENV, bad)
+        assert _make_run(root, monkeypatch, capsys) == (1, (
+            f"run: LORASENT_CONNECT_TIMEOUT {bad!r}: give the seconds to wait for a remote "
+            f"to connect and answer, {RANGE}"))
+        monkeypatch.delenv(CONNECT_TIMEOUT_ENV)
+        with pytest.raises(SystemExit) as done:
+            from lorasent import run_pipeline
+            run_pipeline.main(["--pull", "--connect-timeout", bad])
+        out, err = capsys.readouterr()
+        assert done.value.code == 2 and out == ""
+        assert err.splitlines()[-1] == (
+            f"python -m lorasent.run_pipeline: error: argument --connect-timeout: {bad!r}: "
+            f"give the seconds to wait for a remote to connect and answer, {RANGE}")
 
 
 # ------------------------------------------------ make run's first step: the DVC remote
@@ -284,7 +363,7 @@ def test_the_environment_sets_the_wait_for_make_run(silent, tmp_path, monkeypatc
     monkeypatch.setenv(CONNECT_TIMEOUT_ENV, "inf")
     assert _make_run(root, monkeypatch, capsys) == (1, (
         "run: LORASENT_CONNECT_TIMEOUT 'inf': give the seconds to wait for a remote to "
-        "connect and answer, a number above 0 (default 10)"))
+        f"connect and answer, {RANGE}"))
 
 
 def _refusing(error: BaseException):

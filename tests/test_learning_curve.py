@@ -592,6 +592,34 @@ def test_when_the_last_observation_predicts_best_no_gain_is_projected():
             "beyond 1,600 rows (10 of 10 bootstrap refits converged).") in markdown(record, None)
 
 
+def test_no_fitted_curve_in_the_backtest_says_why_never_empty_parentheses():
+    """Issue 70, kind 6: with no fitted form's forecast beside the last observation's the
+    sentence read "closer than the fitted curves ()". Every subset of fitted forms, on 2
+    and 3 smaller fractions, with one seed and with three."""
+    last = Fit(0.75, 0.0, 0.0, "last_observation")
+    fitted = {"saturating": Fit(0.8, 1.0, 0.5, "saturating"),
+              "power": Fit(1.0, 1.0, 0.5, "power")}
+    for fitted_on in ((400, 800), (200, 400, 800)):
+        for present in itertools.chain.from_iterable(
+                itertools.combinations(fitted, k) for k in range(3)):
+            forecasts = {"last_observation": Forecast(last, 0.75, (0.7, 0.8)),
+                         **{f: Forecast(fitted[f], 0.80, (0.7, 0.9)) for f in present}}
+            check = Backtest(1600, 0.75, fitted_on, forecasts)
+            assert check.chosen == "last_observation"
+            for seeds in (1, 3):
+                p = Projection(last, 1600, {2.0: 0.0}, {2.0: (0.0, 0.0)}, seeds, 10)
+                said = sentence(p, len(fitted_on) + 1, check=check)
+                assert "()" not in said
+                if present:
+                    assert "closer than the fitted curves (" in said
+                    continue
+                why = ("a − b·n^(−c) needs 3 fractions, the backtest fits on 2"
+                       if len(fitted_on) == 2 else "a − b·n^(−c) did not converge")
+                assert (f"(the last observation) predicted 1,600 rows within 0.000, and no "
+                        f"curve was fitted to compare with it ({why}; 1 − b·n^(−c) did not "
+                        "converge)") in said
+
+
 def test_the_largest_fraction_failed_no_backtest_and_the_projection_untested(tmp_path):
     fractions = [0.125, 0.25, 0.5, 1.0]
     runs = plan("lc", fraction_sets(fractions), 2, 42)

@@ -10,6 +10,8 @@ import pytest
 from lorasent.contracts import Cost, EvalMetrics, PairedVerdict, Reference
 from lorasent.metrics import supervised_verdict, warnings_by_kind
 from lorasent.params import (
+    STRENGTH_MAX,
+    STRENGTH_MIN,
     BaselineParams,
     EncoderFtParams,
     EncoderParams,
@@ -135,6 +137,51 @@ def test_reference_params_that_make_no_sense_are_refused_with_the_key(change, me
     with pytest.raises(ParamsError) as err:
         parse_params({**PARAMS, "baseline": change})
     assert message in str(err.value)
+
+
+# Issue 70, kind 3: strengths the fits cannot take (SGD's alpha = 1 / (C * rows) over- or
+# underflows) were accepted, and the baseline stage ended in a traceback
+OUT_OF_RANGE = [1e308, 1.7976931348623157e308, 1e7, 1e6 * (1 + 1e-15), 2 ** 64, 10 ** 30,
+                1e-7, 1e-300, 5e-324, 0.0, -0.0, -1e308]
+
+
+@pytest.mark.parametrize("section", ["tfidf_lr", "encoder"])
+def test_a_strength_the_fits_cannot_take_is_refused_in_one_line_naming_the_key(section):
+    for c in OUT_OF_RANGE:
+        with pytest.raises(ParamsError) as err:
+            parse_params({**PARAMS, "baseline": {section: {"C": [1.0, c]}}})
+        bound = "greater than or equal to 0.000001" if c < 1 else "less than or equal to 1000000"
+        assert str(err.value).splitlines() == [
+            "params.yaml: invalid params",
+            f"  baseline.{section}.C.1: input should be {bound} (got {c!r})"]
+    both = parse_params({**PARAMS, "baseline": {section: {"C": [STRENGTH_MIN, STRENGTH_MAX]}}})
+    assert getattr(both.baseline, section).C == (1e-6, 1e6)
+
+
+def test_the_strengths_at_the_bounds_fit():
+    """The sparse fit (SGD, alpha = 1 / (C * rows)) at both bounds gives probabilities."""
+    fitted = fit_tfidf_lr(train_texts=[t for t, _ in TRAIN], y_train=[y for _, y in TRAIN],
+                          val_texts=[], y_val=[], labels=LABELS, class_weighting="none",
+                          c_grid=(STRENGTH_MIN, STRENGTH_MAX), word_ngram_range=(1, 2),
+                          char_ngram_range=(2, 5))
+    assert np.isfinite(fitted.predict(TEST)).all()
+    assert [g["C"] for g in fitted.record["C_grid"]] == [1e-6, 1e6]
+
+
+def test_one_refused_item_of_a_list_is_one_line():
+    """Issue 70, kind 6: pydantic's "tuple should have at least 1 item after validation,
+    not 0" followed each refused item of a one-item list, as if the list were empty."""
+    for change in ({"tfidf_lr": {"C": ["abc"]}}, {"tfidf_lr": {"C": [-1]}},
+                   {"encoder": {"C": [float("inf")]}}):
+        with pytest.raises(ParamsError) as err:
+            parse_params({**PARAMS, "baseline": change})
+        lines = str(err.value).splitlines()
+        assert len(lines) == 2 and ".C.0: input should be " in lines[1], lines
+    with pytest.raises(ParamsError) as err:  # an empty list is still too short
+        parse_params({**PARAMS, "baseline": {"tfidf_lr": {"C": []}}})
+    assert str(err.value).splitlines()[1:] == [
+        "  baseline.tfidf_lr.C: tuple should have at least 1 item after validation, not 0 "
+        "(got [])"]
 
 
 def test_naming_a_reference_that_is_off_is_refused():

@@ -612,6 +612,50 @@ def test_a_hand_edited_eval_json_beside_the_same_predictions_is_damaged(tmp_path
     assert verdict.tier == "consistent", verdict.text()
 
 
+def test_a_row_missing_or_a_class_renamed_is_named_in_the_first_line():
+    """Issue 70, kind 6: a predictions file with a row missing or a class renamed was
+    "not paired" while the first line blamed eval.json's accuracy, never naming the row
+    or the class. Each row's absence at the ends and the middle, several rows, an extra
+    row, each class renamed, and classes reordered; with eval.json as it was (damage) and
+    remade from the file (files that differ)."""
+    ids, gold, probs = rows()
+    good = csv_bytes(ids, gold, probs)
+    record = json.dumps(_metrics_of(good)).encode()
+    cases = []
+    for gone in ([0], [30], [59], [1, 2, 3, 4, 5, 6, 7]):
+        keep = [i for i in range(60) if i not in gone]
+        listed = ", ".join(ids[i] for i in gone[:5]) + (
+            f", ... ({len(gone) - 5} more)" if len(gone) > 5 else "")
+        cases.append((csv_bytes([ids[i] for i in keep], gold[keep], probs[keep]),
+                      f"{len(gone)} of REV's 60 rows not here: {listed}"))
+    extra = np.vstack([probs, probs[:1]])
+    cases.append((csv_bytes([*ids, "new-row"], np.append(gold, gold[0]), extra),
+                  "1 row REV's lacks: new-row"))
+    for k, label in enumerate(LABELS):
+        renamed = [*LABELS[:k], f"{label}-2", *LABELS[k + 1:]]
+        cases.append((predictions_csv(ids, gold.tolist(), np.log(probs), renamed).encode(),
+                      f"REV's class {label} not here, {label}-2 instead"))
+    order = [2, 0, 1]
+    cases.append((predictions_csv(ids, [order.index(g) for g in gold], np.log(probs[:, order]),
+                                  [LABELS[i] for i in order]).encode(),
+                  "the classes in another order (positive, negative, neutral; REV's "
+                  "negative, neutral, positive)"))
+    for new, named in cases:
+        said = f"the test split: {named}: not paired"
+        damaged = verdict_of({PREDICTIONS: (good, new)}, rev="HEAD",
+                             beside={"metrics/eval.json": record})
+        first = damaged.text().splitlines()[0]
+        assert first.startswith(f"{DAMAGED}this run's metrics/eval.json: ")
+        assert f"; {said}; restore this run's" in first, first
+        assert ("test_rows 60 does not follow" in first if "row" in named
+                else "labels ['negative', 'neutral', 'positive'] does not follow" in first)
+        remade = verdict_of({PREDICTIONS: (good, new), "metrics/eval.json": (
+            record, json.dumps(_metrics_of(new)).encode())}, rev="HEAD")
+        assert remade.text().splitlines()[0] == (
+            "reproduce: different: files differ beyond the tolerances and no test set could "
+            f"be paired with HEAD's: {said}")
+
+
 def test_metrics_that_differ_beside_identical_predictions_say_so_not_no_predictions():
     """Without predictions that moved, the line says the predictions are REV's."""
     old = json.dumps({"calibration": {"nll": 0.65}}).encode()

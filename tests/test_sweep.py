@@ -345,6 +345,60 @@ def test_grid_values_equal_once_parsed_are_one_point_and_the_line_says_so():
     assert one_value_each(PARAMS, ["train.lora.r=4,8"]) == (["train.lora.r=4,8"], [])
 
 
+@pytest.mark.parametrize("command", ["sweep", "learning-curve"])
+def test_a_git_failure_is_prefixed_with_the_command_that_runs(command, tmp_path,
+                                                               monkeypatch):
+    """Issue 70, kind 6: the learning curve's git failures outside a repo (and its repo
+    checks') began "sweep:"."""
+    from lorasent.experiments.repo_checks import _on_git_remote, check_repo
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    monkeypatch.chdir(outside)
+    done = CliRunner().invoke(main, [command], prog_name="lorasent")
+    assert done.exit_code == 1 and done.output.startswith(
+        f"lorasent {command}: error: `git show HEAD:params.yaml` failed in {outside}: fatal: "
+        "not a git repository"), done.output
+    assert done.output.count("sweep:") == (command == "sweep")
+    with pytest.raises(LorasentError) as err:
+        check_repo(outside, [], None, command)
+    assert str(err.value).startswith(f"{command}: `git rev-parse HEAD` failed in {outside}")
+    subprocess.run(["git", "init", "-q"], cwd=outside, check=True)
+    with pytest.raises(LorasentError) as err:
+        _on_git_remote(outside, "nosuch", "c" * 40, command)
+    assert str(err.value).startswith(f"{command}: `git remote get-url nosuch` failed in ")
+
+
+def test_grid_values_equal_only_with_the_other_settings_are_one_point_too():
+    """Issue 70, kind 6: values valid only with another -S (`split.validation_size` 0 needs
+    `train.eval_strategy=no`) were compared as written: 0, 0.0 and 00 made three groups.
+    Each spelling of each number, crossed with another axis."""
+    from lorasent.experiments.grid import one_value_each
+
+    epoch = PARAMS.replace("  eval_strategy: no ", "  eval_strategy: epoch ")
+    assert epoch != PARAMS
+    for spellings in (["0", "0.0", "00"], ["0", "0e0", "+0", "-0", "0.00"]):
+        for other in (["train.eval_strategy=no"], ["train.eval_strategy=no",
+                                                    "train.lora.r=4,8"]):
+            axis = f"split.validation_size={','.join(spellings)}"
+            sets, notes = one_value_each(epoch, [axis, *other])
+            assert sets == ["split.validation_size=choice(0)", *other]
+            assert len(notes) == 1 and notes[0].endswith(
+                "equal values are one grid point, so the axis is split.validation_size=0")
+            runs = plan("g", sets, 1, 42)
+            check_params(epoch, runs)
+            assert sorted({r.group for r in runs}) == (
+                ["g-validation_size0"] if len(other) == 1
+                else ["g-validation_size0-r4", "g-validation_size0-r8"])
+    # values refused with every other setting are compared as written; the grid is
+    # then refused as a whole
+    sets, notes = one_value_each(epoch, ["split.validation_size=0,0.0"])
+    assert (sets, notes) == (["split.validation_size=0,0.0"], [])
+    with pytest.raises(LorasentError):
+        check_params(epoch, plan("g", sets, 1, 42))
+
+
 def test_the_sweep_command_trains_equal_values_once(monkeypatch, tmp_path):
     from lorasent.experiments import sweep
 

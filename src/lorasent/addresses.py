@@ -44,6 +44,12 @@ T = TypeVar("T")
 
 CONNECT_TIMEOUT_S = 10.0  # seconds to connect to an address and get its first answer
 CONNECT_TIMEOUT_ENV = "LORASENT_CONNECT_TIMEOUT"  # the same, in seconds, for longer
+# The longest wait the timeout can be, in whole seconds (about 24.8 days): a wait in a
+# subprocess's communicate() is poll's or epoll's C int of milliseconds, 2**31 - 1 at most
+# (longer: "OverflowError: timeout is too large"), the tightest of the waits the timeout
+# feeds; a socket's settimeout and a thread's join take up to threading.TIMEOUT_MAX
+# (2**63 - 1 ns on 64-bit Linux; longer: "timestamp out of range for platform time_t").
+CONNECT_TIMEOUT_MAX_S = min((2**31 - 1) // 1000, int(threading.TIMEOUT_MAX))
 # What to say about raising it, after a line that names the wait.
 RAISE_IT = (f"on a slow link, wait longer: {CONNECT_TIMEOUT_ENV}=<seconds> (or "
             "--connect-timeout <seconds>)")
@@ -208,8 +214,8 @@ def connect_timeout_s(given: float | str | None = None) -> float:
     :data:`CONNECT_TIMEOUT_S`.
 
     Raises:
-        LorasentError: a value that is not a finite number of seconds above 0, naming
-            where it came from.
+        LorasentError: a value that is not a number of seconds above 0 and at most
+            :data:`CONNECT_TIMEOUT_MAX_S`, naming where it came from.
     """
     where = "--connect-timeout"
     if given is None:
@@ -220,11 +226,26 @@ def connect_timeout_s(given: float | str | None = None) -> float:
         value = float(given)
     except ValueError:
         value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise LorasentError(f"{where} {given!r}: give the seconds to wait for a remote to "
-                            f"connect and answer, a number above 0 (default "
+    except OverflowError:  # an integer past float's range
+        value = math.inf
+    if not 0 < value <= CONNECT_TIMEOUT_MAX_S:  # also nan
+        raise LorasentError(f"{where} {_shown(given)}: give the seconds to wait for a remote "
+                            f"to connect and answer, a number above 0 and at most "
+                            f"{CONNECT_TIMEOUT_MAX_S} (about "
+                            f"{CONNECT_TIMEOUT_MAX_S // 86400} days; default "
                             f"{CONNECT_TIMEOUT_S:g})")
     return value
+
+
+def _shown(value: object, limit: int = 40) -> str:
+    """``value``'s repr, cut to its first ``limit`` characters and its length when longer
+    (an integer past Python's repr limit of 4,300 digits: its size in bits)."""
+    try:
+        text = repr(value)
+    except ValueError:  # int's repr refuses more digits than sys.get_int_max_str_digits()
+        return (f"(an integer of {value.bit_length()} bits)" if isinstance(value, int)
+                else f"(a {type(value).__name__})")
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 class NoAnswer(Exception):

@@ -422,8 +422,16 @@ class EvaluateParams(_Section):
         return checked
 
 
-# An inverse regularisation strength of scikit-learn's LogisticRegression: finite, > 0.
-Strength = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+# An inverse regularisation strength of scikit-learn's LogisticRegression, within
+# [STRENGTH_MIN, STRENGTH_MAX]: six decades either side of scikit-learn's default 1, past
+# the ends of LogisticRegressionCV's default grid (1e-4 to 1e4), where the fitted model
+# no longer changes (every weight near 0: the class prior; or no regularisation left).
+# The fits take far more (measured, scikit-learn 1.9, on 2 to 10^6 rows): lbfgs any
+# C > 0; the sparse fit's SGDClassifier, alpha = 1 / (C * rows), fails below about
+# C = 1e-22 on 2 rows ("Floating-point under-/overflow") and where C * rows nears 1e308
+# (alpha 0: "alpha must be > 0"), both tracebacks in the baseline stage before.
+STRENGTH_MIN, STRENGTH_MAX = 1e-6, 1e6
+Strength = Annotated[float, Field(ge=STRENGTH_MIN, le=STRENGTH_MAX, allow_inf_nan=False)]
 # A grid of them, tried in turn: one to ten distinct values.
 StrengthGrid = Annotated[tuple[Strength, ...], Field(min_length=1, max_length=10)]
 NgramRange = tuple[Annotated[int, Field(ge=1, le=10)], Annotated[int, Field(ge=1, le=10)]]
@@ -549,7 +557,12 @@ class Params(_Section):
 def _format_error(path: Path, err: ValidationError) -> str:
     """One line per key: ``train.lora.rank: unknown key (known: ...)``."""
     by_key: dict[str, list[str]] = {}
-    for e in err.errors():
+    errors = err.errors()
+    for e in errors:
+        if e["type"] == "too_short" and any(
+                o["loc"][:len(e["loc"])] == e["loc"] and len(o["loc"]) > len(e["loc"])
+                for o in errors):
+            continue  # counted "after validation", without the items refused above
         loc = ".".join(str(p) for p in e["loc"] if not _is_union_tag(str(p)))
         if e["type"] == "extra_forbidden":
             section = _section_for(e["loc"][:-1])

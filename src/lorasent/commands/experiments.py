@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from lorasent.command_errors import user_errors
-from lorasent.commands.options import FiniteFloat
+from lorasent.commands.options import CONNECT_SECONDS, FiniteFloat
 from lorasent.errors import LorasentError
 from lorasent.params import load_params
 
@@ -59,7 +59,7 @@ def _ray_options(command: Callable[..., None]) -> Callable[..., None]:
                          "it."),
             click.option("--cache-dir", help="DVC cache of the runs on other machines (a "
                          "shared filesystem)  [default: one per machine]"),
-            click.option("--connect-timeout", type=FiniteFloat(min=0, min_open=True),
+            click.option("--connect-timeout", type=CONNECT_SECONDS,
                          help="Seconds each address (--address, the git remote, the DVC "
                               "remote) gets to connect and answer  [default: "
                               "$LORASENT_CONNECT_TIMEOUT, else 10]"))):

@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+from lorasent.addresses import CONNECT_TIMEOUT_MAX_S
+
 
 class FiniteFloat(click.FloatRange):
     """The type of every float option: a number in the range given (if any), never
@@ -36,6 +38,10 @@ class FiniteFloat(click.FloatRange):
             return ""
         return super()._describe_range()
 
+
+# ``--connect-timeout``'s type: seconds above 0, at most what the waits it feeds take
+# (:data:`lorasent.addresses.CONNECT_TIMEOUT_MAX_S`); 1e308 crashed a socket's timeout.
+CONNECT_SECONDS = FiniteFloat(min=0, min_open=True, max=CONNECT_TIMEOUT_MAX_S)
 
 ADAPTER = click.option("--adapter", "adapter_dir", default="models/adapter", show_default=True,
                         type=click.Path(file_okay=False, path_type=Path),

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from lorasent.command_errors import user_errors
-from lorasent.commands.options import FiniteFloat
+from lorasent.commands.options import CONNECT_SECONDS, FiniteFloat
 from lorasent.errors import LorasentError
 
 
@@ -67,7 +67,7 @@ def compare(rev_a: str, rev_b: str, out_dir: Path | None, force: bool) -> None:
 @click.option("--seed-groups", nargs=2, metavar="REV_GROUP HERE_GROUP",
               help="Judge two groups of runs over seeds instead (experiments, e.g. 'ref-seed*' "
               "'here-seed*', as lorasent seeds names them): Welch's t-test, olympic means.")
-@click.option("--connect-timeout", type=FiniteFloat(min=0, min_open=True),
+@click.option("--connect-timeout", type=CONNECT_SECONDS,
               help="Seconds the default DVC remote gets to connect and answer (--no-train "
                    "pulls from it)  [default: $LORASENT_CONNECT_TIMEOUT, else 10]")
 @click.option("--after-run", is_flag=True, hidden=True,

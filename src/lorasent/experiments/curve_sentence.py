@@ -143,6 +143,16 @@ def _others(b: Backtest, form: str) -> str:
                      for i, f in enumerate(f for f in b.forecasts if f != form))
 
 
+def _unfitted(b: Backtest) -> str:
+    """Why each form without a forecast has none: ``a − b·n^(−c) needs 3 fractions, the
+    backtest has 2; 1 − b·n^(−c) did not converge``."""
+    fitted_on = len(set(b.fitted_on))
+    return "; ".join(
+        f"{form.written} needs {form.fractions} fractions, the backtest fits on {fitted_on}"
+        if form.fractions > fitted_on else f"{form.written} did not converge"
+        for name, form in FORMS.items() if name not in b.forecasts)
+
+
 def trust(b: Backtest) -> str:
     """How far the projection can be trusted, from the backtest: the chosen form's error
     at the largest fraction, whether the measured mean fell inside its interval, and the
@@ -167,9 +177,11 @@ def favours_last(b: Backtest, p: Projection) -> str:
     ones better than the last observation did (Kielhöfer et al. 2024: a forecast hard to
     beat): no gain is projected. With one seed at some fraction that cannot be told from
     noise (no spread over seeds to judge the errors by), and the sentence says so."""
+    others = _others(b, b.chosen)
     closest = (f"from the smaller runs, no further gain ({FORMS[b.chosen].written}) "
-               f"predicted {b.rows:,} rows within {abs(b.error(b.chosen)):.3f}, closer than "
-               f"the fitted curves ({_others(b, b.chosen)})")
+               f"predicted {b.rows:,} rows within {abs(b.error(b.chosen)):.3f}, "
+               + (f"closer than the fitted curves ({others})" if others else
+                  f"and no curve was fitted to compare with it ({_unfitted(b)})"))
     if p.seeds < 2:
         return (f"one seed cannot tell whether more labels help: {closest}, but "
                 "a fraction with one run has no spread over seeds (unknown), so neither a "

@@ -97,27 +97,48 @@ def _twice(command: str, key: str, overrides: Sequence[Any], grid: bool) -> str:
 
 
 
+def _values(o: Any) -> list[str]:
+    """An override's values as written: each of a sweep's, or its one value."""
+    return list(o.sweep_string_iterator()) if o.is_sweep_override() else [
+        o.get_value_element_as_str()]
+
+
+def _parsed(raw: dict[str, Any], sets: Sequence[str]) -> Any:
+    """The params ``raw`` with ``sets`` applied, validated; None when they are refused."""
+    try:
+        return parse_params(with_sets(raw, sets), "params.yaml")
+    except (ParamsError, LorasentError):
+        return None
+
+
 def one_value_each(params_text: str, sets: Sequence[str], command: str = "sweep"
                    ) -> tuple[list[str], list[str]]:
     """``sets`` with each grid axis's values that equal an earlier value of it once
     parsed and validated as params (``-S train.lora.r=8,08``: both train r = 8; ``1e-4,
-    0.0001``) left out, and one line per such axis that says so. A value is parsed alone
-    on ``params_text`` (:func:`with_sets`, then the params' validation); one the params
-    refuse alone is compared as written. ``sets`` must parse (:func:`_overrides`)."""
+    0.0001``) left out, and one line per such axis that says so. A value is parsed on
+    ``params_text`` with each combination of the other keys' values (:func:`with_sets`,
+    then the params' validation: ``-S split.validation_size=0,0.0 -S
+    train.eval_strategy=no`` is valid only together); two values are equal when their
+    params are in every combination; one the params refuse in all of them is compared as
+    written (the grid is then refused by :func:`check_params`). ``sets`` must parse
+    (:func:`_overrides`)."""
     raw = read_yaml(params_text, "params.yaml")
+    overrides = _overrides(sets, command)
+    axes = {o.key_or_group: [f"{o.key_or_group}={v}" for v in _values(o)] for o in overrides}
     kept_sets: list[str] = []
     notes: list[str] = []
-    for s, o in zip(sets, _overrides(sets, command), strict=True):
+    for s, o in zip(sets, overrides, strict=True):
         if not o.is_sweep_override():
             kept_sets.append(s)
             continue
         key = o.key_or_group
+        contexts = list(itertools.product(*(v for k, v in axes.items() if k != key)))
         kept: list[tuple[str, Any]] = []
         merged: dict[str, list[str]] = {}
         for value in o.sweep_string_iterator():
-            try:
-                parsed: Any = parse_params(with_sets(raw, [f"{key}={value}"]), "params.yaml")
-            except (ParamsError, LorasentError):
+            parsed: Any = tuple(_parsed(raw, [*context, f"{key}={value}"])
+                                for context in contexts)
+            if all(p is None for p in parsed):
                 parsed = value
             same = next((v for v, p in kept if p == parsed), None)
             if same is None:
@@ -189,8 +210,7 @@ def plan(name: str, sets: Sequence[str], seeds: int, base_seed: int, *,
         raise LorasentError(f"{command}: --seeds {seeds}: at least 1")
     check_name(name, command)
     overrides = _overrides(sets, command, grid)
-    axes = [[(o.key_or_group, v) for v in o.sweep_string_iterator()] if o.is_sweep_override()
-            else [(o.key_or_group, o.get_value_element_as_str())] for o in overrides]
+    axes = [[(o.key_or_group, v) for v in _values(o)] for o in overrides]
     swept = {o.key_or_group for o in overrides if o.is_sweep_override()}
     runs: list[RunSpec] = []
     groups: dict[str, tuple[tuple[str, str], ...]] = {}

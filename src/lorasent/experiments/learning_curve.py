@@ -302,7 +302,7 @@ def learning_curve(*, name: str, fractions: Sequence[float] = FRACTIONS, seeds: 
     fractions = sorted(fractions)
     rows = check_classes(repo, fractions)
     sets = fraction_sets(fractions)
-    params_text = git(repo, "show", "HEAD:params.yaml", command="sweep")
+    params_text = git(repo, "show", "HEAD:params.yaml", command="learning-curve")
     base_seed = parse_params(read_yaml(params_text, "params.yaml"), "params.yaml").base.seed
     grid = plan(name, sets, seeds, base_seed, command="learning-curve")
     share = {run.group: f for run, f in zip(grid[::seeds], fractions, strict=True)}

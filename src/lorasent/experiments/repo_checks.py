@@ -83,9 +83,9 @@ def check_repo(repo: Path, runs: Sequence[RunSpec], git_remote: str | None,
     Errors are prefixed ``command`` and say what to do with an edited params.yaml for it
     (:data:`PARAMS_EDIT`). The git remote is checked by :func:`_on_git_remote`, within
     ``timeout_s`` seconds."""
-    commit = git(repo, "rev-parse", "HEAD", command="sweep").strip()
+    commit = git(repo, "rev-parse", "HEAD", command=command).strip()
     dirty = [line[3:] for line in git(repo, "status", "--porcelain",
-                                      "--untracked-files=no", command="sweep").splitlines()]
+                                      "--untracked-files=no", command=command).splitlines()]
     if dirty:
         files = ", ".join(dirty[:5]) + (" ..." if len(dirty) > 5 else "")
         raise LorasentError(
@@ -95,7 +95,7 @@ def check_repo(repo: Path, runs: Sequence[RunSpec], git_remote: str | None,
                else COMMIT_THEM).format(it="it" if len(dirty) == 1 else "them"))
     reuse = reusable(repo, commit, runs, command)
     existing = set(str(run_dvc(repo, "exp", "list", "--all-commits", "--name-only",
-                               as_json=False, command="sweep")).split())
+                               as_json=False, command=command)).split())
     if clash := sorted(existing & {run.name for run in runs} - set(reuse)):
         raise LorasentError(f"{command}: experiments {', '.join(clash)} exist already; choose "
                             f"another --name, or remove them (dvc exp remove {' '.join(clash)})")
@@ -120,7 +120,7 @@ def _on_git_remote(repo: Path, git_remote: str, commit: str, command: str = "swe
         LorasentError: the remote did not answer in time, refused (git's last line), or
             lacks ``commit``; prefixed ``command``.
     """
-    url = git(repo, "remote", "get-url", git_remote, command="sweep").strip()
+    url = git(repo, "remote", "get-url", git_remote, command=command).strip()
     wait_s = connect_timeout_s(timeout_s)
 
     def ask(*args: str, limit_s: float | None = None) -> str:

@@ -171,7 +171,7 @@ def sweep(*, name: str, sets: Sequence[str] = (), seeds: int = 3, repo: Path = P
     repo = repo.resolve()
     check_options(command, address=address, num_gpus=num_gpus, cache_dir=cache_dir)
     timeout_s = connect_timeout_s(connect_timeout)
-    params_text = git(repo, "show", "HEAD:params.yaml", command="sweep")
+    params_text = git(repo, "show", "HEAD:params.yaml", command=command)
     base_seed = parse_params(read_yaml(params_text, "params.yaml"), "params.yaml").base.seed
     sets, repeated = one_value_each(params_text, sets, command)
     for line in repeated:

@@ -161,10 +161,11 @@ def record_damage(record: Any, p: Predictions, beside: str) -> str | None:
         expected["test_rows"] = len(p.ids)
     if "labels" in record:
         expected["labels"] = p.labels
-    found = {k: v for key in RECOMPUTED if key in record for k, v in leaves(record[key], key)}
-    for key in ("test_rows", "labels"):
-        if key in record:
-            found[key] = record[key]
+    # the rows and the classes first: a row missing or a class renamed is named as such,
+    # not by the first metric it moves
+    found = {key: record[key] for key in ("test_rows", "labels") if key in record}
+    found.update({k: v for key in RECOMPUTED if key in record
+                  for k, v in leaves(record[key], key)})
     for key, value in found.items():
         want = expected.get(key)
         same = key in expected and (

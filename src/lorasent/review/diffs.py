@@ -19,6 +19,7 @@ import numpy as np
 from lorasent.calibration import ECE_BINS
 from lorasent.metrics import Predictions
 from lorasent.paths import BASELINE_REFERENCES, EVAL_PREDICTIONS
+from lorasent.review.markup import visible
 from lorasent.statistics import PairedComparison, paired_comparison
 
 # The default tolerance of a probability (absolute; --tolerance), issue 50's: 25 times the
@@ -184,11 +185,46 @@ def margins(probabilities: np.ndarray) -> np.ndarray:
     return top[:, -1] - top[:, -2]
 
 
+SHOWN_UNPAIRED = 5  # rows or classes named, at most, when the two sides cannot be paired
+
+
+def _some(values: list[str]) -> str:
+    more = f", ... ({len(values) - SHOWN_UNPAIRED} more)" if len(values) > SHOWN_UNPAIRED else ""
+    return ", ".join(map(visible, values[:SHOWN_UNPAIRED])) + more
+
+
+def unpaired(old: Predictions, new: Predictions) -> str | None:
+    """Why REV's predictions ``old`` and these ``new`` cannot be paired row by row: the
+    classes only one side has (a class renamed is one of each), or the same classes in
+    another order, and the row ids only one side has, named (at most
+    :data:`SHOWN_UNPAIRED` of each); None when they hold the same rows and classes."""
+    said = []
+    if old.labels != new.labels:
+        gone = [label for label in old.labels if label not in new.labels]
+        added = [label for label in new.labels if label not in old.labels]
+        said.append(f"REV's class{'es' * (len(gone) != 1)} {_some(gone)} not here, "
+                    f"{_some(added)} instead" if gone and added else
+                    f"REV's class{'es' * (len(gone) != 1)} {_some(gone)} not here" if gone else
+                    f"class{'es' * (len(added) != 1)} {_some(added)} that REV's lacks"
+                    if added else f"the classes in another order ({_some(list(new.labels))}; "
+                    f"REV's {_some(list(old.labels))})")
+    here, there = set(new.ids), set(old.ids)
+    missing = [i for i in old.ids if i not in here]
+    extra = [i for i in new.ids if i not in there]
+    if missing:
+        said.append(f"{len(missing)} of REV's {len(old.ids)} rows not here: {_some(missing)}")
+    if extra:
+        said.append(f"{len(extra)} row{'s' * (len(extra) != 1)} REV's lacks: {_some(extra)}")
+    if not said and sorted(old.ids) != sorted(new.ids):
+        said.append("a row id given another number of times than in REV's")
+    return "; ".join(said) if said else None
+
+
 def judge_set(name: str, old: Predictions, new: Predictions, tolerance: float) -> SetResult:
-    """REV's predictions of one test set against these, row by row by id."""
-    if sorted(old.ids) != sorted(new.ids) or old.labels != new.labels:
-        return SetResult(name, len(old.ids), [], [], math.inf, None,
-                         "other rows or classes than REV's: not paired")
+    """REV's predictions of one test set against these, row by row by id; not paired
+    (:func:`unpaired`, its words the problem) when their rows or classes differ."""
+    if (why := unpaired(old, new)) is not None:
+        return SetResult(name, len(old.ids), [], [], math.inf, None, f"{why}: not paired")
     at = {row_id: i for i, row_id in enumerate(new.ids)}
     order = [at[row_id] for row_id in old.ids]
     predicted, probs = new.predicted[order], new.probabilities[order]

@@ -288,10 +288,14 @@ def verdict_of(pairs: dict[str, tuple[bytes, bytes]], *, rev: str, commit: str =
                   if ours else []) + (
             [f"{visible(rev)}'s are as committed: judge against a revision whose files are "
              "whole"] if len(ours) < len(damaged) else [])
+        # what could not be paired, and why (a row missing, a class renamed: often what
+        # the damage comes from); a set that could not be read (rows 0) is damage itself
+        unpaired = [f"{set_name(s.name)}: {s.problem}" for s in sets
+                    if s.problem is not None and s.rows]
         return Verdict("different", rev, commit,
                        f"damaged (not what {'they claim' if len(damaged) > 1 else 'it claims'}, "
                        f"so nothing is judged on {'them' if len(damaged) > 1 else 'it'}): "
-                       + "; ".join(damaged + advice), files, sets, machines)
+                       + "; ".join(damaged + unpaired + advice), files, sets, machines)
     if inputs:
         return Verdict("different", rev, commit,
                        f"its inputs differ from {visible(rev)}'s ({', '.join(inputs)}): the "
