@@ -36,7 +36,6 @@ from lorasent.references import (
     Cost,
     FitRows,
     Fitted,
-    ReferenceNotFitted,
     check_fittable,
     encoder_folder,
     loaded,

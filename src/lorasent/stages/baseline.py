@@ -62,6 +62,9 @@ from typing import Any
 import numpy as np
 import torch
 
+# the modules of the registry's fit functions (resolved by name in fit_references),
+# imported here so that the stage's DVC deps hold their code: lorasent.references below
+import lorasent.finetuned_encoder  # noqa: F401
 from lorasent.atomic import atomic_dir, atomic_write_text, read_json, read_jsonl, write_json
 from lorasent.environment import compute_dtype, precision_line, resolve_dtype
 from lorasent.hashes import sha256_file
@@ -87,8 +90,6 @@ from lorasent.paths import (
     SPLIT_DIR,
 )
 from lorasent.provenance import provenance, write_provenance
-from lorasent import finetuned_encoder, references  # noqa: F401  (the registry's fits:
-# resolved by name below, imported here so that the stage's DVC deps hold their code)
 from lorasent.reference_registry import SUPERVISED
 from lorasent.references import Cost, FitRows, ReferenceNotFitted, measured
 from lorasent.scoring import (
