@@ -290,7 +290,7 @@ def test_the_stage_writes_each_sets_metrics_and_files(evaluated):
     assert sum(r["rows"] for r in records if r["probabilities"] == "raw") == m.test_rows
     refs = m.references
     assert refs is not None and set(refs) == {"majority", "zero_shot", "zero_shot_calibrated",
-                                              "tfidf_lr", "encoder"}
+                                              "tfidf_lr", "encoder", "encoder_ft"}
     assert m.reference_accuracy == refs[m.reference].accuracy  # type: ignore[union-attr]
     summary = result.summary(root / "metrics" / "eval.json").splitlines()
     assert [line.split(":")[0] for line in summary[:4]] == ["test split", "test split", "extra",

@@ -7,17 +7,16 @@ the compare report's table of them with their cost.
 import numpy as np
 import pytest
 
-from lorasent.contracts import Cost, EvalMetrics, PairedVerdict, Reference
-from lorasent.metrics import supervised_verdict, warnings_by_kind
-from lorasent.params import (
+from lorasent.baseline_params import (
     STRENGTH_MAX,
     STRENGTH_MIN,
     BaselineParams,
     EncoderFtParams,
     EncoderParams,
-    ParamsError,
-    parse_params,
 )
+from lorasent.contracts import Cost, EvalMetrics, PairedVerdict, Reference
+from lorasent.metrics import supervised_verdict, warnings_by_kind
+from lorasent.params import ParamsError, parse_params
 from lorasent.references import ReferenceNotFitted, check_fittable, fit_tfidf_lr
 from lorasent.review.render import references_section
 from lorasent.review.verdict import Side

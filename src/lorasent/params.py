@@ -29,19 +29,18 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, get_args, g
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
 
+from lorasent.baseline_params import BaselineParams
 from lorasent.characters import character_name, invisible_characters
 from lorasent.errors import LorasentError
 from lorasent.modes import MODES, ModeName
 from lorasent.reference_registry import BY_NAME, NAMES
+from lorasent.section import Section
 from lorasent.tables import check_separator, decomposed, label_key, mixed_script, skeleton
 
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -71,30 +70,6 @@ SplitSize = Annotated[int, Field(ge=0)] | Annotated[float, Field(gt=0, lt=1)]
 
 class ParamsError(LorasentError, ValueError):
     """A params file that cannot be used; the message names the file and key."""
-
-
-class _Section(BaseModel):
-    # allow_inf_nan: a float key refuses .nan and .inf (YAML), as the options refuse nan
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_boolean_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
-        """Refuse ``true``/``false`` where a number is expected: pydantic's lax mode
-        reads them as 1 and 0 (``base.seed: true`` would train with seed 1)."""
-        if isinstance(value, bool) and info.field_name is not None:
-            types = _types(cls.model_fields[info.field_name].annotation)
-            if bool not in types and types & {int, float}:
-                raise PydanticCustomError(
-                    "bool_for_number", "a number is expected, not a boolean (YAML reads "
-                    "true, false, yes, no, on and off as booleans); write a number")
-        return value
-
-
-def _types(annotation: Any) -> set[Any]:
-    """The plain types an annotation admits: ``Annotated[int, ...] | float`` -> int, float."""
-    args = get_args(annotation)
-    return set().union(*map(_types, args)) if args else {annotation}
 
 
 # A class name every output carries as it is: a DVC metric key (per_class.<label>.f1, so
@@ -190,7 +165,7 @@ def _spelled(name: str) -> str:
     return ", ".join(odd) if odd else "all ASCII"
 
 
-class BaseParams(_Section):
+class BaseParams(Section):
     """Shared by every stage: reproducibility, the model, the classes, the device."""
 
     seed: int
@@ -245,7 +220,7 @@ class BaseParams(_Section):
         return self
 
 
-class DataParams(_Section):
+class DataParams(Section):
     """Where the corpus comes from (see ``lorasent.stages.fetch`` for the sources)."""
 
     source: str = Field(min_length=1)
@@ -263,7 +238,7 @@ class DataParams(_Section):
         return check_separator(value, "data.separator")
 
 
-class SplitParams(_Section):
+class SplitParams(Section):
     """The split's seed and sizes: an int is a row count, a float in (0, 1) a fraction of
     the rows. ``seed`` draws the split and the extra test sets (``evaluate.test_sets``),
     apart from ``base.seed`` (the training's), so that runs over training seeds share
@@ -280,7 +255,7 @@ class SplitParams(_Section):
         return _check_seed(value, "split.seed", "the split")
 
 
-class PromptParams(_Section):
+class PromptParams(Section):
     """The model's input: in generative mode the prompt template, one label word per
     class and the token budget; in seq_cls mode only ``max_length`` (the text alone).
     What each mode reads: its ``input_fields`` in :data:`lorasent.modes.MODES`."""
@@ -299,7 +274,7 @@ class PromptParams(_Section):
         return self
 
 
-class LoraParams(_Section):
+class LoraParams(Section):
     """peft ``LoraConfig`` fields (Hu et al. 2021, arXiv:2106.09685)."""
 
     r: PositiveInt
@@ -311,7 +286,7 @@ class LoraParams(_Section):
     modules_to_save: tuple[str, ...]
 
 
-class TrainParams(_Section):
+class TrainParams(Section):
     """Trainer hyperparameters; names follow ``transformers.TrainingArguments``."""
 
     mode: ModeName  # a key of lorasent.modes.MODES
@@ -341,7 +316,7 @@ class TrainParams(_Section):
     accelerate_config: str | None
 
 
-class TestSetParams(_Section):
+class TestSetParams(Section):
     """One extra labelled test set of ``evaluate.test_sets``: read as ``data`` is (the
     same sources and reading keys, with ``data``'s committed values as defaults), cleaned
     as the split stage cleans (``lorasent.stages.test_sets``), then ``size`` rows drawn."""
@@ -375,7 +350,7 @@ else:
     ReferenceChoice = Literal[REFERENCE_CHOICES]
 
 
-class EvaluateParams(_Section):
+class EvaluateParams(Section):
     """Scoring batch size, the reference for the relative error reduction and the extra
     labelled test sets scored beside the split's test split (name -> source)."""
 
@@ -422,102 +397,7 @@ class EvaluateParams(_Section):
         return checked
 
 
-# An inverse regularisation strength of scikit-learn's LogisticRegression, within
-# [STRENGTH_MIN, STRENGTH_MAX]: six decades either side of scikit-learn's default 1, past
-# the ends of LogisticRegressionCV's default grid (1e-4 to 1e4), where the fitted model
-# no longer changes (every weight near 0: the class prior; or no regularisation left).
-# The fits take far more (measured, scikit-learn 1.9, on 2 to 10^6 rows): lbfgs any
-# C > 0; the sparse fit's SGDClassifier, alpha = 1 / (C * rows), fails below about
-# C = 1e-22 on 2 rows ("Floating-point under-/overflow") and where C * rows nears 1e308
-# (alpha 0: "alpha must be > 0"), both tracebacks in the baseline stage before.
-STRENGTH_MIN, STRENGTH_MAX = 1e-6, 1e6
-Strength = Annotated[float, Field(ge=STRENGTH_MIN, le=STRENGTH_MAX, allow_inf_nan=False)]
-# A grid of them, tried in turn: one to ten distinct values.
-StrengthGrid = Annotated[tuple[Strength, ...], Field(min_length=1, max_length=10)]
-NgramRange = tuple[Annotated[int, Field(ge=1, le=10)], Annotated[int, Field(ge=1, le=10)]]
-
-
-def _grid_and_range(section: str, grid: tuple[float, ...],
-                    ranges: dict[str, tuple[int, int]]) -> None:
-    if len(set(grid)) != len(grid):
-        raise ValueError(f"baseline.{section}.C: {list(grid)} repeats a value; give each "
-                         "strength once")
-    for key, (low, high) in ranges.items():
-        if low > high:
-            raise ValueError(f"baseline.{section}.{key}: [{low}, {high}] is not a range "
-                             "(low > high); give [low, high], e.g. [1, 2]")
-
-
-class TfidfLrParams(_Section):
-    """``baseline.tfidf_lr``: word and character n-gram TF-IDF + logistic regression
-    (``lorasent.references.fit_tfidf_lr``); always on."""
-
-    C: StrengthGrid = (0.25, 1.0, 4.0, 16.0)
-    word_ngram_range: NgramRange = (1, 2)
-    char_ngram_range: NgramRange = (2, 5)
-
-    @model_validator(mode="after")
-    def _consistent(self) -> TfidfLrParams:
-        _grid_and_range("tfidf_lr", self.C, {"word_ngram_range": self.word_ngram_range,
-                                             "char_ngram_range": self.char_ngram_range})
-        return self
-
-
-class EncoderParams(_Section):
-    """``baseline.encoder``: a frozen encoder's mean-pooled embeddings + logistic
-    regression (``lorasent.references.fit_encoder_lr``)."""
-
-    enabled: bool = False  # params.yaml's comment gives its measured cost
-    model: str = Field(default="packaged:minilm-l6", min_length=1)
-    C: StrengthGrid = (0.25, 1.0, 4.0, 16.0)
-    batch_size: PositiveInt = 64
-    max_length: Annotated[int, Field(ge=8, le=512)] = 128
-
-    @model_validator(mode="after")
-    def _consistent(self) -> EncoderParams:
-        _grid_and_range("encoder", self.C, {})
-        return self
-
-
-# A learning rate of a fine-tune: finite, in (0, 1); a grid of them, one to five values.
-LearningRate = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
-LearningRateGrid = Annotated[tuple[LearningRate, ...], Field(min_length=1, max_length=5)]
-
-
-class EncoderFtParams(_Section):
-    """``baseline.encoder_ft``: a small encoder fine-tuned in full with a classification
-    head (``lorasent.finetuned_encoder``), its learning rate and epoch chosen on the
-    validation split."""
-
-    enabled: bool = False  # params.yaml turns it on; a params file without it leaves it off
-    model: str = Field(default="packaged:minilm-l6", min_length=1)
-    learning_rate: LearningRateGrid = (1e-4,)
-    epochs: Annotated[int, Field(ge=1, le=50)] = 5
-    batch_size: Annotated[int, Field(ge=1, le=4096)] = 16
-    max_length: Annotated[int, Field(ge=8, le=512)] = 128
-    weight_decay: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.01
-    warmup_ratio: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.1
-
-    @model_validator(mode="after")
-    def _consistent(self) -> EncoderFtParams:
-        if len(set(self.learning_rate)) != len(self.learning_rate):
-            raise ValueError(f"baseline.encoder_ft.learning_rate: {list(self.learning_rate)} "
-                             "repeats a value; give each learning rate once")
-        return self
-
-
-class BaselineParams(_Section):
-    """The supervised references of the baseline stage, trained on the rows the adapter
-    trains on (``lorasent.references``), one field per entry of
-    ``lorasent.reference_registry.SUPERVISED``, named as it; the majority class and
-    zero-shot baselines need no params."""
-
-    tfidf_lr: TfidfLrParams = TfidfLrParams()
-    encoder: EncoderParams = EncoderParams()
-    encoder_ft: EncoderFtParams = EncoderFtParams()
-
-
-class Params(_Section):
+class Params(Section):
     """All of ``params.yaml``; one field per section."""
 
     base: BaseParams

@@ -66,6 +66,7 @@ import torch
 # imported here so that the stage's DVC deps hold their code: lorasent.references below
 import lorasent.finetuned_encoder  # noqa: F401
 from lorasent.atomic import atomic_dir, atomic_write_text, read_json, read_jsonl, write_json
+from lorasent.baseline_params import BaselineParams
 from lorasent.environment import compute_dtype, precision_line, resolve_dtype
 from lorasent.hashes import sha256_file
 from lorasent.launch import is_main
@@ -77,7 +78,7 @@ from lorasent.metrics import (
 )
 from lorasent.modeling import load_model_and_prompt
 from lorasent.modes import DEFAULT_MODE, MODES
-from lorasent.params import BaselineParams, BaseParams, PromptParams
+from lorasent.params import BaseParams, PromptParams
 from lorasent.paths import (
     BASE_MODEL_DIR,
     BASELINE_CALIBRATED_PREDICTIONS,

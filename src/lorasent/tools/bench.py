@@ -520,7 +520,7 @@ def bench_reference(rows: int) -> dict[str, Any]:
     """
     import random
 
-    from lorasent.params import TfidfLrParams
+    from lorasent.baseline_params import TfidfLrParams
     from lorasent.references import fit_tfidf_lr, measured
     from lorasent.stages.fetch import read_source
 

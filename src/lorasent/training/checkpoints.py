@@ -34,12 +34,11 @@ log = logging.getLogger("lorasent.stages.train")
 # The modules whose code the adapter depends on: the train stage's deps in dvc.yaml (its
 # import closure, checked by tests/test_dvc_deps.py).
 TRAIN_CODE = ("stages.train", "training.callbacks", "training.checkpoints", "training.trainer",
-              "addresses", "atomic", "calibration", "characters", "command_errors",
-              "commands.stages", "contracts", "dvc_project", "environment", "errors",
-              "experiment_params", "frozen_weights", "git", "hashes", "launch", "metrics",
-              "modeling", "modes", "params", "paths", "processes", "provenance",
-              "reference_registry", "scoring",
-              "statistics", "subsets", "tables")
+              "addresses", "atomic", "baseline_params", "calibration", "characters",
+              "command_errors", "commands.stages", "contracts", "dvc_project", "environment",
+              "errors", "experiment_params", "frozen_weights", "git", "hashes", "launch",
+              "metrics", "modeling", "modes", "params", "paths", "processes", "provenance",
+              "reference_registry", "scoring", "section", "statistics", "subsets", "tables")
 CHECKPOINT_RECORD = "lorasent-checkpoint.json"
 
 
