@@ -336,6 +336,12 @@ COLLAPSE_SHARE = 0.9  # one class predicted for at least this share of the rows 
 COLLAPSE_EXCESS = 0.1  # ... and for this much more than its share of the actual rows
 
 
+# The warning's opening when the adapter is not detectably better than the strongest
+# supervised reference; compare and the pull-request comment put it first.
+NOT_BETTER = ("the adapter is not detectably better than a cheaper reference trained on the "
+              "same rows: ")
+
+
 def supervised_verdict(name: str, reference: Mapping[str, Any],
                        seconds: float | None = None) -> str:
     """The one sentence a reviewer reads first: the adapter against the supervised
@@ -443,9 +449,7 @@ def warnings_by_kind(metrics: Mapping[str, Any]) -> dict[str, str]:
     cheap = (metrics.get("references") or {}).get(strongest) if strongest else None
     paired = cheap.get("paired") if cheap else None
     if isinstance(strongest, str) and cheap and paired and paired["verdict"] != "better":
-        found[f"not_better:{strongest}"] = (
-            "the adapter is not detectably better than a reference that trains in seconds: "
-            + supervised_verdict(strongest, cheap))
+        found[f"not_better:{strongest}"] = NOT_BETTER + supervised_verdict(strongest, cheap)
     calibration = metrics.get("calibration")
     if isinstance(calibration, Mapping) and calibration.get("temperature") is None:
         found["no_temperature"] = f"no temperature: {calibration.get('temperature_note')}"

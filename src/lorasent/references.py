@@ -307,8 +307,9 @@ def loaded(folder: Path, load: Callable[[Path], Any]) -> Any:
     """
     from transformers.utils import logging as hf_logging
 
-    verbosity = hf_logging.get_verbosity()
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()  # a classifier's fresh head is expected, not news
+    hf_logging.disable_progress_bar()  # "Loading weights" per load: noise in a stage's log
     try:
         return load(folder)
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as err:
@@ -317,6 +318,8 @@ def loaded(folder: Path, load: Callable[[Path], Any]) -> Any:
                                  f"{reason}") from None
     finally:
         hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def fit_encoder_lr(*, train_texts: Sequence[str], y_train: Sequence[int],

@@ -37,7 +37,7 @@ import numpy as np
 
 from lorasent.calibration import calibration_deltas
 from lorasent.contracts import EvalMetrics, dump
-from lorasent.metrics import Predictions, warnings_by_kind
+from lorasent.metrics import NOT_BETTER, Predictions, warnings_by_kind
 from lorasent.review.markup import SENTENCE_LIMIT, md_code, md_text
 from lorasent.statistics import (
     ALPHA,
@@ -141,15 +141,19 @@ class Review:
     unpaired: str = ""  # why there is no paired test, in a few words, for its set's line
     # groups over seeds with extra test sets: each set's accuracy test, the test split first
     group_sets: dict[str, GroupComparison] = field(default_factory=dict)
+    # each side's verdict against its strongest supervised reference (Markdown), B first
+    against_references: list[str] = field(default_factory=list)
 
     def summary(self, notes: bool = True) -> str:
-        """The verdict, one line per test set (:func:`set_lines`, with extra sets), the
-        warnings about the change, then (with ``notes``) the notes true of both sides, as
-        Markdown: the top of the report and of the pull request comment."""
+        """The verdict, one line per test set (:func:`set_lines`, with extra sets), each
+        side's verdict against its strongest supervised reference, the warnings about the
+        change, then (with ``notes``) the notes true of both sides, as Markdown: the top
+        of the report and of the pull request comment."""
         lines = [f"**{self.verdict}**", ""] + (set_lines(self) + [""]
                                                if self.sets or self.group_sets else [])
-        said = [f"- ⚠ {w}" for w in self.warnings] + [f"- Note: {n}" for n in self.notes
-                                                      if notes]
+        said = [f"- {line}" for line in self.against_references]
+        said += [f"- ⚠ {w}" for w in self.warnings] + [f"- Note: {n}" for n in self.notes
+                                                       if notes]
         return "\n".join(lines + said + ([""] if said else []))
 
 
@@ -201,8 +205,12 @@ def judge(a: Side, b: Side, labels: list[str], stale: dict[str, Stale | None] | 
         verdict = f"{'. '.join(said)}. {verdict}"
     split = disagreement({MAIN_SPLIT: outcome(review.paired),
                           **{name: outcome(r.paired) for name, r in sets.items()}})
+    against = [f"{side} ({md_text(s.rev)}), against the strongest reference trained on "
+               f"its rows: {md_text(found)}" for side, s in (("B", b), ("A", a))
+               if s.evals is not None and (found := s.evals.strongest_verdict())]
     return replace(review, verdict=f"{verdict} {split}".strip(),
-                   warnings=[*notes, *only, *review.warnings], sets=sets)
+                   warnings=[*notes, *only, *review.warnings], sets=sets,
+                   against_references=against)
 
 
 def _judged(a: Side, b: Side, labels: list[str], name: str | None = None) -> Review:
@@ -331,7 +339,10 @@ def side_warnings(a: Side, b: Side) -> tuple[list[str], list[str]]:
                 for kind, text in mine.items() if kind not in other]
     notes = [f"A and B alike, so not this change: {alike(in_a[kind], text)}"
              for kind, text in in_b.items() if kind in in_a]
-    return [*_disagreeing(a, b), *_other_references(a, b), *warnings], notes
+    # first: an adapter not detectably better than a cheaper reference on the same rows
+    lost = [w for w in warnings if NOT_BETTER in w]
+    return [*lost, *_disagreeing(a, b), *_other_references(a, b),
+            *(w for w in warnings if w not in lost)], notes
 
 
 def _disagreeing(a: Side, b: Side) -> list[str]:
