@@ -1,7 +1,7 @@
 """How far a metric can be trusted: bootstrap intervals, paired tests, spread over seeds.
 
 Resampling is numpy's (``Generator.multinomial``), tests are ``scipy.stats``'
-(``binomtest``, ``ttest_ind``):
+(``binomtest``, ``ttest_ind``, ``ttest_1samp``):
 
 - **Intervals** (:func:`intervals`): a percentile bootstrap over the test rows, 95%,
   10,000 resamples drawn from a fixed seed, so a rerun gives the same bytes (above
@@ -23,7 +23,9 @@ Resampling is numpy's (``Generator.multinomial``), tests are ``scipy.stats``'
   set) gives the p-value.
 - **Seeds** (:func:`group_comparison`): two groups of runs that differ only in
   ``base.seed``; Welch's t-test on their accuracies (Dror et al. 2018, "The Hitchhiker's
-  Guide to Testing Statistical Significance in NLP", for comparing over seeds).
+  Guide to Testing Statistical Significance in NLP", for comparing over seeds); against
+  a value every run shares (:func:`constant_comparison`), the one-sample t-test
+  (``ttest_1samp``) that Welch's becomes when one side does not vary.
 
 A paired difference counts as real (:attr:`PairedComparison.significant`) only when the
 interval of Δ accuracy excludes 0 *and* McNemar's p-value is below 0.05. The sentences
@@ -581,6 +583,32 @@ def group_comparison(metric: str, a: Sequence[float], b: Sequence[float]) -> Gro
     else:
         p = float(stats.ttest_ind(b, a, equal_var=False).pvalue)
     return GroupComparison(metric, tuple(map(float, a)), tuple(map(float, b)), p)
+
+
+def constant_comparison(metric: str, constant: float, b: Sequence[float]) -> GroupComparison:
+    """B's runs against one value that every run shares (a reference fitted the same way
+    whatever the seed): the one-sample t-test of B's values against ``constant``
+    (``scipy.stats.ttest_1samp``, df = len(b) − 1). It is :func:`group_comparison`'s
+    Welch's t-test with a side that does not vary (Welch's statistic and
+    Welch–Satterthwaite df reduce to it), computed as such because ``ttest_ind`` warns
+    of precision loss on a side of equal values.
+
+    Returns:
+        a :class:`GroupComparison` whose ``a`` is ``constant`` once per run of B;
+        ``p_value`` None when B does not vary either and differs from it, 1.0 when
+        every value equals it.
+
+    Raises:
+        ValueError: B has fewer than 2 runs (no spread to measure).
+    """
+    if len(b) < 2:
+        raise ValueError(f"the group needs at least 2 runs to measure the spread over seeds; "
+                         f"got {len(b)}")
+    if np.std(b) == 0:
+        p = None if np.mean(b) != constant else 1.0
+    else:
+        p = float(stats.ttest_1samp(b, constant).pvalue)
+    return GroupComparison(metric, (float(constant),) * len(b), tuple(map(float, b)), p)
 
 
 def with_interval(value: float | None, low: float | None = None, high: float | None = None,

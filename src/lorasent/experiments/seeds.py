@@ -10,7 +10,10 @@ the ``-S`` changes) once per seed ``base.seed``, ``base.seed + 1``, ... with
 ``dvc exp run --queue``, runs the queue with ``dvc queue start -j J``, waits, and reports
 accuracy and macro-F1 as mean ± sd (sample standard deviation) over the seeds. The
 experiments are named ``<NAME>-seed<S>``, so that ``lorasent compare 'A-seed*' 'B-seed*'``
-compares two groups with Welch's t-test (``lorasent.statistics``).
+compares two groups with Welch's t-test (``lorasent.statistics``). It ends with the
+adapter against each supervised reference over the seeds (:func:`references_over_seeds`):
+a reference that moves with ``base.seed`` is refitted by each seed's baseline stage and
+is a group like the adapter.
 
 ``-j 1`` is the default: each run already uses every core, and on a small machine two at
 once only share them (and need twice the memory).
@@ -26,12 +29,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lorasent.contracts import EvalMetrics
+import numpy as np
+
+from lorasent.contracts import EvalMetrics, PairedVerdict
 from lorasent.errors import LorasentError
 from lorasent.programs import environment, program
+from lorasent.reference_registry import BY_NAME, SUPERVISED, SupervisedReference
 from lorasent.review.collect import read_side, resolve_commits, run_dvc
 from lorasent.review.render import with_interval_of
-from lorasent.statistics import GroupComparison
+from lorasent.review.verdict import delta_text, group_outcome, p_text
+from lorasent.statistics import (
+    ALPHA,
+    GroupComparison,
+    constant_comparison,
+    group_comparison,
+)
 
 POLL_S = 10  # seconds between two looks at `dvc queue status`
 IDLE_POLLS = 3  # looks in a row with experiments queued and no worker before a restart
@@ -70,7 +82,197 @@ class SeedsResult:
         prefix = self.runs[0].name.rsplit("-seed", 1)[0]
         lines.append(f"Compare with another group: lorasent compare '{prefix}-seed*' "
                      "'<other>-seed*'")
+        if len(done) > 1:
+            lines += references_over_seeds([(run.seed, run.evals) for run in self.runs
+                                            if run.evals is not None]).lines
         return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ReferenceOverSeeds:
+    """The adapter's accuracy against one supervised reference's over the seeds.
+
+    Attributes:
+        entry: the reference (:data:`lorasent.reference_registry.SUPERVISED`).
+        seeds: the ``base.seed`` of each run that has it fitted, in the runs' order.
+        reference, adapter: its and the adapter's accuracy (a fraction) in those runs.
+        paired: each of those runs' paired verdict (``references.<name>.paired``; None
+            on a test set of one row).
+        missing: ``{seed: why}`` for the runs without it (``reference_notes.<name>``,
+            empty where eval.json gives no reason).
+        test: A the reference, B the adapter (Δ = adapter − reference): Welch's t-test
+            (:func:`lorasent.statistics.group_comparison`), or the one-sample t-test
+            where the reference's accuracy is the same in every run
+            (:func:`lorasent.statistics.constant_comparison`); None in fewer than 2 runs.
+    """
+
+    entry: SupervisedReference
+    seeds: tuple[int, ...]
+    reference: tuple[float, ...]
+    adapter: tuple[float, ...]
+    paired: tuple[PairedVerdict | None, ...]
+    missing: dict[int, str]
+    test: GroupComparison | None
+
+    @property
+    def constant(self) -> bool:
+        """The reference scored the same in every run (one-sample test, not Welch's)."""
+        return len(set(self.reference)) == 1
+
+    @property
+    def mean(self) -> float:
+        """The reference's mean accuracy over its runs."""
+        return float(np.mean(self.reference))
+
+    @property
+    def outcome(self) -> str:
+        """The group's verdict in a word (:func:`lorasent.review.verdict.group_outcome`:
+        ``better``, ``worse`` only at p < ALPHA, ``no detectable difference``, ``cannot
+        be tested``), or ``no group test`` in fewer than 2 runs."""
+        return "no group test" if self.test is None else group_outcome(self.test)
+
+    @property
+    def test_name(self) -> str:
+        return "one-sample t-test" if self.constant else "Welch's t-test"
+
+    def verdict(self) -> str:
+        """``the adapter is better (Welch's t-test p = 0.003)``, ``no detectable
+        difference (...)``: the group's verdict as the section's sentences say it."""
+        if self.test is None:
+            return f"no group test (fitted in {len(self.seeds)} run only)"
+        if self.test.p_value is None:
+            return "cannot be tested (neither side varies over the seeds)"
+        word = self.outcome
+        said = f"the adapter is {word}" if word in ("better", "worse") else word
+        return f"{said} ({self.test_name} {p_text(self.test.p_value)})"
+
+    def lines(self) -> list[str]:
+        """Its group line, a line per missing run, a line per run's paired verdict, and
+        the sentence that a run's better (or worse) is not the group's verdict when the
+        group finds no detectable difference."""
+        name = self.entry.short
+        adapter = GroupComparison.spread(self.adapter) if len(self.adapter) > 1 else (
+            f"{self.adapter[0]:.4f} (1 seed)")
+        if self.entry.seeded:
+            how = "refitted with each seed"
+        elif self.constant:
+            how = "the same fit for every seed"
+        else:
+            how = ("not seeded, but its accuracy moves over the seeds (train.fraction < 1 "
+                   "draws the training rows with base.seed)")
+        reference = (f"{self.reference[0]:.4f}" if self.constant and not self.entry.seeded
+                     else GroupComparison.spread(self.reference) if len(self.reference) > 1
+                     else f"{self.reference[0]:.4f} (1 seed)")
+        delta = delta_text(float(np.mean(self.adapter)) - self.mean)
+        out = [f"{name}, {how}: accuracy {reference} against the adapter's {adapter}, "
+               f"Δ {delta}: {self.verdict()}"]
+        out += [f"  seed {seed}: not fitted ({why or 'eval.json gives no reason'})"
+                for seed, why in self.missing.items()]
+        for seed, paired in zip(self.seeds, self.paired, strict=True):
+            if paired is None:
+                out.append(f"  seed {seed}: no paired test")
+                continue
+            delta = delta_text(paired.delta_accuracy, paired.delta_accuracy_ci95_low,
+                               paired.delta_accuracy_ci95_high)
+            out.append(f"  seed {seed}: Δ accuracy {delta}, McNemar "
+                       f"{p_text(paired.mcnemar_p)}: {paired.verdict}")
+        if self.outcome == "no detectable difference":
+            assert self.test is not None and self.test.p_value is not None
+            for word in ("better", "worse"):
+                said = [str(s) for s, p in zip(self.seeds, self.paired, strict=True)
+                        if p is not None and p.verdict == word]
+                if said:
+                    runs = (f"seed {said[0]}'s paired verdict says" if len(said) == 1
+                            else f"the paired verdicts of seeds {', '.join(said)} say")
+                    out.append(f"  One seed's \"{word}\" is not the group's verdict: {runs} "
+                               f"{word}, on that seed's test rows; over the seeds there is no "
+                               f"detectable difference ({self.test_name} "
+                               f"{p_text(self.test.p_value)} ≥ {ALPHA}).")
+        return out
+
+
+@dataclass(frozen=True)
+class SeedReferences:
+    """The adapter against each supervised reference over the seeds.
+
+    Attributes:
+        compared: each reference fitted in at least one run, in registry order.
+        not_fitted: ``{name: why}`` for each reference fitted in no run (its
+            ``reference_notes`` over the runs, distinct ones joined by ``; ``).
+        strongest: the compared references of the highest mean accuracy over their runs:
+            one, or several on a tie (in registry order); empty when none was fitted.
+    """
+
+    compared: list[ReferenceOverSeeds]
+    not_fitted: dict[str, str]
+    strongest: list[ReferenceOverSeeds]
+
+    @property
+    def lines(self) -> list[str]:
+        """The section ``lorasent seeds`` ends with: a heading, the verdict against the
+        strongest reference (or the tied ones), each reference's lines
+        (:meth:`ReferenceOverSeeds.lines`), then those fitted in no run and why."""
+        out = [f"The adapter against each reference over the seeds (accuracy; better or "
+               f"worse only at p < {ALPHA}):"]
+        if not self.compared:
+            out.append("No supervised reference was fitted in any run.")
+        elif len(self.strongest) == 1:
+            best = self.strongest[0]
+            out.append(f"Against the strongest reference, {best.entry.short} (mean accuracy "
+                       f"{best.mean:.4f} over {len(best.seeds)} seeds): {best.verdict()}.")
+        else:
+            tied = " and ".join(r.entry.short for r in self.strongest)
+            verdicts = "; ".join(f"against {r.entry.short} {r.verdict()}"
+                                 for r in self.strongest)
+            out.append(f"The strongest references tie, {tied} (mean accuracy "
+                       f"{self.strongest[0].mean:.4f} over the seeds): {verdicts}.")
+        for compared in self.compared:
+            out += compared.lines()
+        out += [f"{BY_NAME[name].short}: not fitted in any run "
+                f"({why or 'eval.json gives no reason'})"
+                for name, why in self.not_fitted.items()]
+        return out
+
+
+def references_over_seeds(runs: Sequence[tuple[int, EvalMetrics]]) -> SeedReferences:
+    """The adapter against each supervised reference (registry order) over ``runs``,
+    ``(base.seed, eval.json)`` each, as :class:`SeedReferences`.
+
+    A reference null or absent in every run is listed as not fitted, with its
+    ``reference_notes``; one fitted in some runs only is compared over those (the
+    adapter over the same runs). Its accuracy and the adapter's over those runs are
+    compared as groups: Welch's t-test (:func:`lorasent.statistics.group_comparison`,
+    as ``lorasent compare`` compares groups of seeds), or, where the reference scores
+    the same in every run (one that does not move with the seed), the one-sample t-test
+    of the adapter's accuracies against that value
+    (:func:`lorasent.statistics.constant_comparison`). The strongest is the highest
+    mean accuracy; means within 1e-12 of it tie (the same k/N values summed in another
+    order).
+    """
+    compared: list[ReferenceOverSeeds] = []
+    not_fitted: dict[str, str] = {}
+    for entry in SUPERVISED:
+        have = [(seed, evals, ref) for seed, evals in runs
+                if (ref := (evals.references or {}).get(entry.name)) is not None]
+        notes = {seed: (evals.reference_notes or {}).get(entry.name, "")
+                 for seed, evals in runs
+                 if (evals.references or {}).get(entry.name) is None}
+        if not have:
+            not_fitted[entry.name] = "; ".join(dict.fromkeys(n for n in notes.values() if n))
+            continue
+        reference = tuple(ref.accuracy for _, _, ref in have)
+        adapter = tuple(evals.accuracy for _, evals, _ in have)
+        test = (None if len(have) < 2
+                else constant_comparison("accuracy", reference[0], adapter)
+                if len(set(reference)) == 1
+                else group_comparison("accuracy", reference, adapter))
+        compared.append(ReferenceOverSeeds(entry, tuple(seed for seed, _, _ in have),
+                                           reference, adapter,
+                                           tuple(ref.paired for _, _, ref in have),
+                                           notes, test))
+    best = max((r.mean for r in compared), default=0.0)
+    strongest = [r for r in compared if np.isclose(r.mean, best, rtol=0, atol=1e-12)]
+    return SeedReferences(compared, not_fitted, strongest)
 
 
 def run_seeds(*, n: int, name: str, sets: Sequence[str] = (), jobs: int = 1,
