@@ -82,6 +82,7 @@ def fit_finetuned_encoder(*, train_texts: Sequence[str], y_train: Sequence[int],
         Trainer,
         TrainerCallback,
         TrainingArguments,
+        set_seed,
     )
 
     from lorasent.hashes import combined_sha256, sha256_tree
@@ -157,18 +158,14 @@ def fit_finetuned_encoder(*, train_texts: Sequence[str], y_train: Sequence[int],
                     data_seed=seed, save_strategy="no", eval_strategy="no",
                     logging_strategy="no", report_to=[], disable_tqdm=True, use_cpu=True,
                     dataloader_num_workers=0)
-                keeper: KeepBest | None = None
-
-                def model_init() -> Any:
-                    nonlocal keeper
-                    keeper = KeepBest(loaded(folder, lambda f: AutoModelForSequenceClassification
-                                             .from_pretrained(f, num_labels=num_labels)))
-                    return keeper.network
-
-                trainer = Trainer(model_init=model_init, args=arguments, train_dataset=train_set,
-                                  data_collator=collator, compute_loss_func=compute_loss)
-                assert keeper is not None  # Trainer calls model_init in its constructor
-                trainer.add_callback(keeper)
+                # the head's initialisation seeded here, the model passed in: a model_init
+                # would be called again by train(), a second model the callback never sees
+                set_seed(seed)
+                keeper = KeepBest(loaded(folder, lambda f: AutoModelForSequenceClassification
+                                         .from_pretrained(f, num_labels=num_labels)))
+                trainer = Trainer(model=keeper.network, args=arguments, train_dataset=train_set,
+                                  data_collator=collator, compute_loss_func=compute_loss,
+                                  callbacks=[keeper])
                 trainer.train()
                 runs.append({"learning_rate": float(rate),
                              "validation_accuracy_by_epoch": keeper.accuracies})
