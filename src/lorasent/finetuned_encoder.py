@@ -128,11 +128,12 @@ def fit_finetuned_encoder(*, train_texts: Sequence[str], y_train: Sequence[int],
                     out.append(torch.softmax(network(**batch).logits.double(), -1).numpy())
             return np.concatenate(out)
 
-        class KeepBest(TrainerCallback):  # type: ignore[misc]
+        class KeepBest(TrainerCallback):
             """After each epoch: the validation accuracy, and the weights of the best."""
 
             def __init__(self, network: Any) -> None:
-                self.network, self.accuracies = network, []
+                self.network = network
+                self.accuracies: list[float] = []
                 self.best: tuple[float, dict[str, Any]] | None = None
 
             def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
