@@ -128,11 +128,12 @@ def fit_finetuned_encoder(*, train_texts: Sequence[str], y_train: Sequence[int],
                     out.append(torch.softmax(network(**batch).logits.double(), -1).numpy())
             return np.concatenate(out)
 
-        class KeepBest(TrainerCallback):  # type: ignore[misc]
+        class KeepBest(TrainerCallback):
             """After each epoch: the validation accuracy, and the weights of the best."""
 
             def __init__(self, network: Any) -> None:
-                self.network, self.accuracies = network, []
+                self.network = network
+                self.accuracies: list[float] = []
                 self.best: tuple[float, dict[str, Any]] | None = None
 
             def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -158,12 +159,14 @@ def fit_finetuned_encoder(*, train_texts: Sequence[str], y_train: Sequence[int],
                     data_seed=seed, save_strategy="no", eval_strategy="no",
                     logging_strategy="no", report_to=[], disable_tqdm=True, use_cpu=True,
                     dataloader_num_workers=0)
-                set_seed(seed)  # the head's initialisation; Trainer seeds the rest
+                # the head's initialisation seeded here, the model passed in: a model_init
+                # would be called again by train(), a second model the callback never sees
+                set_seed(seed)
                 keeper = KeepBest(loaded(folder, lambda f: AutoModelForSequenceClassification
                                          .from_pretrained(f, num_labels=num_labels)))
                 trainer = Trainer(model=keeper.network, args=arguments, train_dataset=train_set,
-                                  data_collator=collator, compute_loss_func=compute_loss)
-                trainer.add_callback(keeper)
+                                  data_collator=collator, compute_loss_func=compute_loss,
+                                  callbacks=[keeper])
                 trainer.train()
                 runs.append({"learning_rate": float(rate),
                              "validation_accuracy_by_epoch": keeper.accuracies})
