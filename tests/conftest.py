@@ -334,14 +334,16 @@ def minilm_params(repo_params_raw: dict[str, Any]) -> Callable[..., Params]:
 
 
 def train_in(folder: Path, params: Params, model_dir: Path, split_dir: Path) -> TrainResult:
-    """:func:`lorasent.stages.train.run_train` writing everything under ``folder``."""
+    """:func:`lorasent.stages.train.run_train` writing everything under ``folder``
+    (``validation.json``: the validation metrics)."""
     from lorasent.stages.train import run_train
 
     return run_train(base=params.base, prompt=params.prompt, train=params.train,
                      params_record=params.model_dump(mode="json"), model_dir=model_dir,
                      split_dir=split_dir, adapter_dir=folder / "adapter",
                      live_dir=folder / "live", provenance_dir=folder / "provenance",
-                     checkpoint_dir=folder / "checkpoints")
+                     checkpoint_dir=folder / "checkpoints",
+                     validation_metrics_path=folder / "validation.json")
 
 
 def monte_carlo_error(resampled: Any, q: float, resamples: int = 10_000) -> float:

@@ -13,14 +13,23 @@ import pytest
 from dvc.utils.flatten import flatten
 
 from conftest import REPO, committed
-from lorasent.contracts import AdapterRecord, EvalMetrics, TemperatureScaling, dump, parse, read
+from lorasent.contracts import (
+    AdapterRecord,
+    EvalMetrics,
+    TemperatureScaling,
+    ValidationMetrics,
+    dump,
+    parse,
+    read,
+)
 from lorasent.errors import LorasentError
 
 LABELS = ["negative", "neutral", "positive"]
 
 
 def round_trip(text: str,
-               model: type[EvalMetrics] | type[AdapterRecord] | type[TemperatureScaling]) -> str:
+               model: type[EvalMetrics] | type[AdapterRecord] | type[TemperatureScaling]
+               | type[ValidationMetrics]) -> str:
     """``text`` parsed through ``model`` and written as ``lorasent.atomic.write_json``
     writes it."""
     found = model.model_validate(json.loads(text))
@@ -164,6 +173,33 @@ def test_a_damaged_eval_json_is_one_line_naming_the_key(data, message):
     with pytest.raises(LorasentError) as err:
         parse(EvalMetrics, data, "metrics/eval.json", "rerun evaluate (dvc repro)")
     assert str(err.value) == message
+
+
+# metrics/validation.json as the train stage writes it (two rows, one of them right)
+VALIDATION: dict[str, Any] = {
+    "accuracy": 0.5, "accuracy_ci95_low": 0.0, "accuracy_ci95_high": 1.0, "macro_f1": 0.2222,
+    "macro_f1_ci95_low": 0.0, "macro_f1_ci95_high": 0.3333,
+    "per_class": {label: {"precision": 0.5 * (label == "positive"), "recall": 1.0 * (
+        label == "positive"), "f1": 0.6667 * (label == "positive"),
+        "support": int(label != "neutral")} for label in LABELS},
+    "confusion_matrix": {a: {p: int(a != "neutral" and p == "positive") for p in LABELS}
+                         for a in LABELS},
+    "labels": LABELS, "validation_rows": 2,
+    "intervals": {"method": "percentile bootstrap over validation rows", "confidence": 0.95,
+                  "resamples": 10000, "seed": 0},
+    "scores_are": "the adapter's", "note": None}
+
+
+def test_a_validation_json_round_trips_and_each_missing_key_is_one_line():
+    text = json.dumps(VALIDATION, indent=2) + "\n"
+    assert round_trip(text, ValidationMetrics) == text
+    for key in VALIDATION:
+        with pytest.raises(LorasentError) as err:
+            parse(ValidationMetrics, {k: v for k, v in VALIDATION.items() if k != key},
+                  "metrics/validation.json", "rerun train (dvc repro)")
+        assert str(err.value) == ("metrics/validation.json: not the ValidationMetrics "
+                                  f"lorasent writes: {key}: field required; rerun train "
+                                  "(dvc repro)"), key
 
 
 def test_an_adapter_record_that_is_not_json_is_one_line(tmp_path: Path):

@@ -81,11 +81,23 @@ def test_outs_are_the_paths_the_code_writes():
                                      str(paths.BASELINE_REFERENCES),
                                      str(paths.PROVENANCE_DIR / "baseline.json")}
     assert _declared("train") == {str(paths.ADAPTER_DIR), str(paths.TRAIN_LIVE_DIR),
+                                  str(paths.VALIDATION_METRICS),
                                   str(paths.PROVENANCE_DIR / "train.json")}
     assert _declared("evaluate") == {str(paths.EVAL_METRICS), str(paths.EVAL_PREDICTIONS),
                                      str(paths.EVAL_CONFUSION), str(paths.EVAL_LABEL_ISSUES),
                                      str(paths.EVAL_RELIABILITY), str(paths.EVAL_TEST_SETS),
                                      str(paths.PROVENANCE_DIR / "evaluate.json")}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_every_output_under_metrics_is_kept_in_git_and_persists(stage):
+    """The small outputs kept in git (dvc.yaml's comment): not in DVC's cache, and not
+    deleted before the stage runs, so a failed run leaves the last good ones."""
+    for kind in ("outs", "metrics"):
+        for out in DVC["stages"][stage].get(kind, []):
+            path, spec = next(iter(out.items())) if isinstance(out, dict) else (out, {})
+            if path.startswith(f"{paths.METRICS_DIR}/"):
+                assert spec == {"cache": False, "persist": True}, f"{stage}: {path}"
 
 
 def test_bad_params_fail_before_any_work(tmp_path, monkeypatch):

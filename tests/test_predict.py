@@ -55,7 +55,8 @@ def trained(tmp_path_factory, packaged_model_dir, repo_params_raw):
                  confusion_path=root / "baseline_confusion.json", **paths)
     run_train(base=params.base, prompt=params.prompt, train=params.train, params_record=record,
               adapter_dir=root / "adapter", live_dir=root / "train",
-              checkpoint_dir=root / "checkpoints", **paths)
+              checkpoint_dir=root / "checkpoints",
+              validation_metrics_path=root / "validation.json", **paths)
     run_evaluate(base=params.base, prompt=params.prompt, evaluate=params.evaluate,
                  split_seed=params.split.seed,
                  params_record=record, adapter_dir=root / "adapter",

@@ -1,7 +1,8 @@
 """Temperature scaling (issue 30, item 2): fitted on the validation split by the train
 stage, written to ``calibration.json`` beside the adapter, used by ``lorasent predict``
 (with ``--min-confidence``) and carried by ``lorasent export`` (fast tier: the tiny random
-Gemma, about a second per training).
+Gemma, about a second per training); and the metrics of the same validation scores,
+``metrics/validation.json`` (issue 69).
 """
 
 import csv
@@ -35,6 +36,7 @@ from lorasent.contracts import (
     TEMPERATURE_MAX,
     TEMPERATURE_MIN,
     TemperatureScaling,
+    ValidationMetrics,
     dump,
     read_temperature_scaling,
 )
@@ -44,6 +46,13 @@ from lorasent.metrics import probabilities
 from lorasent.modeling import load_trained_model
 from lorasent.params import parse_params
 from lorasent.scoring import score_texts
+from lorasent.stages.train import (
+    NO_VALIDATION_METRICS_NOTE,
+    ONE_VALIDATION_ROW,
+    VALIDATION_SCORES_ARE,
+    validation_metrics,
+)
+from lorasent.statistics import interval_method, intervals
 from lorasent.tools.predict import NotFiniteError, predict, restore_adapter, written_by_predict
 from test_contracts import round_trip
 from test_train_recipe import LABELS, PARAMS, ROWS, SEQ_CLS
@@ -187,11 +196,77 @@ def test_the_temperature_is_fitted_on_the_scores_evaluate_and_predict_give(
     assert nll(y, probs) == pytest.approx(found["nll_after"], abs=1e-6)
 
 
+def _expected_metrics(scores: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    """metrics/validation.json's numbers for ``scores``' argmax, counted here by hand."""
+    predicted = scores.argmax(1)
+    k = len(LABELS)
+    matrix = [[int(np.sum((y == a) & (predicted == p))) for p in range(k)] for a in range(k)]
+    per_class = {}
+    for i, label in enumerate(LABELS):
+        hit = matrix[i][i]
+        said, actual = sum(matrix[a][i] for a in range(k)), sum(matrix[i])
+        precision = hit / said if said else 0.0
+        recall = hit / actual if actual else 0.0
+        f1 = 2 * hit / (said + actual) if said + actual else 0.0
+        per_class[label] = {"precision": precision, "recall": recall, "f1": f1,
+                            "support": actual}
+    return {"accuracy": float(np.mean(predicted == y)),
+            "macro_f1": float(np.mean([c["f1"] for c in per_class.values()])),
+            "per_class": per_class,
+            "confusion_matrix": {a: dict(zip(LABELS, row, strict=True))
+                                 for a, row in zip(LABELS, matrix, strict=True)}}
+
+
+def test_validation_json_measures_the_scores_the_temperature_is_fitted_on(
+        run, validation_scores):
+    """Issue 69: every run records its validation split's accuracy and macro-F1 with
+    intervals, from the scores calibration.json's temperature is fitted on (the same
+    scores, bit for bit, as the saved adapter gives: the test above)."""
+    scores, y = validation_scores
+    text = (run / "validation.json").read_text(encoding="utf-8")
+    found = json.loads(text)
+    assert list(found) == ["accuracy", "accuracy_ci95_low", "accuracy_ci95_high", "macro_f1",
+                           "macro_f1_ci95_low", "macro_f1_ci95_high", "per_class",
+                           "confusion_matrix", "labels", "validation_rows", "intervals",
+                           "scores_are", "note"]
+    expected = _expected_metrics(scores, y)
+    assert found["accuracy"] == expected["accuracy"]
+    assert found["macro_f1"] == pytest.approx(expected["macro_f1"], abs=1e-15)
+    assert found["confusion_matrix"] == expected["confusion_matrix"]
+    assert found["per_class"] == {label: {**c, "precision": pytest.approx(c["precision"]),
+                                          "recall": pytest.approx(c["recall"]),
+                                          "f1": pytest.approx(c["f1"])}
+                                  for label, c in expected["per_class"].items()}
+    assert found["validation_rows"] == 8 == len(read_jsonl(run / "split" / "validation.jsonl"))
+    assert found["validation_rows"] == _calibration(run)["validation_rows"]
+    assert {k: v for k, v in found.items() if "_ci95_" in k} == intervals(
+        y, scores.argmax(1), len(LABELS))
+    assert found["accuracy_ci95_low"] <= found["accuracy"] <= found["accuracy_ci95_high"]
+    assert found["intervals"] == interval_method(8, over="validation rows")
+    assert found["intervals"]["method"].startswith("percentile bootstrap over validation rows")
+    assert (found["labels"], found["scores_are"], found["note"]) == (
+        LABELS, VALIDATION_SCORES_ARE, None)
+    assert found == dump(validation_metrics(scores, y, LABELS))
+    assert round_trip(text, ValidationMetrics) == text  # strict JSON, the contract's bytes
+
+
 def test_no_validation_rows_write_the_same_shape_and_the_same_adapter(run, tiny_base, tmp_path):
     """Without validation rows: no temperature, the note, the same keys; and the adapter's
-    bytes are those of the run that scored 8 validation rows after training."""
+    bytes are those of the run that scored 8 validation rows after training. Its
+    validation.json is still written (DVC's output), every metric None."""
     split = _split(tmp_path / "split", validation=False)
     train_in(tmp_path, parse_params(RAW), tiny_base, split)
+    text = (tmp_path / "validation.json").read_text(encoding="utf-8")
+    assert json.loads(text) == {
+        "accuracy": None, "accuracy_ci95_low": None, "accuracy_ci95_high": None,
+        "macro_f1": None, "macro_f1_ci95_low": None, "macro_f1_ci95_high": None,
+        "per_class": None, "confusion_matrix": None, "labels": LABELS, "validation_rows": 0,
+        "intervals": None, "scores_are": None, "note": NO_VALIDATION_METRICS_NOTE}
+    assert list(json.loads(text)) == list(json.loads((run / "validation.json").read_text(
+        encoding="utf-8")))
+    assert round_trip(text, ValidationMetrics) == text
+    assert NO_VALIDATION_METRICS_NOTE == ("no validation split (split.validation_size: 0): "
+                                          "nothing to choose on")
     found = _calibration(tmp_path)
     assert found == {**{k: v for k, v in _calibration(run).items()
                         if k in ("method", "fitted_on", "ece_bins")},
@@ -209,6 +284,35 @@ def test_no_validation_rows_write_the_same_shape_and_the_same_adapter(run, tiny_
         assert sha256_file(tmp_path / "adapter" / name) == sha256_file(
             run / "adapter" / name), name
     assert read_json(tmp_path / "provenance" / "train.json")["temperature"] is None
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 7, 40])
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_validation_metrics_of_any_size_are_the_argmax_counted_by_hand(rows, k):
+    """Generated validation splits of many sizes and class counts: the metrics are the
+    argmax's; one row gives them without intervals (a bootstrap over one row has no
+    spread), its note saying so; more give the bootstrap's."""
+    rng = np.random.default_rng(rows * 10 + k)
+    scores, y = rng.normal(size=(rows, k)), rng.integers(0, k, size=rows)
+    labels = [f"class {i}" for i in range(k)]
+    found = dump(validation_metrics(scores, y, labels))
+    predicted = scores.argmax(1)
+    assert found["accuracy"] == float(np.mean(predicted == y))
+    assert found["validation_rows"] == rows == sum(
+        c["support"] for c in found["per_class"].values())
+    assert found["confusion_matrix"] == {
+        labels[a]: {labels[p]: int(np.sum((y == a) & (predicted == p))) for p in range(k)}
+        for a in range(k)}
+    bounds = {key: found[key] for key in found if "_ci95_" in key}
+    if rows == 1:
+        assert bounds == dict.fromkeys(bounds) and len(bounds) == 4
+        assert (found["intervals"], found["note"]) == (None, ONE_VALIDATION_ROW)
+    else:
+        assert bounds == intervals(y, predicted, k)
+        assert (found["intervals"], found["note"]) == (
+            interval_method(rows, over="validation rows"), None)
+    assert found["scores_are"] == VALIDATION_SCORES_ARE
+    assert ValidationMetrics.model_validate(found) == validation_metrics(scores, y, labels)
 
 
 def test_validation_rows_of_one_class_give_no_temperature_but_the_raw_metrics():

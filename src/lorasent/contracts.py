@@ -1,5 +1,5 @@
 """The files other code reads back: the adapter record, the adapter's temperature
-scaling and the evaluation's metrics.
+scaling, the evaluation's metrics and the validation split's.
 
 - :class:`AdapterRecord`, ``models/adapter/lorasent.json``: written by the train stage
   (and by ``lorasent export`` beside the merged model, with ``exported_from``); read by
@@ -12,6 +12,8 @@ scaling and the evaluation's metrics.
   ``lorasent metrics``, the export's model card (``lorasent.tools.predict``), ``lorasent
   compare``, ``lorasent pr-comment`` and ``lorasent seeds`` (``lorasent.review``), and
   by DVC (``dvc metrics diff``, ``make exp-show``'s columns, the pull-request workflow).
+- :class:`ValidationMetrics`, ``metrics/validation.json``: written by the train stage;
+  read by DVC (``dvc metrics show``, ``dvc metrics diff``, ``dvc exp show``).
 
 Writers build the model and serialise it with :func:`dump`, readers parse with
 :func:`parse`: the bytes are those of ``lorasent.atomic.write_json`` of the same
@@ -402,6 +404,37 @@ class EvalMetrics(SetMetrics):
     order: the split's test split (:class:`SetMetrics`), then each extra test set."""
 
     test_sets: dict[str, TestSetMetrics] = {}   # ``evaluate.test_sets``, in params order
+
+
+# ------------------------------------------------------------------ metrics/validation.json
+
+
+class ValidationMetrics(_Contract):
+    """``metrics/validation.json``: the trained adapter on the validation split, the
+    numbers to choose a recipe on without reading the test split.
+
+    Written by ``lorasent.stages.train`` on every run (every key, in this order), from the
+    scores the temperature of ``calibration.json`` is fitted on, before scaling (it
+    changes no argmax). Accuracy and macro-F1 are fractions in [0, 1], each followed by
+    its 95% bootstrap interval's bounds (``lorasent.statistics.intervals``, the method in
+    ``intervals``). With one validation row the bounds and ``intervals`` are None (a
+    bootstrap over one row has no spread) and ``note`` says so; with none
+    (``split.validation_size: 0``) every metric and ``scores_are`` are None too.
+    """
+
+    accuracy: float | None
+    accuracy_ci95_low: float | None
+    accuracy_ci95_high: float | None
+    macro_f1: float | None
+    macro_f1_ci95_low: float | None
+    macro_f1_ci95_high: float | None
+    per_class: dict[str, PerClass] | None               # {label: scores}, in label order
+    confusion_matrix: dict[str, dict[str, int]] | None  # [actual][predicted] = rows, K x K
+    labels: list[str]                                   # ``base.labels``
+    validation_rows: int
+    intervals: IntervalMethod | None
+    scores_are: str | None   # which scores were measured (None: none were)
+    note: str | None         # why metrics or intervals are None; None when all are given
 
 
 # ------------------------------------------------------------------------- reading, writing

@@ -20,6 +20,7 @@ BASELINE_CALIBRATED_PREDICTIONS = METRICS_DIR / "baseline_calibrated_predictions
 BASELINE_CONFUSION = METRICS_DIR / "baseline_confusion.json"     # baseline (DVC plot)
 BASELINE_REFERENCES = METRICS_DIR / "references"                 # baseline: <reference>/<set>.csv
 TRAIN_LIVE_DIR = METRICS_DIR / "train"                           # train (dvclive)
+VALIDATION_METRICS = METRICS_DIR / "validation.json"             # train
 EVAL_METRICS = METRICS_DIR / "eval.json"                         # evaluate
 EVAL_PREDICTIONS = METRICS_DIR / "predictions.csv"               # evaluate
 EVAL_CONFUSION = METRICS_DIR / "confusion.json"                  # evaluate (DVC plot)

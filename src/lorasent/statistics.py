@@ -124,12 +124,13 @@ def resamples_said(resamples: int | None, named: int = RESAMPLES) -> str:
     return "" if resamples is None or resamples == named else f"{resamples:,} resamples"
 
 
-def method_text(cells: str, rows: int = 1) -> str:
+def method_text(cells: str, rows: int = 1, over: str = "test rows") -> str:
     """How a bootstrap over ``cells`` (what rows are grouped by) draws its resamples: the
     one wording of ``intervals.method`` here and ``calibration.interval_method`` in
     ``lorasent.calibration``, its threshold :func:`row_draws_above` itself; over more
-    than :data:`ROWS_FOR_ALL_RESAMPLES` ``rows``, :func:`fewer_text` follows."""
-    return (f"percentile bootstrap over test rows, drawn as counts: one multinomial draw of "
+    than :data:`ROWS_FOR_ALL_RESAMPLES` ``rows``, :func:`fewer_text` follows. ``over``
+    names the rows resampled (``"validation rows"`` in ``metrics/validation.json``)."""
+    return (f"percentile bootstrap over {over}, drawn as counts: one multinomial draw of "
             f"the N rows over {cells} per resample (the same distribution as resampling "
             f"rows; row by row where the cells outnumber {row_draws_above(rows):g} × N)"
             + fewer_text(rows))
@@ -144,12 +145,14 @@ class IntervalMethodRecord(TypedDict):
     seed: int
 
 
-def interval_method(rows: int) -> IntervalMethodRecord:
+def interval_method(rows: int, over: str = "test rows") -> IntervalMethodRecord:
     """``intervals`` of ``eval.json`` and ``baseline.json``
     (:class:`lorasent.contracts.IntervalMethod`) for a test set of ``rows`` rows:
     :data:`METHOD` up to :data:`ROWS_FOR_ALL_RESAMPLES` rows; above, its ``resamples``
-    is :func:`resamples_for` and its ``method`` says so."""
-    return {"method": method_text("the observed (actual, predicted[, reference]) cells", rows),
+    is :func:`resamples_for` and its ``method`` says so. ``over`` names the rows
+    (:func:`method_text`): ``"validation rows"`` for ``metrics/validation.json``."""
+    return {"method": method_text("the observed (actual, predicted[, reference]) cells", rows,
+                                  over),
             "confidence": CONFIDENCE, "resamples": resamples_for(rows),
             "seed": BOOTSTRAP_SEED}
 

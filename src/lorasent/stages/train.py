@@ -44,7 +44,10 @@ Writes ``models/adapter/``: ``adapter_model.safetensors``, ``adapter_config.json
 prompt, max_length, base model source and hash, resolved params) and
 ``calibration.json`` (the temperature, the validation NLL, ECE and Brier score before
 and after it, the validation risk-coverage: :class:`lorasent.contracts.TemperatureScaling`),
-in one atomic write; and a provenance record.
+in one atomic write; ``metrics/validation.json``, the adapter's accuracy and macro-F1 on
+the validation split with their 95% intervals, per-class scores and confusion matrix,
+from the same scores (their argmax: :class:`lorasent.contracts.ValidationMetrics`,
+:func:`validation_metrics`); and a provenance record.
 """
 
 from __future__ import annotations
@@ -66,12 +69,20 @@ from transformers.utils import logging as hf_logging
 
 from lorasent.atomic import atomic_dir, read_json, read_jsonl, write_json
 from lorasent.calibration import NO_VALIDATION_NOTE, temperature_scaling
-from lorasent.contracts import AdapterRecord, BaseModelRef, TemperatureScaling, dump
+from lorasent.contracts import (
+    AdapterRecord,
+    BaseModelRef,
+    IntervalMethod,
+    TemperatureScaling,
+    ValidationMetrics,
+    dump,
+)
 from lorasent.environment import compute_dtype, precision_line, resolve_dtype, writing
 from lorasent.errors import LorasentError
 from lorasent.frozen_weights import FrozenWeightsIn
 from lorasent.hashes import sha256_file
 from lorasent.launch import is_main, rank_and_world
+from lorasent.metrics import ClassIds, classification_metrics
 from lorasent.modeling import check_head_saved, load_model_and_prompt, new_weights_note
 from lorasent.modes import MODES, Mode, ModeName
 from lorasent.params import BaseParams, LoraParams, PromptParams, TrainParams
@@ -85,9 +96,11 @@ from lorasent.paths import (
     PROVENANCE_DIR,
     SPLIT_DIR,
     TRAIN_LIVE_DIR,
+    VALIDATION_METRICS,
 )
 from lorasent.provenance import provenance, write_provenance
 from lorasent.scoring import Encoder, PromptEncoder, score_texts
+from lorasent.statistics import interval_method, intervals
 from lorasent.subsets import training_subset
 from lorasent.training.callbacks import LogLastStep, live, step_aligned_dvclive, training_speed
 from lorasent.training.checkpoints import Checkpoints, checkpoint_step, training_key
@@ -96,6 +109,18 @@ from lorasent.training.trainer import LorasentTrainer
 log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from peft import PeftModel
+
+# metrics/validation.json's ``scores_are``: which scores its metrics are the argmax of.
+VALIDATION_SCORES_ARE = (
+    "the trained adapter's class scores on the validation split, as the evaluate stage "
+    "scores the test split (base + adapter in eval mode, without the training's autocast: "
+    "fp32 on a CPU), before temperature scaling, which changes no argmax: the scores "
+    "calibration.json's temperature is fitted on")
+# metrics/validation.json's ``note`` without validation rows, and with one.
+NO_VALIDATION_METRICS_NOTE = ("no validation split (split.validation_size: 0): nothing to "
+                              "choose on")
+ONE_VALIDATION_ROW = ("no interval: 1 validation row, and a bootstrap over one row has no "
+                      "spread; set split.validation_size above 1 for 95% intervals")
 
 
 @dataclass(frozen=True)
@@ -175,8 +200,10 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
               params_record: dict[str, Any], model_dir: Path = BASE_MODEL_DIR,
               split_dir: Path = SPLIT_DIR, adapter_dir: Path = ADAPTER_DIR,
               live_dir: Path = TRAIN_LIVE_DIR, provenance_dir: Path = PROVENANCE_DIR,
-              checkpoint_dir: Path = CHECKPOINT_DIR) -> TrainResult:
-    """Train a LoRA adapter and write it with its record to ``adapter_dir``.
+              checkpoint_dir: Path = CHECKPOINT_DIR,
+              validation_metrics_path: Path = VALIDATION_METRICS) -> TrainResult:
+    """Train a LoRA adapter and write it with its record to ``adapter_dir``, and the
+    adapter's metrics on the validation split to ``validation_metrics_path``.
 
     A recipe: setup steps, each given only its slice of the params, then the training,
     then the cleanup. The validation split is scored
@@ -184,7 +211,9 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
     ``train.eval_strategy: epoch``, and, whatever that says, once after training, for
     the temperature written to ``calibration.json``
     (:func:`lorasent.calibration.temperature_scaling`; with no validation rows, a record
-    without a temperature). That batch size is the one the Trainer's validation already
+    without a temperature) and the metrics written to ``validation_metrics_path``
+    (:func:`validation_metrics`, always written: with no validation rows, a record
+    without metrics). That batch size is the one the Trainer's validation already
     uses and fits the device; the evaluate stage's ``evaluate.batch_size`` is not read,
     so that the train stage reads only its own params sections (dvc.yaml: ``base``,
     ``prompt``, ``train``).
@@ -240,8 +269,9 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
             with no room for text.
         lorasent.modeling.HeadNotSavedError: seq_cls weights that the adapter would not
             save.
-        NoSpaceLeft: a checkpoint, the loss history, the adapter or the provenance
-            record found its filesystem full (:func:`lorasent.environment.writing`).
+        NoSpaceLeft: a checkpoint, the loss history, the adapter, the validation metrics
+            or the provenance record found its filesystem full
+            (:func:`lorasent.environment.writing`).
     """
     started = time.perf_counter()
     labels = list(base.labels)
@@ -301,15 +331,19 @@ def run_train(*, base: BaseParams, prompt: PromptParams, train: TrainParams,
                 with contextlib.suppress(OSError):
                     checkpoint_dir.rmdir()
         _end_autocast(trainer, model)  # from here on it scores as evaluate's model does
-        scaling = _save_adapter(  # RNG step 7
+        scaling, scores = _save_adapter(  # RNG step 7
             trainer=trainer, model=model, record=record, adapter_dir=adapter_dir, main=main,
             validation=data.calibration, encoder=encoder,
             batch_size=train.per_device_train_batch_size)
-    # cleanup: the checkpoints go once the adapter is saved; the provenance record
+    # cleanup: the checkpoints go once the adapter is saved; the validation metrics and
+    # the provenance record
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     final_loss = losses[-1] if losses else None
     if main:
         checkpoints.remove()
+        with writing("the validation metrics", validation_metrics_path):
+            write_json(validation_metrics_path, dump(validation_metrics(
+                scores, [r["label_id"] for r in data.calibration], labels)))
         if data.calibration and "validation.jsonl" not in inputs:  # read for calibration only
             inputs = {**inputs, "validation.jsonl": sha256_file(data.validation_path)}
         _write_provenance(
@@ -582,11 +616,13 @@ def _end_autocast(trainer: LorasentTrainer, model: PeftModel) -> None:
 
 def _save_adapter(*, trainer: LorasentTrainer, model: PeftModel, record: AdapterRecord,
                   adapter_dir: Path, main: bool, validation: list[dict[str, Any]],
-                  encoder: Encoder, batch_size: int) -> TemperatureScaling:
+                  encoder: Encoder, batch_size: int) -> tuple[TemperatureScaling, np.ndarray]:
     """Write the trained adapter to ``adapter_dir`` (replacing it whole, in one atomic
     write): its weights, ``adapter_config.json`` (``target_modules`` sorted), ``record``,
-    then ``calibration.json``, the temperature fitted on the ``validation`` rows
-    (:func:`_fit_on_validation`, ``batch_size`` texts at a time), which is returned.
+    then ``calibration.json``, the temperature fitted on the ``validation`` rows'
+    scores (:func:`_score_validation`, ``batch_size`` texts at a time,
+    :func:`lorasent.calibration.temperature_scaling`). Returns that record and the
+    scores, float (N, K) (N = 0 without validation rows).
 
     Every process takes part in gathering the weights (FSDP gathers the shards) and in
     scoring the validation rows; only the ``main`` one writes. The validation rows are
@@ -604,27 +640,60 @@ def _save_adapter(*, trainer: LorasentTrainer, model: PeftModel, record: Adapter
             _sort_target_modules(tmp / "adapter_config.json")
             write_json(tmp / ADAPTER_RECORD, dump(record))
         assert trainer.model is not None  # Trainer types it optional; run_train gives one
-        scaling = _fit_on_validation(model=trainer.model, encoder=encoder, rows=validation,
-                                     batch_size=batch_size)
+        scores = _score_validation(model=trainer.model, encoder=encoder, rows=validation,
+                                   batch_size=batch_size)
+        scaling = temperature_scaling(scores, [r["label_id"] for r in validation])
         if tmp is not None:
             write_json(tmp / CALIBRATION_RECORD, dump(scaling))
-    return scaling
+    return scaling, scores
 
 
-def _fit_on_validation(*, model: torch.nn.Module, encoder: Encoder,
-                       rows: list[dict[str, Any]], batch_size: int) -> TemperatureScaling:
-    """:func:`lorasent.calibration.temperature_scaling` of ``rows`` (the validation
-    split), scored by ``model``
-    in eval mode ``batch_size`` texts at a time, as the evaluate stage scores the test
-    split (:func:`lorasent.scoring.score_texts`, with the training's autocast taken off
-    by :func:`_end_autocast`); every process of a launched run takes part. The model is
-    left in eval mode."""
+def _score_validation(*, model: torch.nn.Module, encoder: Encoder,
+                      rows: list[dict[str, Any]], batch_size: int) -> np.ndarray:
+    """The class scores, float (N, K), of ``rows`` (the validation split), scored by
+    ``model`` in eval mode ``batch_size`` texts at a time, as the evaluate stage scores
+    the test split (:func:`lorasent.scoring.score_texts`, with the training's autocast
+    taken off by :func:`_end_autocast`); every process of a launched run takes part. The
+    model is left in eval mode; no rows give a (0, K) array and score nothing."""
     if not rows:
-        return temperature_scaling(np.zeros((0, encoder.num_labels)), [])
+        return np.zeros((0, encoder.num_labels))
     model.eval()
-    scores = score_texts(model, encoder, [r["text"] for r in rows], batch_size,
-                         desc="calibration")
-    return temperature_scaling(scores, [r["label_id"] for r in rows])
+    return score_texts(model, encoder, [r["text"] for r in rows], batch_size,
+                       desc="calibration")
+
+
+def validation_metrics(scores: np.ndarray, y: ClassIds, labels: list[str]
+                       ) -> ValidationMetrics:
+    """``metrics/validation.json`` for the validation rows' class ``scores``, float
+    (N, K), and true class ids ``y`` (N ints in ``[0, K)``), K = ``len(labels)``: the
+    argmax's accuracy, macro-F1, per-class scores and confusion matrix
+    (:func:`lorasent.metrics.classification_metrics`) with the 95% bootstrap intervals
+    of accuracy and macro-F1 (:func:`lorasent.statistics.intervals`, the method
+    :func:`lorasent.statistics.interval_method` over validation rows), as the evaluate
+    stage measures a test set. With N = 1 the bounds are None, as evaluate leaves a
+    one-row set's, and so is ``intervals`` (``note``: :data:`ONE_VALIDATION_ROW`); with N = 0
+    every metric is None (``note``: :data:`NO_VALIDATION_METRICS_NOTE`).
+
+    Raises:
+        ValueError: ``scores`` and ``y`` of different lengths, or a class id outside
+            ``[0, K)`` (:func:`lorasent.metrics.classification_metrics`).
+    """
+    rows = len(y)
+    bounds = ("accuracy_ci95_low", "accuracy_ci95_high", "macro_f1_ci95_low",
+              "macro_f1_ci95_high")
+    if rows == 0:
+        return ValidationMetrics(
+            accuracy=None, macro_f1=None, per_class=None, confusion_matrix=None,
+            **dict.fromkeys(bounds), labels=labels, validation_rows=0, intervals=None,
+            scores_are=None, note=NO_VALIDATION_METRICS_NOTE)
+    predicted = np.asarray(scores).argmax(1)
+    found = classification_metrics(y, predicted, labels)
+    spread = (intervals(y, predicted, len(labels)) if rows > 1 else dict.fromkeys(bounds))
+    return ValidationMetrics(
+        **found, **spread, labels=labels, validation_rows=rows,
+        intervals=IntervalMethod.model_validate(interval_method(rows, over="validation rows"))
+        if rows > 1 else None,
+        scores_are=VALIDATION_SCORES_ARE, note=None if rows > 1 else ONE_VALIDATION_ROW)
 
 
 def _write_provenance(path: Path, *, trainer: LorasentTrainer, params_record: dict[str, Any],
