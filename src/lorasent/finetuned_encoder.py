@@ -59,7 +59,8 @@ def fit_finetuned_encoder(*, train_texts: Sequence[str], y_train: Sequence[int],
 
     Texts are cut to ``max_length`` tokens (``[CLS]`` and ``[SEP]`` included; the record
     counts the training texts cut); ``batch_size`` texts per optimiser step, padded to the
-    batch's longest. ``class_weighting`` ``balanced`` weights the cross-entropy by
+    batch's longest, the batches drawn by transformers' length-grouped sampler (texts of
+    like length together, seeded) and stepped by PyTorch's fused AdamW. ``class_weighting`` ``balanced`` weights the cross-entropy by
     scikit-learn's balanced weights (``rows / (classes x rows of the class)``), as the
     adapter's loss does. ``seed`` (``base.seed``) seeds the head's initialisation, the
     batches' order and dropout (``transformers.set_seed`` through ``Trainer``): a rerun on
@@ -156,6 +157,9 @@ def fit_finetuned_encoder(*, train_texts: Sequence[str], y_train: Sequence[int],
                     output_dir=scratch, learning_rate=rate, num_train_epochs=epochs,
                     per_device_train_batch_size=batch_size, weight_decay=weight_decay,
                     warmup_steps=warmup_ratio, lr_scheduler_type="linear", seed=seed,
+                    # the same AdamW in one kernel (its step 0.12 s -> 0.01 s of 0.55 s on 2
+                    # cores), and batches of texts of like length (a third less padding)
+                    optim="adamw_torch_fused", train_sampling_strategy="group_by_length",
                     data_seed=seed, save_strategy="no", eval_strategy="no",
                     logging_strategy="no", report_to=[], disable_tqdm=True, use_cpu=True,
                     dataloader_num_workers=0)

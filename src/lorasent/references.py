@@ -8,19 +8,21 @@ ones often tie or win on short-text sentiment (e.g. Edwards & Camacho-Collados 2
 "Language Models for Text Classification: Is In-Context Learning Enough?", LREC-COLING;
 Bucher & Martini 2024, "Fine-Tuned 'Small' LLMs (Still) Significantly Outperform
 Zero-Shot Generative AI Models in Text Classification"; the TF-IDF + linear baseline of
-Wang & Manning 2012, "Baselines and Bigrams", ACL). Two references, both L2-regularised
-logistic regression (scikit-learn, deterministic) on different features:
+Wang & Manning 2012, "Baselines and Bigrams", ACL). The references are listed in one
+place, :mod:`lorasent.reference_registry`; this module holds what they share (the rows,
+the cost, the refusals, the encoder's folder) and the two logistic regressions
+(scikit-learn, deterministic), on different features:
 
 - ``tfidf_lr``: word n-gram and character n-gram (``char_wb``, so that texts without word
   characters, Chinese or emoji, still have features) TF-IDF (``sublinear_tf``), fitted by
   ``SGDClassifier`` (log loss, one-vs-rest): seconds on a CPU, under a minute on 100,000
   rows;
 - ``encoder``: the mean-pooled, L2-normalised embeddings of a frozen small encoder
-  (all-MiniLM-L6-v2 by default, as sentence-transformers pools it). A frozen encoder
-  rather than a fine-tuned one: its one forward pass over the rows fits the baseline
-  stage's budget (seconds), a fine-tune (``configs/cpu-minilm-seqcls-tweets.yaml``,
-  about 2 minutes on 2 cores) does not. Fitted by ``LogisticRegression`` (lbfgs,
-  multinomial).
+  (all-MiniLM-L6-v2 by default, as sentence-transformers pools it), one forward pass
+  over the rows, fitted by ``LogisticRegression`` (lbfgs, multinomial).
+
+The third, ``encoder_ft``, fine-tunes that encoder in full
+(:mod:`lorasent.finetuned_encoder`): minutes, not seconds, and it moves with the seed.
 
 The inverse regularisation strength ``C`` is chosen from the params' grid by accuracy on
 the validation split (ties: the smaller ``C``, the stronger regularisation), then the
