@@ -25,7 +25,7 @@ NOT_FILES = {"data.text_column", "data.label_column", "data.separator", "data.en
              *(f"evaluate.test_sets.<name>.{key}" for key in (
                  "text_column", "label_column", "separator", "encoding", "hf_split"))}
 # Names a file or folder, but not checked (lorasent.dvc_project.FILE_PARAMS says why).
-UNCHECKED = {"base.model", "baseline.encoder.model"}
+UNCHECKED = {"base.model", "baseline.encoder.model", "baseline.encoder_ft.model"}
 
 
 def string_params(model: type[BaseModel], prefix: str = "") -> set[str]:

@@ -466,7 +466,7 @@ def test_reference_and_test_sets_are_required(params_raw):
     params_raw["evaluate"] = {**evaluate, "reference": "calibrated"}
     with pytest.raises(ParamsError, match="evaluate.reference: input should be 'auto', "
                                           "'zero_shot', 'zero_shot_calibrated', 'majority', "
-                                          "'tfidf_lr' or 'encoder'"):
+                                          "'tfidf_lr', 'encoder' or 'encoder_ft'"):
         parse_params(params_raw)
 
 

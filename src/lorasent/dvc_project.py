@@ -86,6 +86,8 @@ def dvc_outputs(root: Path) -> dict[Path, str]:
 # outside the repo as a rule: fetch hashes every file of it into models/base's manifest
 # (sha256), and a `dvc status` that hashed it too would read gigabytes; an edit of it
 # is seen when fetch reruns (the manifest's hash changes, and every stage after it).
+# Nor baseline.encoder.model and baseline.encoder_ft.model, local encoder folders as
+# large: baseline records each one's hash (model_sha256) beside what it fitted.
 FILE_PARAMS = {"data.source": ("fetch", "data/sources"),
                "evaluate.test_sets.<name>.source": ("evaluate", "data/sources"),
                "train.accelerate_config": ("train", "configs/accelerate")}

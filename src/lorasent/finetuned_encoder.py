@@ -80,6 +80,7 @@ def fit_finetuned_encoder(*, train_texts: Sequence[str], y_train: Sequence[int],
         AutoModelForSequenceClassification,
         AutoTokenizer,
         DataCollatorWithPadding,
+        PrinterCallback,
         Trainer,
         TrainerCallback,
         TrainingArguments,
@@ -171,6 +172,7 @@ def fit_finetuned_encoder(*, train_texts: Sequence[str], y_train: Sequence[int],
                 trainer = Trainer(model=keeper.network, args=arguments, train_dataset=train_set,
                                   data_collator=collator, compute_loss_func=compute_loss,
                                   callbacks=[keeper])
+                trainer.remove_callback(PrinterCallback)  # its closing dict: noise in the log
                 trainer.train()
                 runs.append({"learning_rate": float(rate),
                              "validation_accuracy_by_epoch": keeper.accuracies})
