@@ -13,6 +13,7 @@ from lorasent.cli import main
 from lorasent.contracts import EvalMetrics, parse
 from lorasent.errors import LorasentError
 from lorasent.experiments.grid import RunSpec, check_params, plan
+from lorasent.experiments.selection import CHOSEN, NOTHING_TO_CHOOSE_ON
 from lorasent.experiments.sweep import SweepResult, SweepRun
 from lorasent.experiments.task import RunResult, device_text
 from lorasent.review.verdict import Side
@@ -113,10 +114,13 @@ def test_the_summary_gives_each_run_each_groups_spread_and_verdict_and_each_fail
         _run("s-r16-seed2", 2, None, {}),
     ])
     lines = result.summary().splitlines()
-    assert lines[0].split() == ["experiment", "base.seed", "device", "accuracy", "[95%",
-                                "interval]", "macro-F1", "[95%", "interval]"]
+    assert lines[0].split() == ["experiment", "base.seed", "device", "validation",
+                                "accuracy", "[95%", "interval]", "test", "accuracy", "[95%",
+                                "interval]", "test", "macro-F1", "[95%", "interval]"]
     assert lines[1].split()[:4] == ["s-r4-seed1", "1", "GPU", "0"]
-    assert lines[1].split()[4] == "0.7000"
+    # runs made before train wrote metrics/validation.json: no validation accuracy, no choice
+    assert lines[1].split()[4:6] == ["—", "0.7000"]
+    assert lines[7] == NOTHING_TO_CHOOSE_ON and CHOSEN not in result.summary()
     # a run on another machine: its log is named with the machine's address
     assert lines[6].split()[:3] == ["s-r16-seed2", "2", "CPU"]
     assert lines[6].endswith("failed (dvc exp run exited with 1): log "

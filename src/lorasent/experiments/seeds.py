@@ -31,8 +31,15 @@ from pathlib import Path
 
 import numpy as np
 
-from lorasent.contracts import EvalMetrics, PairedVerdict
+from lorasent.contracts import EvalMetrics, PairedVerdict, ValidationMetrics
 from lorasent.errors import LorasentError
+from lorasent.experiments.selection import (
+    CHOSEN,
+    choice_lines,
+    chosen_row,
+    validation_accuracy,
+    validation_text,
+)
 from lorasent.programs import environment, program
 from lorasent.reference_registry import BY_NAME, SUPERVISED, SupervisedReference
 from lorasent.review.collect import read_side, resolve_commits, run_dvc
@@ -56,6 +63,7 @@ class SeedRun:
     seed: int
     status: str                    # DVC's: Success, Failed, ...
     evals: EvalMetrics | None      # its metrics/eval.json
+    validation: ValidationMetrics | None = None  # its metrics/validation.json
 
 
 @dataclass(frozen=True)
@@ -63,17 +71,27 @@ class SeedsResult:
     runs: list[SeedRun]
 
     def summary(self) -> str:
-        """The runs, mean ± sd of accuracy and macro-F1, and how to compare groups."""
-        lines = [f"{'experiment':<24} {'base.seed':>9}  {'accuracy [95% interval]':<28}"
-                 "macro-F1 [95% interval]"]
-        for run in self.runs:
+        """The runs in seed order (validation accuracy, test accuracy and macro-F1, each
+        with its 95% interval), the seed validation chose marked and the lines on that
+        choice (:mod:`lorasent.experiments.selection`), mean ± sd of accuracy and
+        macro-F1, and how to compare groups."""
+        lines = [f"{'experiment':<24} {'base.seed':>9}  "
+                 f"{'validation accuracy [95% interval]':<36}"
+                 f"{'test accuracy [95% interval]':<30}test macro-F1 [95% interval]"]
+        scores = [validation_accuracy(run.validation) for run in self.runs]
+        tested = [run.evals is not None for run in self.runs]
+        chosen = chosen_row(scores, tested)
+        for i, run in enumerate(self.runs):
             if run.evals is None:
                 lines.append(f"{run.name:<24} {run.seed:>9}  {run.status}: see "
                              f"`dvc queue logs {run.name}`")
                 continue
+            mark = f"  {CHOSEN}" if i == chosen else ""
             lines.append(f"{run.name:<24} {run.seed:>9}  "
-                         f"{with_interval_of(run.evals, 'accuracy'):<28}"
-                         f"{with_interval_of(run.evals, 'macro_f1')}")
+                         f"{validation_text(run.validation):<36}"
+                         f"{with_interval_of(run.evals, 'accuracy'):<30}"
+                         f"{with_interval_of(run.evals, 'macro_f1')}{mark}")
+        lines += choice_lines(scores, tested)
         done = [run.evals for run in self.runs if run.evals is not None]
         if len(done) > 1:
             for key, name in (("accuracy", "accuracy"), ("macro_f1", "macro-F1")):
@@ -334,8 +352,10 @@ def run_seeds(*, n: int, name: str, sets: Sequence[str] = (), jobs: int = 1,
              f"(`dvc queue status`, `dvc queue logs {next(iter(runs))}` to follow)")
     statuses = wait_for(repo, list(runs), timeout_s, progress, restart=start)
     commits = resolve_commits(repo, *runs)
+    sides = {exp: read_side(repo, exp, commits) for exp in runs if exp in commits}
     return SeedsResult([SeedRun(exp, seed, statuses[exp],
-                                read_side(repo, exp, commits).evals if exp in commits else None)
+                                sides[exp].evals if exp in sides else None,
+                                sides[exp].validation if exp in sides else None)
                         for exp, seed in runs.items()])
 
 

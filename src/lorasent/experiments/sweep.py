@@ -29,11 +29,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lorasent.addresses import connect_timeout_s
-from lorasent.contracts import EvalMetrics
+from lorasent.contracts import EvalMetrics, ValidationMetrics
 from lorasent.errors import LorasentError
 from lorasent.experiments.cluster import sweep_runs
 from lorasent.experiments.grid import RunSpec, check_params, one_value_each, plan
 from lorasent.experiments.repo_checks import check_repo
+from lorasent.experiments.selection import (
+    CHOSEN,
+    choice_lines,
+    chosen_row,
+    validation_accuracy,
+    validation_text,
+)
 from lorasent.experiments.task import RunResult, device_text, log_place, run_one
 from lorasent.git import git
 from lorasent.params import parse_params, read_yaml
@@ -55,6 +62,10 @@ class SweepRun:
     def evals(self) -> EvalMetrics | None:
         return self.side.evals if self.side is not None else None
 
+    @property
+    def validation(self) -> ValidationMetrics | None:
+        return self.side.validation if self.side is not None else None
+
 
 @dataclass(frozen=True)
 class SweepResult:
@@ -71,21 +82,30 @@ class SweepResult:
         return out
 
     def summary(self) -> str:
-        """Each run (device, accuracy and macro-F1 with their 95% intervals), each group's
-        mean ± sd over its seeds, each group's verdict against the first, and the compare
+        """Each run in grid order (device, validation accuracy, test accuracy and
+        macro-F1, each with its 95% interval), the run validation chose marked and the
+        lines on that choice (:mod:`lorasent.experiments.selection`), each group's mean ±
+        sd over its seeds, each group's verdict against the first, and the compare
         command."""
         width = max(len(run.spec.name) for run in self.runs) + 2
         lines = [f"{'experiment':<{width}}{'base.seed':>9}  {'device':<14}"
-                 f"{'accuracy [95% interval]':<28}macro-F1 [95% interval]"]
-        for run in self.runs:
+                 f"{'validation accuracy [95% interval]':<36}"
+                 f"{'test accuracy [95% interval]':<30}test macro-F1 [95% interval]"]
+        scores = [validation_accuracy(run.validation) for run in self.runs]
+        tested = [run.evals is not None for run in self.runs]
+        chosen = chosen_row(scores, tested)
+        for i, run in enumerate(self.runs):
             device = "reused" if run.result.status == "reused" else device_text(run.result)
             head = f"{run.spec.name:<{width}}{run.spec.seed:>9}  {device:<14}"
             if run.evals is None:
                 why = run.result.error or "its experiment has no metrics/eval.json"
                 lines.append(head + f"failed ({why}): log {log_place(run.result)}")
             else:
-                lines.append(head + f"{with_interval_of(run.evals, 'accuracy'):<28}"
-                             f"{with_interval_of(run.evals, 'macro_f1')}")
+                mark = f"  {CHOSEN}" if i == chosen else ""
+                lines.append(head + f"{validation_text(run.validation):<36}"
+                             f"{with_interval_of(run.evals, 'accuracy'):<30}"
+                             f"{with_interval_of(run.evals, 'macro_f1')}{mark}")
+        lines += choice_lines(scores, tested)
         groups = self.groups()
         lines.append("")
         for group, runs in groups.items():

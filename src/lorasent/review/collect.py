@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from lorasent.addresses import redact
-from lorasent.contracts import EvalMetrics, parse
+from lorasent.contracts import EvalMetrics, ValidationMetrics, parse
 from lorasent.errors import LorasentError
 from lorasent.git import git_bytes, git_or_none
 from lorasent.metrics import (
@@ -46,6 +48,7 @@ from lorasent.paths import (
     EVAL_PREDICTIONS,
     EVAL_TEST_SETS,
     PROVENANCE_DIR,
+    VALIDATION_METRICS,
 )
 from lorasent.programs import environment, program
 from lorasent.provenance import machine_path, with_machine_facts
@@ -113,9 +116,9 @@ def read_side(repo: Path, rev: str, commits: dict[str, str]) -> Side:
     through :class:`lorasent.contracts.EvalMetrics`, baseline.json, predictions file
     (:func:`read_predictions_strict`; one without row ids is said as why there is no
     paired test), test-label audit (:func:`read_label_issues`; None when not committed),
-    training record, and for each of eval.json's ``test_sets`` a :class:`Side` of its
-    predictions and audit (``metrics/test_sets/<name>/``). ``commits``:
-    :func:`resolve_commits`'s.
+    training record, validation metrics (:func:`read_validation`), and for each of
+    eval.json's ``test_sets`` a :class:`Side` of its predictions and audit
+    (``metrics/test_sets/<name>/``). ``commits``: :func:`resolve_commits`'s.
 
     Raises:
         LorasentError: a file that is not JSON, or an eval.json that is not one
@@ -144,7 +147,23 @@ def read_side(repo: Path, rev: str, commits: dict[str, str]) -> Side:
     return Side(rev, evals, read_json(BASELINE_METRICS),
                 *_predictions_at(repo, at, rev, EVAL_PREDICTIONS),
                 _train_record(repo, at, rev),
-                _label_issues_at(repo, at, rev, EVAL_LABEL_ISSUES), sets)
+                _label_issues_at(repo, at, rev, EVAL_LABEL_ISSUES), sets,
+                read_validation(repo, at))
+
+
+def read_validation(repo: Path, at: str) -> ValidationMetrics | None:
+    """``metrics/validation.json`` at revision ``at`` (``workspace``: the file here) through
+    :class:`lorasent.contracts.ValidationMetrics`; None when ``at`` has none (a run made
+    before the train stage wrote it) or it is not that contract (damaged): such a run has
+    no validation score to be chosen on (:mod:`lorasent.experiments.selection`), and its
+    eval.json is still read."""
+    text = read_at(repo, at, VALIDATION_METRICS.as_posix())
+    if not text:
+        return None
+    try:
+        return ValidationMetrics.model_validate_json(text)
+    except ValidationError:
+        return None
 
 
 def _train_record(repo: Path, at: str, rev: str) -> dict[str, Any] | None:

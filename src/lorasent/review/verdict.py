@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from lorasent.calibration import calibration_deltas
-from lorasent.contracts import EvalMetrics, dump
+from lorasent.contracts import EvalMetrics, ValidationMetrics, dump
 from lorasent.metrics import NOT_BETTER, Predictions, warnings_by_kind
 from lorasent.review.markup import SENTENCE_LIMIT, md_code, md_text
 from lorasent.statistics import (
@@ -85,6 +85,8 @@ class Side:
     label_issues: dict[str, LabelIssue] | None = None
     # eval.json's test_sets, by name, each with its own predictions and label audit
     test_sets: dict[str, Side] = field(default_factory=dict)
+    # metrics/validation.json; None: not committed (a run before train wrote it) or damaged
+    validation: ValidationMetrics | None = None
 
 
 @dataclass(frozen=True)
