@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from lorasent import contracts, params
-from lorasent.finetuned_encoder import fit_finetuned_encoder
 from lorasent.baseline_params import BaselineParams, EncoderFtParams, EncoderParams
+from lorasent.finetuned_encoder import fit_finetuned_encoder
 from lorasent.reference_registry import SUPERVISED
 from lorasent.references import ReferenceNotFitted
 from lorasent.stages.baseline import fit_references

@@ -60,8 +60,9 @@ def fit_finetuned_encoder(*, train_texts: Sequence[str], y_train: Sequence[int],
     Texts are cut to ``max_length`` tokens (``[CLS]`` and ``[SEP]`` included; the record
     counts the training texts cut); ``batch_size`` texts per optimiser step, padded to the
     batch's longest, the batches drawn by transformers' length-grouped sampler (texts of
-    like length together, seeded) and stepped by PyTorch's fused AdamW. ``class_weighting`` ``balanced`` weights the cross-entropy by
-    scikit-learn's balanced weights (``rows / (classes x rows of the class)``), as the
+    like length together, seeded) and stepped by PyTorch's fused AdamW.
+    ``class_weighting`` ``balanced`` weights the cross-entropy by scikit-learn's balanced
+    weights (``rows / (classes x rows of the class)``), as the
     adapter's loss does. ``seed`` (``base.seed``) seeds the head's initialisation, the
     batches' order and dropout (``transformers.set_seed`` through ``Trainer``): a rerun on
     the same platform and thread count gives the same bytes.

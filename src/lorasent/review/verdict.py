@@ -208,8 +208,8 @@ def judge(a: Side, b: Side, labels: list[str], stale: dict[str, Stale | None] | 
     split = disagreement({MAIN_SPLIT: outcome(review.paired),
                           **{name: outcome(r.paired) for name, r in sets.items()}})
     against = [f"{side} ({md_text(s.rev)}), against the strongest reference trained on "
-               f"its rows: {md_text(found)}" for side, s in (("B", b), ("A", a))
-               if s.evals is not None and (found := s.evals.strongest_verdict())]
+               f"its rows: {md_text(theirs)}" for side, s in (("B", b), ("A", a))
+               if s.evals is not None and (theirs := s.evals.strongest_verdict())]
     return replace(review, verdict=f"{verdict} {split}".strip(),
                    warnings=[*notes, *only, *review.warnings], sets=sets,
                    against_references=against)
