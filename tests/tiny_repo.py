@@ -30,9 +30,10 @@ TINY = {"split": {"train_size": 24, "validation_size": 8, "test_size": 24},
                   "save_steps": 1},
         "evaluate": {"batch_size": 8,
                      "test_sets": {"reviews-zh": {"source": "packaged:reviews-zh", "size": 12}}},
-        # the encoder reference's model load and forward passes are seconds each baseline
-        # run; the fast tier's evaluate fixture covers it (tests/test_evaluate_sets.py)
-        "baseline": {"encoder": {"enabled": False}}}
+        # the encoder references' model loads, forward passes and fine-tune are seconds each
+        # baseline run; the fast tier covers them (tests/test_evaluate_sets.py,
+        # tests/test_finetuned_encoder.py)
+        "baseline": {"encoder": {"enabled": False}, "encoder_ft": {"enabled": False}}}
 LABELS = ["negative", "neutral", "positive"]
 
 

@@ -27,10 +27,13 @@ Writes ``metrics/baseline.json``:
 
 - ``references``: the supervised references (``lorasent.references``), trained on exactly
   the rows the adapter trains on (``train.fraction``'s subset drawn with ``base.seed``,
-  weighted by ``train.class_weighting``), their ``C`` chosen on the validation split:
-  ``tfidf_lr`` (always) and ``encoder`` (``baseline.encoder.enabled``). Each holds its
-  ``method``, ``C`` and the grid's scores, the machine-independent ``cost`` (trainable
-  and total parameters, training tokens), and on the test split the keys of
+  weighted by ``train.class_weighting``), each an entry of
+  ``lorasent.reference_registry``, their hyperparameters chosen on the validation split:
+  ``tfidf_lr`` (always), ``encoder`` (``baseline.encoder.enabled``) and ``encoder_ft``
+  (``baseline.encoder_ft.enabled``, seeded by ``base.seed``). Each holds its ``method``,
+  its choice (``C``, or the learning rate and epoch) and the grid's scores, the
+  machine-independent ``cost`` (trainable and total parameters, training tokens), and on
+  the test split the keys of
   ``zero_shot``, plus ``test_sets.<name>`` (accuracy, macro-F1) for each extra set.
   ``null`` for a reference that is off or cannot be fitted (one class, a class of one
   row), with ``reference_notes.<name>`` saying why; the stage goes on with the others.
