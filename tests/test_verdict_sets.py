@@ -283,14 +283,14 @@ def test_other_references_are_said_before_the_relative_error_reductions_delta():
 
     b = EvalMetrics.model_validate_json(committed("metrics/eval.json"))
     a = b.model_copy(update={"reference": "zero_shot", "relative_error_reduction": 0.5514})
-    assert b.reference == "encoder" and b.references is not None  # issue 59's default
+    assert b.reference == "encoder_ft" and b.references is not None  # issue 69's default
     same = b.references["zero_shot"]
     assert same is not None and same.relative_error_reduction is not None
     warnings, _ = side_warnings(Side("A", a, None, None, None, None),
                                 Side("B", b, None, None, None, None))
     assert warnings[0] == (
         "A and B measure the relative error reduction against other references (A: zero_shot, "
-        "B: encoder), so its Δ compares two baselines; against A's reference B's "
+        "B: encoder_ft), so its Δ compares two baselines; against A's reference B's "
         f"is {same.relative_error_reduction:.3f} (A: 0.551)")
     assert side_warnings(Side("A", b, None, None, None, None),
                          Side("B", b, None, None, None, None))[0] == []
