@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from lorasent.run_pipeline import (
+    UNWRITABLE,
     PullWarnings,
     check_checked_out,
     damage_message,
@@ -197,3 +198,71 @@ def test_a_remote_whose_plugin_is_missing_names_what_to_install(tmp_path):
 
 
 # A remote's URL as every line shows it (lorasent.addresses.redact): tests/test_addresses.py.
+
+
+@pytest.mark.parametrize(("writable", "free", "why"), [
+    (False, 10**9, "is read-only for this user"),
+    (False, 0, "is read-only for this user"),
+    (True, 0, "is on a full disk (0 bytes free)"),
+    (True, 1, None),
+])
+def test_a_local_remote_this_user_cannot_write_is_named_in_one_line(
+        tmp_path, monkeypatch, writable, free, why):
+    """Issue 70: a read-only or full local remote gave DVC's own error per object on push.
+    As root, chmod does not stop a write, so os.access and shutil.disk_usage answer as such
+    a folder would; the line names the remote (redacted) and what to do."""
+    import os
+    import shutil
+    from collections import namedtuple
+
+    from lorasent import run_pipeline
+
+    store = tmp_path / "store"
+    store.mkdir()
+    asked: list[str] = []
+
+    def access(path, mode):
+        asked.append(str(path))
+        return writable
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(os, "access", access)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10**9, 10**9 - free, free))
+    assert run_pipeline.folder_unwritable(store) == why
+    assert run_pipeline.folder_unwritable(tmp_path / "not-yet") is None  # DVC makes it
+    root = _dvc_project(tmp_path / "project", str(store))
+    said = run_pipeline.remote_unwritable(root)
+    assert asked[-1] == str(store)
+    if why is None:
+        assert said is None
+        return
+    assert said == (
+        f"run: DVC remote 'store' ({store}) {why}: make run pulls from it, but `dvc push` "
+        "there fails; free space there or make it writable for this user (or `dvc remote "
+        "default <a remote you may write>`) before pushing this run")
+    with_password = _dvc_project(tmp_path / "other", "ssh://user:secret@host/store")
+    assert run_pipeline.remote_unwritable(with_password) is None  # not a folder here
+
+
+@pytest.mark.parametrize("code", sorted(UNWRITABLE))
+def test_dvcs_per_object_errors_of_a_full_or_read_only_folder_are_one_line(code):
+    """However many objects fail alike, one line: the count, the folder's error, where;
+    a failure of another kind is DVC's to print, record by record."""
+    import os
+
+    from lorasent.run_pipeline import TRANSFER_FAILED, TRANSFER_LOGGERS, TransferErrors
+
+    watch = TransferErrors()
+    for n in range(19):
+        err = OSError(code, os.strerror(code), f"/mnt/store/files/md5/{n:02d}/x")
+        record = logging.LogRecord(TRANSFER_LOGGERS[n % 3], logging.ERROR, "f", 1,
+                                   TRANSFER_FAILED, (f"md5: {n}",), (OSError, err, None))
+        assert watch.filter(record) is False
+    other = logging.LogRecord(TRANSFER_LOGGERS[0], logging.ERROR, "f", 1, TRANSFER_FAILED,
+                              ("md5: x",), (OSError, FileNotFoundError(2, "gone"), None))
+    assert watch.filter(other) is True
+    assert watch.line() == (
+        f"run: DVC could not write 19 object(s): {UNWRITABLE[code]} (/mnt/store/files/md5/00/x: "
+        f"{os.strerror(code)}); free space there or make it writable for this user, then run "
+        "make run again")
+    assert TransferErrors().line() is None

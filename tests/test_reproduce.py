@@ -3,6 +3,7 @@ on clones of the session's tiny run (end to end): identical, equivalent with the
 kernels capped, consistent and different against a committed run changed on purpose,
 the refusals, and an interrupted rerun that leaves nothing behind."""
 
+import itertools
 import json
 import re
 import shutil
@@ -191,6 +192,69 @@ def test_no_train_without_revs_adapter_runs_the_whole_pipeline_after_saying_so(
                         "training included (about 13 min 17 s, as they last took here)")
 
 
+@pytest.mark.parametrize("ran", [
+    ran for n in range(len(rp.MODEL_STAGES) + 1)
+    for ran in itertools.combinations(rp.MODEL_STAGES, n)])
+def test_the_verdict_names_every_stage_dvc_skipped_in_one_line(ran, tmp_path, monkeypatch):
+    """Issue 70: a fresh clone's run whose train made REV's adapter byte for byte, where DVC
+    skipped baseline as well as evaluate, named evaluate alone. Every set of stages with a
+    machine record here (made from records written here, no DVC run): each one without is
+    named, in pipeline order, in one line; with neither train nor evaluate, refused."""
+    from lorasent.provenance import machine_path, record_sha256
+
+    for stage in ran:  # a tracked record and this machine's record of it
+        tracked = tmp_path / "metrics" / "provenance" / f"{stage}.json"
+        machine = tmp_path / machine_path(tracked.relative_to(tmp_path))
+        machine.parent.mkdir(parents=True, exist_ok=True)
+        tracked.write_text(f'{{"stage": "{stage}"}}')
+        machine.write_text(json.dumps({"record_sha256": record_sha256(tracked.read_text()),
+                                       "host": "here"}))
+    monkeypatch.setattr(rp, "check_revisions", lambda *a, **k: None)
+    monkeypatch.setattr(rp, "_full_commit", lambda repo, rev: "abcdef1")
+    monkeypatch.setattr(rp, "not_reps", lambda repo, commit: ([], []))
+    monkeypatch.setattr("lorasent.review.collect.workspace_staleness", lambda repo: None)
+    judged: list[str] = []
+
+    def judge(*args: Any, record_stage: str = "evaluate") -> Verdict:
+        judged.append(record_stage)
+        return Verdict("identical", "HEAD", "abcdef1", "judged")
+
+    monkeypatch.setattr(rp, "judge", judge)
+    if "train" not in ran and "evaluate" not in ran:
+        with pytest.raises(rp.NotAReproduction, match="no machine record of its train or "
+                                                      "evaluate stage"):
+            rp.reproduce(tmp_path, workspace=True)
+        return
+    verdict = rp.reproduce(tmp_path, workspace=True)
+    assert judged == ["evaluate" if "evaluate" in ran else "train"]
+    skipped = [stage for stage in rp.MODEL_STAGES if stage not in ran]
+    assert verdict.notes == ([rp.skipped_note(ran)] if skipped else [])
+    if skipped:
+        [note] = verdict.notes
+        assert "\n" not in note
+        assert note.startswith(f"  {' and '.join(skipped)} did not run here: ")
+        assert note.endswith(f"`dvc repro --force --single-item {' '.join(skipped)}` runs "
+                             f"{'them' if len(skipped) > 1 else 'it'} here")
+        assert all(f"{stage}'s: " in note for stage in skipped)
+        assert not any(f"{stage}'s: " in note for stage in ran)
+
+
+def test_the_skipped_stages_line_reads_so():
+    """The two lines a fresh clone's run gives: DVC skipped evaluate; it skipped baseline
+    and evaluate (issue 70's run)."""
+    assert rp.skipped_note(["baseline", "train"]) == (
+        "  evaluate did not run here: DVC found its inputs unchanged (evaluate's: the "
+        "adapter, the split, the baseline's scores) and kept its outputs (metrics/eval.json "
+        "and the rest) as they were; `dvc repro --force --single-item evaluate` runs it here")
+    assert rp.skipped_note(["train"]) == (
+        "  baseline and evaluate did not run here: DVC found their inputs unchanged "
+        "(baseline's: the split, the base model; evaluate's: the adapter, the split, the "
+        "baseline's scores) and kept their outputs (metrics/baseline.json, metrics/eval.json "
+        "and the rest) as they were; `dvc repro --force --single-item baseline evaluate` "
+        "runs them here")
+    assert rp.skipped_note(rp.MODEL_STAGES) is None
+
+
 def test_the_tolerance_s_default_is_the_one_the_help_gives():
     from lorasent.cli import main
 
@@ -327,10 +391,7 @@ def test_a_run_whose_training_made_revs_adapter_is_judged_without_an_evaluate_re
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("reproduce: identical: every output of HEAD ("), done.stdout
-    assert lines[1] == (
-        "  evaluate did not run here: DVC found its inputs (the adapter the train stage made "
-        "here, the split) unchanged and kept the scores in metrics/ as they were; `dvc repro "
-        "--force evaluate` scores them here")
+    assert lines[1] == rp.skipped_note(["baseline", "train"])
     (machine / "train.json").unlink()
     done = lorasent(repo, "--after-run")
     assert done.stdout.startswith("run: not judged as a reproduction of HEAD: HEAD's outputs "

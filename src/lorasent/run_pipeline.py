@@ -37,13 +37,21 @@ one line naming the remote (through :func:`lorasent.addresses.redact`: no passwo
 token or signature) and what to fix, and nothing is pulled or trained. A remote that
 accepts the connection and never answers gets ``--connect-timeout`` seconds
 (``LORASENT_CONNECT_TIMEOUT``, else 10) to connect and answer, not the plugins' minutes.
+A local remote folder this user cannot write (read-only, or its disk full:
+:func:`remote_unwritable`) is said in one line before DVC runs; the run still pulls from
+it, and its closing hint does not ask for a ``dvc push`` there. Should DVC fail to write
+objects anyway (a full or read-only cache or remote), its error per object is said as one
+line with the count (:class:`TransferErrors`).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
+import os
+import shutil
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -89,6 +97,90 @@ COMMIT = ("run: to keep this run, commit params.yaml, dvc.lock and metrics/ toge
           "(not dvc.lock alone): git add params.yaml dvc.lock metrics && git commit")
 PUSH = "dvc push, so that clones pull its outputs instead of running the stages again"
 UNCHANGED = "run: params.yaml, dvc.lock and metrics/ are as committed: nothing to commit"
+
+
+# The loggers that log each object DVC failed to copy ("failed to transfer '%s'", with its
+# error), and the errors that no retry mends: a full disk, a read-only or forbidden folder.
+TRANSFER_LOGGERS = ("dvc_objects.fs.generic", "dvc_data.hashfile.transfer",
+                    "dvc_data.index.fetch")
+TRANSFER_FAILED = "failed to transfer '%s'"
+UNWRITABLE = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
+              errno.EROFS: "the folder is read-only", errno.EACCES: "this user may not write it",
+              errno.EPERM: "this user may not write it"}
+
+
+class TransferErrors(logging.Filter):
+    """Drops DVC's per-object "failed to transfer" records whose error is one of
+    :data:`UNWRITABLE` (a full or read-only folder fails every object alike), counting them,
+    so that :meth:`line` says them once; other records pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+        self.first: OSError | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if (str(record.msg) == TRANSFER_FAILED and isinstance(exc, OSError)
+                and exc.errno in UNWRITABLE):
+            self.count += 1
+            self.first = self.first or exc
+            return False
+        return True
+
+    def line(self) -> str | None:
+        """One line for the records dropped (None when none were): how many objects,
+        the folder's error, where, and what to do."""
+        if self.first is None:
+            return None
+        where = self.first.filename or "the DVC cache or remote"
+        return redact(f"run: DVC could not write {self.count} object(s): "
+                      f"{UNWRITABLE[self.first.errno or 0]} ({where}: "
+                      f"{self.first.strerror}); free space there or make it writable for "
+                      "this user, then run make run again")
+
+
+def folder_unwritable(path: str | Path) -> str | None:
+    """Why this user cannot write into the existing folder ``path`` (a local DVC remote):
+    it is read-only for this user (``os.access`` W_OK), or its disk has 0 bytes free
+    (``shutil.disk_usage``); None when neither, or no such folder (DVC makes it)."""
+    if not os.path.isdir(path):
+        return None
+    if not os.access(path, os.W_OK):
+        return "is read-only for this user"
+    if shutil.disk_usage(path).free == 0:
+        return "is on a full disk (0 bytes free)"
+    return None
+
+
+def remote_unwritable(root: Path = Path(".")) -> str | None:
+    """One line when ``root``'s default DVC remote is a local folder this user cannot write
+    (:func:`folder_unwritable`): ``make run`` still pulls from it, but ``dvc push`` there
+    would fail object by object. The remote's name and folder go through
+    :func:`lorasent.addresses.redact`; None for any other remote, or one that can be
+    written."""
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo
+
+    try:
+        repo = Repo(str(root))
+    except DvcException:
+        return None
+    with repo:
+        name = repo.config["core"].get("remote")
+        config = repo.config["remote"].get(name) if name else None
+        url = str((config or {}).get("url", ""))
+        if not url or "://" in url:
+            return None
+        try:
+            path = repo.cloud.get_remote(name).path
+        except DvcException:
+            return None
+    why = folder_unwritable(path)
+    return None if why is None else redact(
+        f"run: DVC remote '{name}' ({path}) {why}: make run pulls from it, but `dvc push` "
+        "there fails; free space there or make it writable for this user (or `dvc remote "
+        "default <a remote you may write>`) before pushing this run")
 
 
 class PullWarnings(logging.Handler):
@@ -463,16 +555,26 @@ def _reproduce(pull: bool, connect_timeout: float | None) -> int:
         print(f"run: {problem}; nothing was pulled or trained", file=sys.stderr, flush=True)
         return 1
 
+    unwritable = remote_unwritable() if pull else None
+    if unwritable:
+        print(unwritable, file=sys.stderr, flush=True)
     watch = PullWarnings()
     loggers = [logging.getLogger(name) for name in DVC_LOGGERS]
+    transfers = TransferErrors()
     for logger in loggers:
         logger.addHandler(watch)
+    for name in TRANSFER_LOGGERS:
+        logging.getLogger(name).addFilter(transfers)
     try:
         status = dvc_main(["repro", *(["--pull"] if pull else [])])
     finally:
         for logger in loggers:
             logger.removeHandler(watch)
+        for name in TRANSFER_LOGGERS:
+            logging.getLogger(name).removeFilter(transfers)
     watch.say()
+    if failed := transfers.line():
+        print(failed, file=sys.stderr, flush=True)
     damage = check_checked_out(watch.checked_out, pull)
     if damage is not None:
         print(damage, file=sys.stderr, flush=True)
@@ -480,7 +582,8 @@ def _reproduce(pull: bool, connect_timeout: float | None) -> int:
     if status == 0:
         changed = run_files_changed()
         if changed is not None:
-            print(closing_hint(changed, remote=pull, pull_warnings=watch.seen), flush=True)
+            print(closing_hint(changed, remote=pull and not unwritable,
+                               pull_warnings=watch.seen), flush=True)
     return status
 
 

@@ -129,6 +129,35 @@ def platform_changes(repo: Path, commit: str, code: Sequence[str]) -> list[str] 
     return changes if here == there else None
 
 
+# The stages that write a machine record (metrics/provenance/machine/STAGE.json) when
+# they run, in pipeline order: fetch and split write none.
+MODEL_STAGES = ("baseline", "train", "evaluate")
+
+# What each of MODEL_STAGES reads (dvc.yaml's deps; a fresh clone's run leaves them as
+# REV made them) and its chief output, which DVC keeps as it is when it skips the stage.
+_SKIPPED = {"baseline": ("the split, the base model", "metrics/baseline.json"),
+            "train": ("the split, the base model", "models/adapter"),
+            "evaluate": ("the adapter, the split, the baseline's scores", "metrics/eval.json")}
+
+
+def skipped_note(ran: Sequence[str]) -> str | None:
+    """One line naming every stage of :data:`MODEL_STAGES` not in ``ran`` (those with no
+    machine record here: DVC skipped them, their inputs unchanged), in pipeline order,
+    with their inputs, what DVC kept and the command that runs them here; None when all
+    ran."""
+    skipped = [stage for stage in MODEL_STAGES if stage not in ran]
+    if not skipped:
+        return None
+    several = len(skipped) > 1
+    names = (", ".join(skipped[:-1]) + " and " if several else "") + skipped[-1]
+    inputs = "; ".join(f"{stage}'s: {_SKIPPED[stage][0]}" for stage in skipped)
+    kept = ", ".join(_SKIPPED[stage][1] for stage in skipped)
+    return (f"  {names} did not run here: DVC found {'their' if several else 'its'} inputs "
+            f"unchanged ({inputs}) and kept {'their' if several else 'its'} outputs ({kept} "
+            f"and the rest) as they were; `dvc repro --force --single-item "
+            f"{' '.join(skipped)}` runs {'them' if several else 'it'} here")
+
+
 class NotAReproduction(LorasentError):
     """The workspace is not a run of REV's code and params (so: compare, not reproduce)."""
 
@@ -166,7 +195,7 @@ def check_workspace(repo: Path, rev: str, commit: str) -> tuple[list[str], list[
         raise NotAReproduction(
             f"the outputs here are not those of a run of this code and params (stale: "
             f"{', '.join(stale.stages)}): run `dvc repro` (make run) first")
-    ran = [stage for stage in ("baseline", "train", "evaluate")
+    ran = [stage for stage in MODEL_STAGES
            if (repo / PROVENANCE_DIR / f"{stage}.json").is_file() and machine_facts(
                (repo / PROVENANCE_DIR / f"{stage}.json").read_text(encoding="utf-8"),
                repo / machine_path(PROVENANCE_DIR / f"{stage}.json"))]
@@ -254,16 +283,13 @@ def reproduce(repo: Path, rev: str = "HEAD", *, workspace: bool = False, no_trai
     commit = _full_commit(repo, rev)
     if workspace:
         ran, platform = check_workspace(repo, rev, commit)
-        if "evaluate" in ran:
-            verdict = judge(repo, rev, commit, tolerance)
-        else:
-            # train ran here and made the adapter dvc.lock records (REV's, in a fresh clone
-            # on REV's kind of machine): DVC skipped evaluate
-            verdict = judge(repo, rev, commit, tolerance, record_stage="train")
-            verdict.notes.append(
-                "  evaluate did not run here: DVC found its inputs (the adapter the train "
-                "stage made here, the split) unchanged and kept the scores in metrics/ as "
-                "they were; `dvc repro --force evaluate` scores them here")
+        # without evaluate, train ran here and made the adapter dvc.lock records (REV's,
+        # in a fresh clone on REV's kind of machine): DVC skipped evaluate (and baseline,
+        # whose inputs a fresh clone checks out as REV made them)
+        verdict = judge(repo, rev, commit, tolerance,
+                        record_stage="evaluate" if "evaluate" in ran else "train")
+        if note := skipped_note(ran):
+            verdict.notes.append(note)
         if platform:
             verdict.notes.append(
                 f"  another platform's run of {visible(rev)}: the workspace's params differ "
