@@ -32,13 +32,25 @@ def seeds(n: int, name: str, sets: tuple[str, ...], jobs: int, params_path: Path
     """Run the params over N seeds as queued DVC experiments; print mean ± sd.
 
     Waits for the queue. Then `lorasent compare 'A-seed*' 'B-seed*'` compares two groups.
+    With at least 2 runs done, writes metrics/seeds.json (the params less base.seed, each
+    run, the verdicts over the seeds): commit it, and `lorasent metrics` and the
+    pull-request comment give its verdict first while params.yaml is those params. An
+    existing metrics/seeds.json that is not such a record is refused before anything runs.
     """
     from lorasent.experiments.seeds import run_seeds
+    from lorasent.review.seeds_record import SEEDS_RECORD, check_writable, write_seeds_record
 
+    check_writable(SEEDS_RECORD)
     result = run_seeds(n=n, name=name, sets=sets, jobs=jobs,
                        base_seed=load_params(params_path).base.seed,
                        progress=lambda line: click.echo(line, err=True))
     click.echo(result.summary())
+    record = result.record()
+    if record is not None:
+        write_seeds_record(record, SEEDS_RECORD)
+        click.echo(f"wrote {SEEDS_RECORD}: commit it, and `lorasent metrics` and the "
+                   "pull-request comment give the verdict over these seeds first while "
+                   "params.yaml (less base.seed) is these params")
     if any(run.evals is None for run in result.runs):
         sys.exit(1)
 

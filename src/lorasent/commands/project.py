@@ -147,6 +147,11 @@ def metrics() -> None:
     The narrow view of `dvc metrics show`, which prints every key of every file. A first
     WARNING line says when `dvc status` finds the workspace stale (params, code or data
     changed since the last `dvc repro`), in one short line: what is out of date and why.
+
+    Where metrics/seeds.json (`lorasent seeds`) holds params.yaml's params, less
+    base.seed, the verdict over its seeds against the strongest reference comes first,
+    and the run's own verdict follows as "this seed (N)" (a damaged record: one WARNING
+    line, and the output as without one).
     """
     import json
 
@@ -155,6 +160,13 @@ def metrics() -> None:
     from lorasent.paths import BASELINE_METRICS, EVAL_METRICS, PROVENANCE_DIR
     from lorasent.references import seconds_here
     from lorasent.review.collect import workspace_staleness
+    from lorasent.review.seeds_record import (
+        committed_seeds_record,
+        group_line,
+        params_at,
+        seed_line,
+        seed_of,
+    )
     from lorasent.statistics import RESAMPLES, resamples_said, with_interval
 
     m = read(EvalMetrics, EVAL_METRICS, "rerun evaluate (dvc repro)")
@@ -189,7 +201,17 @@ def metrics() -> None:
               if base.zero_shot_calibrated_accuracy is not None else []),
             *_supervised_rows(m, seconds),
             *_calibration_rows(m)]
-    if verdict := m.strongest_verdict(seconds):
+    params = params_at()
+    record = committed_seeds_record(params, warn=lambda line: click.echo(f"WARNING: {line}"))
+    verdict = m.strongest_verdict(seconds)
+    if record is not None:
+        click.echo(f"The adapter {group_line(record)}.")
+    if verdict and record is not None:
+        ref = (m.references or {}).get(m.strongest_supervised or "")
+        word = ref.paired.verdict if ref is not None and ref.paired is not None else None
+        click.echo(f"The adapter, "
+                   f"{seed_line(record, seed_of(params), verdict, m.strongest_supervised, word)}")
+    elif verdict:
         click.echo(f"The adapter: {verdict}")
     click.echo(f"{EVAL_METRICS}: {m.test_rows} test rows, {m.mode} mode"
                + (f"; [95% interval: {method.method}, {method.resamples:,} resamples]"

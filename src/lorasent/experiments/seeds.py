@@ -13,7 +13,10 @@ experiments are named ``<NAME>-seed<S>``, so that ``lorasent compare 'A-seed*' '
 compares two groups with Welch's t-test (``lorasent.statistics``). It ends with the
 adapter against each supervised reference over the seeds (:func:`references_over_seeds`):
 a reference that moves with ``base.seed`` is refitted by each seed's baseline stage and
-is a group like the adapter.
+is a group like the adapter. With at least 2 runs done, :meth:`SeedsResult.record` is
+what the command writes to ``metrics/seeds.json`` (:mod:`lorasent.review.seeds_record`),
+the params less ``base.seed`` with their hash: ``lorasent metrics`` and the pull-request
+comment give its group verdict first while the params are these.
 
 ``-j 1`` is the default: each run already uses every core, and on a small machine two at
 once only share them (and need twice the memory).
@@ -28,6 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +48,15 @@ from lorasent.programs import environment, program
 from lorasent.reference_registry import BY_NAME, SUPERVISED, SupervisedReference
 from lorasent.review.collect import read_side, resolve_commits, run_dvc
 from lorasent.review.render import with_interval_of
+from lorasent.review.seeds_record import (
+    FORMAT_VERSION,
+    ReferenceRecord,
+    SeedRunRecord,
+    SeedsRecord,
+    Spread,
+    params_sha256,
+    stored_params,
+)
 from lorasent.review.verdict import delta_text, group_outcome, p_text
 from lorasent.statistics import (
     ALPHA,
@@ -68,7 +81,38 @@ class SeedRun:
 
 @dataclass(frozen=True)
 class SeedsResult:
+    """The runs of ``lorasent seeds``, in seed order, and ``params``: the params every run
+    took (params.yaml with the ``-S`` changes, ``base.seed`` aside), as read; None where
+    not known (then no :meth:`record`)."""
+
     runs: list[SeedRun]
+    params: dict[str, Any] | None = None
+
+    @property
+    def done(self) -> list[tuple[int, EvalMetrics]]:
+        """``(base.seed, eval.json)`` of each run that has its metrics."""
+        return [(run.seed, run.evals) for run in self.runs if run.evals is not None]
+
+    def record(self) -> SeedsRecord | None:
+        """The seeds record (:class:`lorasent.review.seeds_record.SeedsRecord`): the
+        params less ``base.seed`` and their hash, each run, and the adapter against each
+        supervised reference over the seeds (:func:`references_over_seeds`); None
+        without ``params`` or with fewer than 2 runs done (no group)."""
+        done = self.done
+        if self.params is None or len(done) < 2:
+            return None
+        found = references_over_seeds(done)
+        runs = [SeedRunRecord(experiment=run.name, seed=run.seed, status=run.status,
+                              test_accuracy=run.evals.accuracy if run.evals else None,
+                              test_macro_f1=run.evals.macro_f1 if run.evals else None,
+                              validation_accuracy=validation_accuracy(run.validation))
+                for run in self.runs]
+        return SeedsRecord(
+            lorasent_seeds_record=FORMAT_VERSION,
+            name=self.runs[0].name.rsplit("-seed", 1)[0],
+            params_sha256=params_sha256(self.params), params=stored_params(self.params),
+            runs=runs, references=[_reference_record(r) for r in found.compared],
+            strongest=[r.entry.name for r in found.strongest], not_fitted=found.not_fitted)
 
     def summary(self) -> str:
         """The runs in seed order (validation accuracy, test accuracy and macro-F1, each
@@ -101,8 +145,7 @@ class SeedsResult:
         lines.append(f"Compare with another group: lorasent compare '{prefix}-seed*' "
                      "'<other>-seed*'")
         if len(done) > 1:
-            lines += references_over_seeds([(run.seed, run.evals) for run in self.runs
-                                            if run.evals is not None]).lines
+            lines += references_over_seeds(self.done).lines
         return "\n".join(lines)
 
 
@@ -252,6 +295,21 @@ class SeedReferences:
         return out
 
 
+def _spread(values: Sequence[float]) -> Spread:
+    """Values, their mean and sample sd (ddof 1, :meth:`GroupComparison.spread`'s)."""
+    return Spread(values=list(values), mean=float(np.mean(values)),
+                  sd=float(np.std(values, ddof=1)) if len(values) > 1 else None)
+
+
+def _reference_record(r: ReferenceOverSeeds) -> ReferenceRecord:
+    """One reference over the seeds as the seeds record keeps it."""
+    return ReferenceRecord(
+        name=r.entry.name, seeds=list(r.seeds), reference=_spread(r.reference),
+        adapter=_spread(r.adapter), test=None if r.test is None else r.test_name,
+        p_value=None if r.test is None else r.test.p_value, outcome=r.outcome,
+        verdict=r.verdict(), paired=[None if p is None else p.verdict for p in r.paired])
+
+
 def references_over_seeds(runs: Sequence[tuple[int, EvalMetrics]]) -> SeedReferences:
     """The adapter against each supervised reference (registry order) over ``runs``,
     ``(base.seed, eval.json)`` each, as :class:`SeedReferences`.
@@ -318,7 +376,8 @@ def run_seeds(*, n: int, name: str, sets: Sequence[str] = (), jobs: int = 1,
             nor on PATH (``lorasent.programs.program``), DVC refuses to queue, or the wait
             timed out.
     """
-    from lorasent.experiments.grid import check_params, plan
+    from lorasent.experiments.grid import check_params, plan, with_sets
+    from lorasent.params import read_yaml
 
     if n < 2:
         raise LorasentError(f"seeds: -n {n}: at least 2 runs are needed to measure a spread")
@@ -329,6 +388,7 @@ def run_seeds(*, n: int, name: str, sets: Sequence[str] = (), jobs: int = 1,
         raise LorasentError(f"seeds: cannot read {repo / 'params.yaml'}, the params every "
                             f"run takes: {err.strerror or err}") from None
     check_params(params_text, specs, command="seeds", one_process=False)
+    params = with_sets(read_yaml(params_text, "params.yaml"), specs[0].sets)
     runs = {spec.name: spec.seed for spec in specs}
     existing = set(run_dvc(repo, "exp", "list", "--all-commits", "--name-only",
                            as_json=False, command="seeds").split())
@@ -356,7 +416,7 @@ def run_seeds(*, n: int, name: str, sets: Sequence[str] = (), jobs: int = 1,
     return SeedsResult([SeedRun(exp, seed, statuses[exp],
                                 sides[exp].evals if exp in sides else None,
                                 sides[exp].validation if exp in sides else None)
-                        for exp, seed in runs.items()])
+                        for exp, seed in runs.items()], params)
 
 
 def _start_workers(repo: Path, jobs: int) -> None:

@@ -10,7 +10,9 @@ Split by job, so that each can be read and tested alone:
 - :mod:`~lorasent.review.render`: the report (Markdown, HTML, PNG);
 - :mod:`~lorasent.review.compare`: ``lorasent compare``, the three in order;
 - :mod:`~lorasent.review.pr_comment`: the pull-request comment, built on the same;
-- :mod:`~lorasent.review.reproduce`: the verdict on a rerun of a revision.
+- :mod:`~lorasent.review.reproduce`: the verdict on a rerun of a revision;
+- :mod:`~lorasent.review.seeds_record`: ``metrics/seeds.json``, the verdicts over seeds
+  that ``lorasent seeds`` writes and ``lorasent metrics`` and the comment read.
 
 The experiment runners (``lorasent sweep``, ``seeds``, ``learning-curve``) are
 :mod:`lorasent.experiments`, built on collect and render.

@@ -9,7 +9,10 @@ one folder, whole or not at all:
 
 - ``<base>-vs-head/`` and ``previous-vs-head/``: :func:`lorasent.review.render.write_report`'s
   reports (the second only after a push that changed the head);
-- ``comment.md``: the comment's body, a reviewer's minute: each verdict, one line per
+- ``comment.md``: the comment's body, a reviewer's minute: where B's commit holds a
+  seeds record of its params (:mod:`lorasent.review.seeds_record`), first the verdict
+  over those seeds against the strongest reference, B's own run's called "this seed";
+  then each verdict, one line per
   test set when there are extra ones (rows, Δ accuracy with its interval, the verdict in
   a word), the warnings about the change (one true of both sides once, as a note), the
   params that differ (old → new), the paired table (Δ accuracy, Δ macro-F1, Δ ECE, Δ NLL
@@ -47,7 +50,7 @@ from lorasent.review.collect import (
     git_lines,
     resolve_commits,
 )
-from lorasent.review.markup import md_code, md_text
+from lorasent.review.markup import CELL_LIMIT, md_code, md_text
 from lorasent.review.render import (
     REPORT_HTML,
     REPORT_MD,
@@ -236,11 +239,13 @@ def pr_comment(base: str, out: str | Path, comments: str | None = None,
                     f"The head of the previous run ({earlier.head[:7]}) is not in this clone "
                     "(a force-push rewrote it?), so there is no verdict against it.")
     base_folder = f"{slug(base)}-vs-head"
+    seeds = seeds_line(repo, against_base)
     with output_dir(out, command="pr-comment") as tmp:
         write_report(against_base, tmp / base_folder, repo)
         if isinstance(previous, Comparison):
             write_report(previous, tmp / PREVIOUS, repo)
-        text = comment_text(head, base, against_base, previous, pr, run_url, base_folder)
+        text = comment_text(head, base, against_base, previous, pr, run_url, base_folder,
+                            seeds=seeds)
         (tmp / COMMENT_MD).write_text(text, encoding="utf-8")
         if earlier and earlier.id is not None:
             (tmp / COMMENT_ID).write_text(f"{earlier.id}\n", encoding="utf-8")
@@ -249,13 +254,16 @@ def pr_comment(base: str, out: str | Path, comments: str | None = None,
 
 def comment_text(head: str, base: str, against_base: Comparison,
                  previous: Comparison | str | None, pr: str | None, run_url: str | None,
-                 base_folder: str, limit: int = COMMENT_LIMIT) -> str:
-    """The comment's Markdown: :func:`marker`, the comparison against ``base``, the one
-    against the previous head (or why there is none), the fold, the footer; at most
-    ``limit`` UTF-8 bytes (:func:`bounded`: the fold is cut first)."""
+                 base_folder: str, limit: int = COMMENT_LIMIT, seeds: str | None = None
+                 ) -> str:
+    """The comment's Markdown: :func:`marker`, ``seeds`` (:func:`seeds_line`, where B has
+    a seeds record of its params), the comparison against ``base``, the one against the
+    previous head (or why there is none), the fold, the footer; at most ``limit`` UTF-8
+    bytes (:func:`bounded`: the fold is cut first)."""
     short = _short(against_base, "HEAD")
     lines = [marker(head), f"### lorasent: B, this pull request's head ({short}), against "
              f"A, {md_code(base)} ({_short(against_base, base)})", ""]
+    lines += [seeds, ""] if seeds else []
     lines += _section(against_base, md_text(base))
     if previous is not None:
         lines += ["", f"### This push: B, the head ({short}), against A, the previous head"
@@ -329,6 +337,39 @@ def _fitting(lines: list[str], fixed: list[str], limit: int,
             break
         kept += 1
     return kept
+
+
+def seeds_line(repo: Path, c: Comparison) -> str | None:
+    """One Markdown line on B (``HEAD``) over seeds: the verdict against the strongest
+    reference of the seeds record B's commit holds for its params (less ``base.seed``:
+    :func:`lorasent.review.seeds_record.committed_seeds_record`), then B's own run's
+    verdict as "this seed (N)", saying where one seed's better or worse is not the
+    group's; a warning line where B's record is damaged; None without a record of B's
+    params. The record is the pull request's: its text goes through :func:`md_text`."""
+    from lorasent.review.seeds_record import (
+        SEEDS_RECORD,
+        committed_seeds_record,
+        group_line,
+        params_at,
+        seed_line,
+        seed_of,
+    )
+
+    at = _short(c, "HEAD")
+    warnings: list[str] = []
+    params = params_at(repo, at)
+    record = committed_seeds_record(params, repo, at, warn=warnings.append,
+                                    source=str(SEEDS_RECORD))
+    if record is None:
+        return f"⚠ B ({at}): {md_text(warnings[0], 3 * CELL_LIMIT)}" if warnings else None
+    line = group_line(record, f"{SEEDS_RECORD} at B")
+    evals = c.sides[1].evals
+    if evals is not None and (verdict := evals.strongest_verdict()):
+        ref = (evals.references or {}).get(evals.strongest_supervised or "")
+        word = ref.paired.verdict if ref is not None and ref.paired is not None else None
+        line += "; " + seed_line(record, seed_of(params), verdict, evals.strongest_supervised,
+                                 word)
+    return f"**Over seeds:** B ({at}) {md_text(line, 3 * CELL_LIMIT)}."
 
 
 def _section(c: Comparison, name_a: str, tables: bool = True) -> list[str]:
