@@ -173,7 +173,8 @@ def split(params: Params) -> str:
 
 @stage(loads_model=True)
 def baseline(params: Params) -> str:
-    """Majority-class and zero-shot (plain and calibrated) baselines on the test split."""
+    """Majority-class and zero-shot (plain and calibrated) baselines on the test split, and
+    the supervised references (lorasent.reference_registry) trained on the adapter's rows."""
     from lorasent.modes import no_zero_shot_cell
     from lorasent.stages.baseline import run_baseline
     from lorasent.stages.test_sets import load_test_sets
