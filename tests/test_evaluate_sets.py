@@ -4,6 +4,7 @@ scores with known answers)."""
 
 import csv
 import io
+import itertools
 import json
 from typing import Any
 
@@ -13,7 +14,8 @@ import pytest
 from lorasent import contracts
 from lorasent.calibration import apply_temperature, calibration_metrics, label_issues
 from lorasent.contracts import TemperatureScaling
-from lorasent.metrics import probabilities
+from lorasent.metrics import probabilities, supervised_verdict
+from lorasent.reference_registry import BY_NAME, NAMES
 from lorasent.stages.evaluate import (
     ScoredSet,
     _set_metrics,
@@ -48,15 +50,17 @@ def test_auto_says_why_it_took_the_calibrated_baseline():
                     "(0.5200; majority 0.4300, zero_shot 0.3683)")
     assert choose_reference("majority", {"majority": 0.4}, "why")[1] is None
     assert choose_reference("zero_shot", {"majority": 0.4, "zero_shot": None}, "why") == (
-        "majority", "evaluate.reference zero_shot: none on this set (why)")
+        "majority", "evaluate.reference: zero_shot was not measured (why); the relative "
+        "error reduction is measured against the majority-class baseline instead")
     # a supervised reference: the strongest wins; one that is off says why when named
     accuracies = {"majority": 0.43, "zero_shot": 0.37, "zero_shot_calibrated": 0.41,
                   "tfidf_lr": 0.69, "encoder": None}
     assert choose_reference("auto", accuracies, None)[0] == "tfidf_lr"
     assert choose_reference("encoder", accuracies, None,
                             {"encoder": "baseline.encoder.enabled: false"}) == (
-        "majority", "evaluate.reference encoder: none on this set "
-        "(baseline.encoder.enabled: false)")
+        "majority", "evaluate.reference: encoder was not fitted (baseline.encoder.enabled: "
+        "false); the relative error reduction is measured against the majority-class "
+        "baseline instead")
 
 
 def scored(report=None):
@@ -90,6 +94,79 @@ def test_relative_error_reduction_against_each_reference():
     for end in ("low", "high"):  # the headline's interval is the chosen reference's
         assert metrics[f"relative_error_reduction_ci95_{end}"] == refs["zero_shot_calibrated"][
             f"relative_error_reduction_ci95_{end}"]
+
+
+def supervised(predictions):
+    """``scored()`` with the supervised references of ``predictions`` (name -> ids)."""
+    s = scored()
+    return ScoredSet(s.name, s.ids, s.y, s.scores,
+                     {**s.references, **{name: np.asarray(p, dtype=np.int64)
+                                         for name, p in predictions.items()}}, None)
+
+
+@pytest.mark.parametrize("tied", [names for k in (2, 3)
+                                  for names in itertools.combinations(NAMES, k)])
+def test_a_tie_for_the_strongest_reference_is_said_not_one_named(tied):
+    """Issue 70: references of the same accuracy (each right on rows 0-5, as the adapter,
+    but wrong on different rows) tie; the record keeps the first as
+    ``strongest_supervised``, and the verdict names none the strongest."""
+    y = scored().y
+    wrong = [(y + 1) % 3, (y + 2) % 3, (y + 1) % 3]
+    rows = [np.where(np.arange(8) < 6, y, w) for w in wrong]  # each 0.75
+    weaker = {name: np.zeros(8) for name in NAMES if name not in tied}  # majority: 0.375
+    ties = dict(zip(tied, rows[:len(tied)], strict=True))
+    metrics, _ = _set_metrics(supervised({**ties, **weaker}), labels=LABELS, wanted="auto",
+                              scaling=None, majority_class="negative", issues_file="f.csv")
+    refs = metrics["references"]
+    assert metrics["strongest_supervised"] == tied[0]
+    shorts = [BY_NAME[name].short for name in tied]
+    each = "; ".join(supervised_verdict(name, refs[name]) for name in tied)
+    said = (f"tied strongest: {', '.join(shorts[:-1])} and {shorts[-1]} (accuracy 0.7500 "
+            f"each): {each}")
+    assert metrics["verdict"] == said
+    parsed = contracts.SetMetrics(**metrics)
+    assert parsed.strongest_verdict() == said
+    # the same rows, one reference right on one more row: no tie, that one is named
+    better = {**ties, tied[-1]: np.where(np.arange(8) < 7, y, wrong[0])}
+    alone, _ = _set_metrics(supervised({**better, **weaker}), labels=LABELS, wanted="auto",
+                            scaling=None, majority_class="negative", issues_file="f.csv")
+    assert alone["strongest_supervised"] == tied[-1]
+    assert alone["verdict"] == supervised_verdict(tied[-1], alone["references"][tied[-1]])
+    assert "tied" not in alone["verdict"]
+
+
+def test_each_extra_sets_verdict_and_an_unfitted_reference_are_said_first():
+    """Issue 70: the closing lines give every set's verdict against its strongest
+    supervised reference, and say when the reference the params name was not fitted."""
+    from lorasent.stages.evaluate import EvaluateResult
+
+    y = scored().y
+    fitted = {"tfidf_lr": np.where(np.arange(8) < 5, y, (y + 1) % 3)}
+    notes = {"encoder": "baseline.encoder.enabled: false"}
+    args: dict[str, Any] = {"labels": LABELS, "scaling": None, "majority_class": "negative",
+            "issues_file": "f.csv"}
+    s = supervised(fitted)
+    s = ScoredSet(s.name, s.ids, s.y, s.scores, s.references, None, reference_notes=notes)
+    main, _ = _set_metrics(s, wanted="encoder", **args)
+    extra, _ = _set_metrics(s, wanted="encoder", **args)
+    plain, _ = _set_metrics(scored(), wanted="encoder", **args)  # no supervised reference
+    metrics = contracts.EvalMetrics(**main, mode="generative", test_sets={
+        "set": contracts.TestSetMetrics(**extra, source="x.csv", data={}),
+        "plain": contracts.TestSetMetrics(**plain, source="y.csv", data={})})
+    fell_back = ("evaluate.reference: encoder was not fitted (baseline.encoder.enabled: "
+                 "false); the relative error reduction is measured against the "
+                 "majority-class baseline instead")
+    verdict = supervised_verdict("tfidf_lr", main["references"]["tfidf_lr"])
+    summary = EvaluateResult(metrics, "encoder").summary().splitlines()
+    assert main["reference"] == "majority" and main["reference_note"] == fell_back
+    assert summary[:4] == [f"test split: the adapter: {verdict}", f"set: the adapter: {verdict}",
+                           fell_back, "plain: evaluate.reference: encoder was not fitted (no "
+                           "encoder reference); the relative error reduction is measured "
+                           "against the majority-class baseline instead"]
+    assert summary[4].startswith("test split: 8 rows")
+    # asked for auto, or for the reference it got: nothing to say
+    assert not [line for line in EvaluateResult(metrics).summary().splitlines()
+                if "evaluate.reference" in line]
 
 
 def test_calibration_raw_and_scaled():
@@ -262,6 +339,7 @@ def evaluated(tiny_base, tmp_path_factory):
 def test_the_stage_writes_each_sets_metrics_and_files(evaluated):
     from lorasent.contracts import EvalMetrics, read, read_temperature_scaling
     from lorasent.metrics import classification_metrics, read_predictions
+    from lorasent.references import seconds_here
 
     root, result = evaluated
     m = read(EvalMetrics, root / "metrics" / "eval.json", "rerun")
@@ -293,9 +371,13 @@ def test_the_stage_writes_each_sets_metrics_and_files(evaluated):
                                               "tfidf_lr", "encoder", "encoder_ft"}
     assert m.reference_accuracy == refs[m.reference].accuracy  # type: ignore[union-attr]
     summary = result.summary(root / "metrics" / "eval.json").splitlines()
-    assert [line.split(":")[0] for line in summary[:4]] == ["test split", "test split", "extra",
-                                                            "Details"]
-    assert summary[0].startswith("test split: the adapter: ")
+    # the verdicts first, each set's (issue 70), then the headlines
+    assert [line.split(":")[0] for line in summary[:5]] == ["test split", "extra",
+                                                            "test split", "extra", "Details"]
+    seconds = seconds_here(root / "metrics" / "provenance")
+    assert summary[0] == f"test split: the adapter: {m.strongest_verdict(seconds)}"
+    assert summary[1] == f"extra: the adapter: {extra.strongest_verdict(seconds)}"
+    assert extra.verdict is not None and extra.verdict.split(":")[0] in summary[1]
 
 
 @pytest.mark.parametrize("n", [2, 48, 300])

@@ -452,7 +452,8 @@ LOOK = "; a reader could not tell them apart: rename one"
      "script (lorasent.tables.mixed_script)"),
     (["negative", "positive", "\u0440\u043esitive"], {},
      "base.labels: label '\u0440\u043esitive' mixes scripts: U+0440 CYRILLIC SMALL LETTER ER "
-     "at character 1 is Cyrillic in a Latin name; write it in one script"),
+     "at character 1 is Cyrillic in a Latin name, a look-alike of the Latin 'p'; write it in "
+     "one script"),
     (["OA", "\u041e\u0410", "x"], {},
      "base.labels: 'OA' and '\u041e\u0410' look alike (all ASCII and U+041E CYRILLIC CAPITAL "
      "LETTER O, U+0410 CYRILLIC CAPITAL LETTER A)" + LOOK),
@@ -481,6 +482,55 @@ def test_a_label_of_mixed_scripts_or_like_another_is_refused_naming_the_look_ali
     with pytest.raises(ParamsError) as err:
         parse_params(params_raw)
     assert message in str(err.value)
+
+
+# Cyrillic and Greek letters each of which looks like the Latin letter beside it (UTS #39
+# confusables.txt), typed here apart from lorasent.tables' own table.
+LOOK_ALIKES = {
+    "Cyrillic": dict(zip("aceijopsxyABCEHIJKMOPSTXY", "асеіјорѕхуАВСЕНІЈКМОРЅТХУ",
+                         strict=True)),
+    "Greek": dict(zip("aiovABEHIKMNOPTXYZ", "αιονΑΒΕΗΙΚΜΝΟΡΤΧΥΖ", strict=True)),
+}
+
+
+def _disguised(script):
+    """Labels of Latin letters, each written wholly in ``script``'s look-alikes: every
+    letter alone (doubled), and words of several."""
+    table = LOOK_ALIKES[script]
+    words = [c * 2 for c in table] + ["".join(table), "".join(reversed(table))]
+    words += [w for w in ("cope", "hope", "pay", "spy", "OK", "TAXI", "BOX", "ox", "ape")
+              if set(w) <= set(table)]
+    return [(w, "".join(table[c] for c in w)) for w in words]
+
+
+@pytest.mark.parametrize("script", list(LOOK_ALIKES))
+def test_a_label_wholly_of_look_alikes_beside_other_scripts_is_refused(params_raw, script):
+    """Issue 70: a label written wholly in Cyrillic or Greek letters that look like Latin
+    ones (each label alone single-script) was taken beside Latin labels."""
+    for latin, disguised in _disguised(script):
+        for others in (["negative", "neutral"], ["积极", "消极"]):
+            labels = [*others, disguised]
+            message = _invalid(params_raw, labels)
+            assert message.startswith(
+                f"base.labels: label {disguised!r} is written wholly in {script} letters "
+                f"that look like Latin ones (it reads as {latin.casefold()!r}; "), (latin, message)
+            assert message.endswith(f"beside the label {others[0]!r}: write it in Latin "
+                                    f"letters, or every label in {script}")
+        # beside the Latin word it imitates: the two look alike
+        assert _invalid(params_raw, [latin, disguised, "other"]).startswith(
+            f"base.labels: {latin!r} and {disguised!r} look alike")
+
+
+@pytest.mark.parametrize("labels", [
+    ["\u043f\u043e\u0437\u0438\u0442\u0438\u0432", "negative"],  # Russian позитив: its own letters
+    ["\u0440\u043e\u0435", "\u0441\u043e\u0445"],  # Cyrillic рое and сох: one script, read as such
+    ["\u03b1\u03bd\u03bf", "\u03ba\u03b1\u03c4\u03c9"],  # Greek ανο and κατω
+    ["积极", "消极"], ["positive", "negative"]])
+def test_labels_of_their_scripts_own_letters_or_one_script_are_taken(params_raw, labels):
+    params_raw["base"]["labels"] = labels
+    params_raw["base"]["label_aliases"] = {}
+    params_raw["prompt"]["label_words"] = {label: f" w{i}" for i, label in enumerate(labels)}
+    assert parse_params(params_raw).base.labels == tuple(labels)
 
 
 @pytest.mark.parametrize("labels", [["积极", "消极", "中性"], ["AI生成", "人工"],

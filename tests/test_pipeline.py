@@ -132,6 +132,11 @@ def test_intervals_row_ids_and_the_stage_line(repo):
         assert last[line].endswith(f": {facts}")
         line += 1
     extra = m["test_sets"]["reviews-zh"]
+    if extra["verdict"]:  # each extra set's verdict too, before the headlines (issue 70)
+        head, facts = extra["verdict"].split(" rows: ")
+        assert last[line].startswith(f"reviews-zh: the adapter: {head} rows")
+        assert last[line].endswith(f": {facts}")
+        line += 1
     assert last[line:line + 3] == ["test split: " + _headline(m), "reviews-zh: " + _headline(extra),
                                    "Details: metrics/eval.json (make metrics)"]
     warnings = [f"WARNING: {w}" for w in m["warnings"]] + [  # the adapter's own: once

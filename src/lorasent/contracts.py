@@ -356,9 +356,10 @@ class SetMetrics(_Contract):
     # reference is off or could not be fitted: ``reference_notes`` says why)
     references: dict[ReferenceName, Reference | None] | None = None
     reference_notes: dict[str, str] | None = None
-    # the strongest supervised reference (highest accuracy on these rows) and the
-    # adapter's paired verdict against it, as one sentence (``lorasent.metrics.
-    # supervised_verdict``); None when no supervised reference was fitted
+    # the strongest supervised reference (highest accuracy on these rows; a tie: the
+    # first in registry order) and the adapter's paired verdict against it, as one
+    # sentence (``lorasent.metrics.strongest_verdict``: a tie is said, with the verdict
+    # against each); None when no supervised reference was fitted
     strongest_supervised: ReferenceName | None = None
     verdict: str | None = None
     cost: Cost | None = None   # the adapter's (top level only: the split's test split)
@@ -368,16 +369,18 @@ class SetMetrics(_Contract):
     warnings: list[str] = []  # ``lorasent.metrics.run_warnings``: what a reviewer must see
 
     def strongest_verdict(self, seconds: Mapping[str, float] | None = None) -> str | None:
-        """:func:`lorasent.metrics.supervised_verdict` against ``strongest_supervised``,
-        with its fit and predict time from ``seconds`` (``{reference: seconds}``, this
-        machine's record); None when no supervised reference was fitted."""
-        from lorasent.metrics import supervised_verdict
+        """:func:`lorasent.metrics.strongest_verdict` against ``strongest_supervised``
+        and the references that tie with it on accuracy, with their fit and predict time
+        from ``seconds`` (``{reference: seconds}``, this machine's record); None when no
+        supervised reference was fitted."""
+        from lorasent.metrics import strongest_verdict, tied_strongest
 
         name = self.strongest_supervised
-        ref = (self.references or {}).get(name) if name else None
-        if name is None or ref is None:
+        refs = {n: dump(r) for n, r in (self.references or {}).items() if r is not None}
+        if name is None or name not in refs:
             return None
-        return supervised_verdict(name, dump(ref), (seconds or {}).get(name))
+        tied = tied_strongest(name, {n: r["accuracy"] for n, r in refs.items()})
+        return strongest_verdict(tied, refs, seconds)
 
     def interval(self, name: str) -> tuple[float | None, float | None, float | None]:
         """``(value, low, high)`` of ``accuracy``, ``macro_f1`` or

@@ -19,7 +19,7 @@ import numpy.typing as npt
 from sklearn.metrics import accuracy_score, confusion_matrix, precision_recall_fscore_support
 
 from lorasent.errors import LorasentError
-from lorasent.reference_registry import BY_NAME
+from lorasent.reference_registry import BY_NAME, NAMES
 from lorasent.tables import spreadsheet_row, spreadsheet_text
 
 # Class ids as callers hold them: a list read from a split, or an array such as
@@ -371,6 +371,32 @@ def supervised_verdict(name: str, reference: Mapping[str, Any],
     if verdict == "worse":
         return f"worse than {what}{took}: {facts}"
     return f"no detectable difference from {what}{took}: {facts}"
+
+
+def tied_strongest(name: str, accuracies: Mapping[str, float | None]) -> list[str]:
+    """The supervised references (registry order) whose accuracy on the set equals that
+    of ``name``, the strongest: ``[name]`` alone when none ties with it. ``accuracies``:
+    ``{reference: accuracy}``, None or absent where a reference has none. Accuracies are
+    compared exactly: on the same rows, a tie is the same count of correct rows."""
+    best = accuracies.get(name)
+    tied = [other for other in NAMES if other != name and best is not None
+            and accuracies.get(other) == best]
+    return [n for n in NAMES if n == name or n in tied] if tied else [name]
+
+
+def strongest_verdict(names: Sequence[str], references: Mapping[str, Mapping[str, Any]],
+                      seconds: Mapping[str, float] | None = None) -> str:
+    """:func:`supervised_verdict` against the strongest supervised reference, ``names``
+    (:func:`tied_strongest`). Two or more tie on accuracy: none is named the strongest;
+    the sentence says they tie, with their accuracy, then the verdict against each, e.g.
+    ``tied strongest: TF-IDF + LR and encoder + LR (accuracy 0.7000 each): no detectable
+    difference from ...; better than ...``. ``seconds``: ``{reference: wall seconds}``."""
+    said = [supervised_verdict(n, references[n], (seconds or {}).get(n)) for n in names]
+    if len(names) < 2:
+        return said[0]
+    which = [BY_NAME[n].short if n in BY_NAME else n for n in names]
+    return (f"tied strongest: {', '.join(which[:-1])} and {which[-1]} (accuracy "
+            f"{references[names[0]]['accuracy']:.4f} each): " + "; ".join(said))
 
 
 def run_warnings(metrics: Mapping[str, Any]) -> list[str]:

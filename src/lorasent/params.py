@@ -41,7 +41,15 @@ from lorasent.errors import LorasentError
 from lorasent.modes import MODES, ModeName
 from lorasent.reference_registry import BY_NAME, NAMES
 from lorasent.section import Section
-from lorasent.tables import check_separator, decomposed, label_key, mixed_script, skeleton
+from lorasent.tables import (
+    check_separator,
+    decomposed,
+    disguised_as_latin,
+    label_key,
+    mixed_script,
+    script_of,
+    skeleton,
+)
 
 PositiveInt = Annotated[int, Field(gt=0)]
 # The seeds numpy takes (``np.random.seed``: 0 to 2**32 - 1). ``split.seed`` seeds
@@ -136,14 +144,28 @@ def _one_label(labels: tuple[str, ...], aliases: dict[str, str]) -> str | None:
 
 def _look_alike(labels: tuple[str, ...], aliases: dict[str, str]) -> str | None:
     """Two labels, or an alias and a label it does not map to, that are different names
-    but look alike (:func:`lorasent.tables.skeleton`: ``ОК`` in Cyrillic and ``OK``): the
-    message naming both, or None."""
+    but look alike (:func:`lorasent.tables.skeleton`: ``ОК`` in Cyrillic and ``OK``), or a
+    label written wholly in letters of one script that look like Latin ones beside a
+    label with letters of another script (:func:`lorasent.tables.disguised_as_latin`:
+    Cyrillic ``рое`` beside ``negative`` reads as Latin, and the data's Latin ``poe`` is
+    another label): the message naming both, or None. A label of its script's own
+    letters (Russian ``позитив``, Chinese ``积极``) and a label set wholly in one script
+    are taken."""
     seen: dict[str, str] = {}
     for label in labels:
         other = seen.setdefault(skeleton(label), label)
         if other != label:
             return (f"base.labels: {other!r} and {label!r} look alike ({_spelled(other)} and "
                     f"{_spelled(label)}); a reader could not tell them apart: rename one")
+    for label in labels:
+        script = disguised_as_latin(label)
+        beside = next((o for o in labels if script and any(
+            script_of(ch) not in (None, script) for ch in o)), None)
+        if script and beside is not None:
+            return (f"base.labels: label {label!r} is written wholly in {script.title()} "
+                    f"letters that look like Latin ones (it reads as {skeleton(label)!r}; "
+                    f"{_spelled(label)}) beside the label {beside!r}: write it in Latin "
+                    f"letters, or every label in {script.title()}")
     mapped: dict[str, tuple[str, str]] = {}
     for alias, target in aliases.items():
         look = seen.get(skeleton(alias))

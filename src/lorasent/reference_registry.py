@@ -51,7 +51,8 @@ class SupervisedReference:
 
 
 # In the order sentences and tables list them (the cheapest first): on a tie of accuracy
-# the earlier one is named.
+# the earlier one is eval.json's ``strongest_supervised``, and the verdict says they tie
+# (``lorasent.metrics.strongest_verdict``).
 SUPERVISED: tuple[SupervisedReference, ...] = (
     SupervisedReference("tfidf_lr", "TF-IDF + LR", "TF-IDF + logistic regression",
                         "lorasent.references:fit_tfidf_reference", seeded=False,

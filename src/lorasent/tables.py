@@ -648,7 +648,17 @@ def _json_text(value: Any, key: str, number: int, source: str, strict: bool) -> 
 # Japanese kana, Han with Bopomofo, Han with Hangul). Two names look alike when their
 # skeletons are equal: NFKC, case folded, each letter of another script that has a Latin
 # letter of the same name (``CYRILLIC SMALL LETTER O``, ``GREEK CAPITAL LETTER ETA``...)
-# taken as that letter.
+# or is in :data:`_LATIN_LOOKS` taken as that letter. A name wholly of such letters of one
+# other script (Cyrillic ``рое``) reads as Latin: :func:`disguised_as_latin`.
+
+# Cyrillic and Greek letters that UTS #39's confusables.txt maps to one Latin letter, each
+# then the Latin letter it looks like; taken before the name (``CYRILLIC SMALL LETTER ER``
+# looks like ``p``; ``CYRILLIC SMALL LETTER U`` like ``y``, not ``u``).
+_LATIN_LOOKS = dict(zip(
+    "асеһіјӏорԛѕԝхуԁьАВСЕНІЈКМОРЅТХУҮӀԚԜ"  # Cyrillic
+    "αικνορυχγΑΒΕΖΗΙΚΜΝΟΡΤΥΧ",  # Greek
+    "acehijlopqswxydbABCEHIJKMOPSTXYYlQW"
+    "aikvopuxyABEZHIKMNOPTYX", strict=True))
 
 _SCRIPT_WORDS = {"CJK": "HAN", "IDEOGRAPHIC": "HAN", "KATAKANA-HIRAGANA": "KATAKANA"}
 _ALLOWED_MIXES = ({"LATIN", "HAN", "HIRAGANA", "KATAKANA"}, {"LATIN", "HAN", "BOPOMOFO"},
@@ -675,10 +685,27 @@ def _latin_twin(ch: str) -> str | None:
     script = script_of(ch)
     if script in (None, "LATIN"):
         return None
+    if ch in _LATIN_LOOKS:
+        return _LATIN_LOOKS[ch]
     try:
-        return unicodedata.lookup(unicodedata.name(ch).replace(script, "LATIN", 1))
+        twin = unicodedata.lookup(unicodedata.name(ch).replace(script, "LATIN", 1))
     except KeyError:
         return None
+    # a name without its script's word (``CJK UNIFIED IDEOGRAPH-79EF``) finds itself
+    return twin if script_of(twin) == "LATIN" else None
+
+
+def disguised_as_latin(name: str) -> str | None:
+    """The script of ``name`` (NFKC first; ``CYRILLIC``, ``GREEK``...) when it is written
+    wholly in the letters of one script other than Latin and every one of them looks like
+    a Latin letter (:data:`_LATIN_LOOKS`: Cyrillic ``рое`` reads as ``poe``); None
+    otherwise (a Latin name, a mixed one, or one with a letter of its own script: Russian
+    ``позитив``, Chinese ``积极``)."""
+    letters = [ch for ch in unicodedata.normalize("NFKC", name) if script_of(ch)]
+    scripts = {script_of(ch) for ch in letters}
+    if len(scripts) != 1 or scripts == {"LATIN"}:
+        return None
+    return str(scripts.pop()) if all(ch in _LATIN_LOOKS for ch in letters) else None
 
 
 def mixed_script(name: str) -> str | None:
@@ -700,8 +727,12 @@ def mixed_script(name: str) -> str | None:
 
 def skeleton(name: str) -> str:
     """What ``name`` looks like (the rules above): :func:`label_key`, each letter that has
-    a Latin twin of the same name taken as it."""
-    return "".join(_latin_twin(ch) or ch for ch in label_key(name))
+    a Latin twin taken as it, before case folding and after (Cyrillic ``ВОТ`` is ``bot``
+    though ``в`` looks like no Latin letter)."""
+    def twins(text: str) -> str:
+        return "".join(_latin_twin(ch) or ch for ch in text)
+
+    return twins(label_key(twins(unicodedata.normalize("NFKC", name))))
 
 
 def label_key(label: str) -> str:

@@ -92,7 +92,8 @@ from lorasent.metrics import (
     read_predictions,
     relative_error_reduction,
     run_warnings,
-    supervised_verdict,
+    strongest_verdict,
+    tied_strongest,
 )
 from lorasent.modeling import load_trained_model
 from lorasent.modes import DEFAULT_MODE
@@ -144,19 +145,29 @@ NO_SCALING = ("the adapter has no calibration.json (trained before temperature s
 @dataclass(frozen=True)
 class EvaluateResult:
     metrics: EvalMetrics  # what metrics/eval.json holds
+    reference: str = "auto"  # ``evaluate.reference``, the reference the params asked for
 
     @property
     def warnings(self) -> list[str]:
         return self.metrics.warnings
 
     def summary(self, metrics_path: Path = EVAL_METRICS) -> str:
-        """The stage's last lines: the headline with intervals and the reference, one
-        line per extra test set, the file, then the warnings."""
+        """The stage's last lines: the adapter's verdict against the strongest supervised
+        reference on the test split and on each extra test set, the reference the params
+        named when it was missing and the majority class was taken instead, the headline
+        with intervals and the reference, one line per extra test set, the file, then the
+        warnings."""
         m = self.metrics
-        lines = []
-        verdict = m.strongest_verdict(seconds_here(metrics_path.parent / PROVENANCE_DIR.name))
-        if verdict:  # first: what a reviewer asks first
-            lines.append(f"test split: the adapter: {verdict}")
+        seconds = seconds_here(metrics_path.parent / PROVENANCE_DIR.name)
+        named = {"test split": m, **m.test_sets}
+        # first: what a reviewer asks first, on every set whose record holds one
+        lines = [f"{name}: the adapter: {verdict}" for name, s in named.items()
+                 if (verdict := s.strongest_verdict(seconds))]
+        fell_back = {name: s.reference_note for name, s in named.items()
+                     if self.reference not in ("auto", s.reference) and s.reference_note}
+        main_note = fell_back.pop("test split", None)
+        lines += [main_note] if main_note else []
+        lines += [f"{name}: {note}" for name, note in fell_back.items() if note != main_note]
         lines.append(f"test split: {_headline(m)}")
         lines += [f"{name}: {_headline(s)}" for name, s in m.test_sets.items()]
         lines.append(f"Details: {metrics_path} (make metrics)")
@@ -317,7 +328,7 @@ def run_evaluate(*, base: BaseParams, prompt: PromptParams, evaluate: EvaluatePa
                          for path, text in texts.items()),
                        (record_path, lambda: write_provenance(record_path, stage_record))],
                       command="evaluate")
-    return EvaluateResult(result)
+    return EvaluateResult(result, evaluate.reference)
 
 
 def _write_sets(folder: Path, set_files: Mapping[str, Mapping[str, str]]) -> None:
@@ -407,7 +418,9 @@ def choose_reference(wanted: str, accuracies: Mapping[str, float | None],
         accuracy on the set (ties: the first of :data:`REFERENCES`, the cheaper), so that
         the headline's reduction is measured against the best a user could have had
         without the adapter; the note says which, against which others. A named
-        reference that is missing: the majority class, with why.
+        reference that is missing (off, not fitted, or a zero-shot one in a mode without
+        it): the majority class, and the note says so in one line, with why (the stage's
+        closing lines print it).
     """
     found = {name: acc for name, acc in accuracies.items() if acc is not None}
     if wanted == "auto":
@@ -417,7 +430,10 @@ def choose_reference(wanted: str, accuracies: Mapping[str, float | None],
                       f"({found[best]:.4f}; {others or 'no other'})")
     if wanted not in found:
         why = (notes or {}).get(wanted) or missing_note or f"no {wanted} reference"
-        return "majority", f"evaluate.reference {wanted}: none on this set ({why})"
+        missing = "fitted" if wanted in SUPERVISED_REFERENCES else "measured"
+        return "majority", (f"evaluate.reference: {wanted} was not {missing} ({why}); the "
+                            "relative error reduction is measured against the "
+                            f"{REFERENCE_NAMES['majority']} baseline instead")
     return wanted, None
 
 
@@ -466,6 +482,7 @@ def _set_metrics(s: ScoredSet, *, labels: list[str], wanted: str,
                             "cost": (costs or {}).get(name)}
     chosen = references[reference] or {}
     fitted = [name for name in SUPERVISED_REFERENCES if references.get(name)]
+    # ties: the first in registry order is recorded, and the verdict says they tie
     strongest = max(fitted, key=lambda name: (accuracies[name] or 0.0, -fitted.index(name)),
                     default=None)
     probs = probabilities(s.scores)
@@ -503,8 +520,9 @@ def _set_metrics(s: ScoredSet, *, labels: list[str], wanted: str,
         "references": references,
         "reference_notes": dict(s.reference_notes or {}),
         "strongest_supervised": strongest,
-        "verdict": supervised_verdict(strongest, best)
-        if strongest and (best := references[strongest]) else None,
+        "verdict": strongest_verdict(tied_strongest(strongest, accuracies),
+                                     {n: r for n, r in references.items() if r})
+        if strongest else None,
         "calibration": calibration,
         "label_issues": {"rows": len(issues.indices), "share": len(issues.indices) / len(y),
                          "method": issues.method, "file": issues_file},
