@@ -220,7 +220,7 @@ def test_a_tie_with_the_strongest_reference_is_a_warning():
     found = warnings_by_kind({"accuracy": 0.5, "strongest_supervised": "tfidf_lr",
                               "references": {"tfidf_lr": reference}})
     assert found["not_better:tfidf_lr"] == (
-        "the adapter is not detectably better than a cheaper reference trained on the same "
+        "the adapter is not detectably better than a smaller classifier trained on the same "
         "rows: " + supervised_verdict("tfidf_lr", reference))
     better = {**reference, "paired": _paired(Y, REFERENCE, Y, LABELS)}
     assert "not_better:tfidf_lr" not in warnings_by_kind(

@@ -338,7 +338,7 @@ COLLAPSE_EXCESS = 0.1  # ... and for this much more than its share of the actual
 
 # The warning's opening when the adapter is not detectably better than the strongest
 # supervised reference; compare and the pull-request comment put it first.
-NOT_BETTER = ("the adapter is not detectably better than a cheaper reference trained on the "
+NOT_BETTER = ("the adapter is not detectably better than a smaller classifier trained on the "
               "same rows: ")
 
 

@@ -341,7 +341,7 @@ def side_warnings(a: Side, b: Side) -> tuple[list[str], list[str]]:
                 for kind, text in mine.items() if kind not in other]
     notes = [f"A and B alike, so not this change: {alike(in_a[kind], text)}"
              for kind, text in in_b.items() if kind in in_a]
-    # first: an adapter not detectably better than a cheaper reference on the same rows
+    # first: an adapter not detectably better than a smaller classifier on the same rows
     lost = [w for w in warnings if NOT_BETTER in w]
     return [*lost, *_disagreeing(a, b), *_other_references(a, b),
             *(w for w in warnings if w not in lost)], notes
