@@ -192,6 +192,131 @@ def test_no_train_without_revs_adapter_runs_the_whole_pipeline_after_saying_so(
                         "training included (about 13 min 17 s, as they last took here)")
 
 
+NO_RECORD = "no record of these stages on this machine to estimate from"
+BENCH_STEP = 1.609191846000158  # bench/results.json's fp32 project step when this was written
+
+
+def _bench(step: Any = BENCH_STEP, batch: Any = 8) -> dict[str, Any]:
+    """A bench/results.json as make bench writes it, its train part trimmed to what the
+    estimate reads beside a way it does not."""
+    return {"machine": {"cpu": "AMD EPYC", "cores": 2},
+            "results": {"train": {"gemma-3-270m": {
+                "model": "gemma-3-270m", "batch_size": batch,
+                "ways": {"project": {"seconds_per_step": step, "compute_dtype": "fp32"},
+                         "project_bf16": {"seconds_per_step": 0.89, "compute_dtype": "bf16"}}}}}}
+
+
+def _train_record(steps: Any = 400, batch: Any = 8,
+                  model: Any = "packaged:gemma-3-270m") -> dict[str, Any]:
+    return {"stage": "train", "status": "ok", "steps": steps, "effective_batch_size": batch,
+            "params": {"base": {"model": model}}, "compute_dtype": "fp32"}
+
+
+def _committed(repo: Path, bench: Any, record: Any) -> Path:
+    """``repo`` holding the committed train record and bench results (each a JSON value,
+    text or bytes written as they are, or None for no file), no machine record."""
+    for path, value in ((repo / rp.TRAIN_RECORD, record), (repo / rp.BENCH_RESULTS, bench)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(value, bytes):
+            path.write_bytes(value)
+        elif value is not None:
+            path.write_text(value if isinstance(value, str) else json.dumps(value), "utf-8")
+    return repo
+
+
+def test_a_fresh_clone_s_retraining_is_estimated_from_the_committed_steps_and_bench_step(
+        tmp_path, monkeypatch):
+    """Issue 70: a fresh clone has no machine record, so --no-train's retraining gave no
+    estimate; the committed train record's steps times make bench's committed step give
+    one, naming its source and the stages it leaves out."""
+    _committed(tmp_path, _bench(), _train_record())
+    said: list[str] = []
+    monkeypatch.setattr(rp, "run_dvc", lambda *a, **k: "/cache")
+    monkeypatch.setattr(rp, "_run", lambda argv, cwd, progress: None)
+    monkeypatch.setattr(rp, "_checkout", lambda clone, progress, timeout_s: set())
+    monkeypatch.setattr(rp, "judge", lambda *a, **k: tiers.Verdict("identical", "HEAD", "a", ""))
+    rp._rerun(tmp_path, "HEAD", "abc", tmp_path / "clone", True, TOLERANCE, said.append)
+    assert said[-1] == ("reproduce: HEAD's models/adapter, data/split, models/base are neither "
+                        "in the DVC cache nor on a remote: the pipeline runs from the start, "
+                        "training included (about 11 min: 400 steps x 1.61 s a step (make "
+                        "bench's fp32 step on its machine, bench/results.json), not this "
+                        "machine's; baseline and evaluate not estimated)")
+
+
+@pytest.mark.parametrize(("steps", "step", "about"), [
+    (1, 0.5, "0 s"), (5, 1.61, "8 s"), (55, 1.61, "89 s"), (56, 1.61, "2 min"),
+    (400, 1.609191846, "11 min"), (10_000, 2.0, "333 min")])
+def test_the_committed_estimate_s_figure_for_many_sizes(steps, step, about, tmp_path):
+    repo = _committed(tmp_path, _bench(step), _train_record(steps))
+    assert rp._estimate(repo, ["train"]) == (
+        f"about {about}: {steps} steps x {step:.2f} s a step (make bench's fp32 step on its "
+        "machine, bench/results.json), not this machine's")
+
+
+def _damaged_benches() -> list[Any]:
+    good = json.dumps(_bench())
+    cut = [good[:n] for n in range(0, len(good), 17)]  # every truncation, empty included
+    wrong = [_bench(step) for step in (0, -1.6, True, "1.6", None, [1.6], float("inf"))]
+    wrong += [_bench(batch=b) for b in (16, "8", None)]  # another batch's step
+    missing = []
+    for path in (("results",), ("results", "train"), ("results", "train", "gemma-3-270m"),
+                 ("results", "train", "gemma-3-270m", "ways"),
+                 ("results", "train", "gemma-3-270m", "ways", "project"),
+                 ("results", "train", "gemma-3-270m", "ways", "project", "seconds_per_step"),
+                 ("results", "train", "gemma-3-270m", "batch_size")):
+        bench = _bench()
+        *above, key = path
+        node = bench
+        for k in above:
+            node = node[k]
+        del node[key]
+        missing.append(bench)
+    other_model = _bench()
+    other_model["results"]["train"] = {"gemma-2b": other_model["results"]["train"].popitem()[1]}
+    return [None, b"\xff\xfe{}", "NaN", "[]", '{"results": []}', *cut, *wrong, *missing,
+            other_model, '{"results": {"train": {"gemma-3-270m": {"ways": {"project": '
+            '{"seconds_per_step": NaN}}, "batch_size": 8}}}}']
+
+
+@pytest.mark.parametrize("bench", _damaged_benches())
+def test_an_absent_or_damaged_bench_file_keeps_the_no_record_line(bench, tmp_path):
+    """Every truncation, every missing key, every wrong type or value, another model's or
+    batch's step: no estimate, no traceback."""
+    repo = _committed(tmp_path, bench, _train_record())
+    assert rp.bench_train_step(repo / rp.BENCH_RESULTS, "gemma-3-270m", 8) is None
+    assert rp._estimate(repo, ["baseline", "train", "evaluate"]) == NO_RECORD
+
+
+@pytest.mark.parametrize("record", [
+    None, "", "{", "[]", _train_record(steps=0), _train_record(steps=True),
+    _train_record(steps=400.0), _train_record(steps="400"), _train_record(batch=0),
+    _train_record(model="hf:google/gemma-3-270m"), _train_record(model=None),
+    _train_record(model="packaged:gemma-2b"), _train_record(batch=16),
+    {"steps": 400, "effective_batch_size": 8}, {"steps": 400, "params": {"base": {}}}])
+def test_a_train_record_without_what_the_estimate_needs_keeps_the_no_record_line(
+        record, tmp_path):
+    repo = _committed(tmp_path, _bench(), record)
+    assert rp._estimate(repo, ["baseline", "train", "evaluate"]) == NO_RECORD
+
+
+def test_only_a_training_is_estimated_from_the_committed_files(tmp_path):
+    """The evaluate stage alone (re-scoring REV's adapter): no committed file holds its
+    time on the real data, so no estimate."""
+    repo = _committed(tmp_path, _bench(), _train_record())
+    assert rp._estimate(repo, ["evaluate"]) == NO_RECORD
+
+
+def test_this_machine_s_records_are_preferred_to_the_committed_estimate(tmp_path):
+    repo = _committed(tmp_path, _bench(), _train_record())
+    machine = repo / "metrics" / "provenance" / "machine"
+    machine.mkdir(parents=True)
+    for stage, seconds in (("baseline", 65), ("train", 524), ("evaluate", 208)):
+        (machine / f"{stage}.json").write_text(json.dumps({"wall_time_s": seconds}))
+    assert rp._estimate(repo, ["baseline", "train", "evaluate"]) == (
+        "about 13 min 17 s, as they last took here")
+    assert rp._estimate(repo, ["evaluate"]) == "about 3 min 28 s, as they last took here"
+
+
 @pytest.mark.parametrize("ran", [
     ran for n in range(len(rp.MODEL_STAGES) + 1)
     for ran in itertools.combinations(rp.MODEL_STAGES, n)])

@@ -42,8 +42,9 @@ clone's DVC cache this repo's: nothing is written to the workspace; the cache ga
 objects the run makes). ``dvc repro --force --no-run-cache`` runs every stage (with
 ``--no-train``: ``dvc checkout`` of REV's outputs, ``dvc pull`` where the cache lacks
 them and a remote is set, then the evaluate stage alone; without REV's adapter it
-retrains, after saying how long that took here). Ctrl-C or SIGTERM stops DVC's process
-group and removes the clone.
+retrains, after saying how long that took here, or, on a machine that never ran it, how
+long the committed training's steps take at ``make bench``'s step). Ctrl-C or SIGTERM
+stops DVC's process group and removes the clone.
 
 This module checks the workspace and reruns REV; lorasent.review.tiers gives the verdict.
 """
@@ -250,8 +251,64 @@ def _terminated_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+BENCH_RESULTS = Path("bench") / "results.json"  # make bench's committed results
+TRAIN_RECORD = PROVENANCE_DIR / "train.json"  # the tracked record of the train stage
+
+
+def bench_train_step(path: Path, model: str, batch_size: int) -> float | None:
+    """Seconds a training step took in ``make bench`` (:mod:`lorasent.tools.bench`): its
+    train part's ``project`` way (the train stage's step, fp32) for ``model`` (its name
+    without ``packaged:``) at ``batch_size`` examples, as its ``results.json`` holds it
+    (``results.train.<model>.ways.project.seconds_per_step``), measured on the bench's
+    machine.
+
+    Returns None, never raises, when ``path`` is absent, unreadable or not such JSON, or
+    holds no positive finite step for that model and batch size."""
+    try:
+        part = json.loads(path.read_text(encoding="utf-8"))["results"]["train"][model]
+        seconds = part["ways"]["project"]["seconds_per_step"]
+        same_batch = part["batch_size"] == batch_size
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return None
+    if (not same_batch or isinstance(seconds, bool) or not isinstance(seconds, int | float)
+            or not 0 < seconds < float("inf")):
+        return None
+    return float(seconds)
+
+
+def _committed_estimate(repo: Path, stages: Sequence[str]) -> str | None:
+    """With ``train`` among ``stages``: its steps in the committed train record
+    (:data:`TRAIN_RECORD`) times make bench's step (:func:`bench_train_step`, for the
+    record's packaged model and batch size), the line naming that source and the stages
+    left out (no committed file holds their time on the real data). None where either
+    file lacks what it needs."""
+    if "train" not in stages:
+        return None
+    try:
+        record = json.loads((repo / TRAIN_RECORD).read_text(encoding="utf-8"))
+        steps, batch = record["steps"], record["effective_batch_size"]
+        model = record["params"]["base"]["model"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return None
+    if (not isinstance(model, str) or not model.startswith("packaged:")
+            or any(isinstance(n, bool) or not isinstance(n, int) or n < 1
+                   for n in (steps, batch))):
+        return None
+    step = bench_train_step(repo / BENCH_RESULTS, model.removeprefix("packaged:"), batch)
+    if step is None:
+        return None
+    total = steps * step
+    about = f"{round(total / 60)} min" if total >= 90 else f"{round(total)} s"
+    others = [s for s in stages if s != "train"]
+    left = f"; {' and '.join(others)} not estimated" if others else ""
+    return (f"about {about}: {steps} steps x {step:.2f} s a step (make bench's fp32 step on "
+            f"its machine, {BENCH_RESULTS.as_posix()}), not this machine's{left}")
+
+
 def _estimate(repo: Path, stages: Sequence[str]) -> str:
-    """How long ``stages`` took when they last ran here (their machine records)."""
+    """How long ``stages`` took when they last ran here (their machine records); without
+    those, the train stage's committed steps times make bench's committed step
+    (:func:`_committed_estimate`)."""
     seconds = []
     for stage in stages:
         try:
@@ -259,7 +316,8 @@ def _estimate(repo: Path, stages: Sequence[str]) -> str:
                                 .read_text(encoding="utf-8"))
             seconds.append(float(record["wall_time_s"]))
         except (OSError, ValueError, KeyError, TypeError):
-            return "no record of these stages on this machine to estimate from"
+            return (_committed_estimate(repo, stages)
+                    or "no record of these stages on this machine to estimate from")
     total = sum(seconds)
     return f"about {int(total // 60)} min {int(total % 60)} s, as they last took here"
 
