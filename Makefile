@@ -173,8 +173,8 @@ device-check: $(STAMP)  ## GPU check: doctor, bench on the GPU, pipeline GPU vs 
 EXP_SHOW_ARGS ?=
 exp-show: $(STAMP)  ## dvc exp show: headline metrics with intervals, per-class F1, ECE, each test set's accuracy, swept params
 	@$(BIN)/dvc exp show --only-changed \
-		--drop '.*(confusion_matrix|zero_shot|\.precision|\.recall|\.support)|(src|data|models|metrics)/|rows_read|rows_kept|dropped\.|split_rows\.|class_counts\.|overlap\.|intervals\.|baseline\.|majority_(class|accuracy)|mode|reference|relative_error_reduction_note|test_rows|labels|warnings|grad_norm|learning_rate|total_flos|epoch|step|loss|train\.(runtime|.*_per_second)|calibration\.|label_issues\.|test_sets\.|strongest_supervised|verdict|cost\.|Created|State|Executor' \
-		--keep '(accuracy|macro_f1|relative_error_reduction)(_ci95_(low|high))?$$|per_class\..+\.f1$$|calibration\.(scaled\.)?ece$$|test_sets\.[^.]+\.accuracy$$|train\.loss$$' \
+		--drop '.*(confusion_matrix|zero_shot|\.precision|\.recall|\.support)|(src|data|models|metrics)/|rows_read|rows_kept|dropped\.|split_rows\.|class_counts\.|overlap\.|intervals\.|baseline\.|majority_(class|accuracy)|mode|reference|relative_error_reduction_note|test_rows|labels|warnings|grad_norm|learning_rate|total_flos|epoch|step|loss|train\.(runtime|.*_per_second)|calibration\.|label_issues\.|test_sets\.|strongest_supervised|verdict|cost\.|Created|State|Executor|validation_rows|scores_are|note' \
+		--keep '(metrics/eval\.json:)?((accuracy|macro_f1|relative_error_reduction)(_ci95_(low|high))?|per_class\..+\.f1)$$|metrics/validation\.json:(accuracy|macro_f1)$$|calibration\.(scaled\.)?ece$$|test_sets\.[^.]+\.accuracy$$|train\.loss$$' \
 		$(EXP_SHOW_ARGS)
 
 metrics: $(STAMP)  ## The headline of metrics/eval.json with 95% intervals, per-class F1, baselines, warnings

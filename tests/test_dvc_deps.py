@@ -109,9 +109,10 @@ def test_stage_deps_are_its_import_closure(stage):
 @pytest.mark.slow
 def test_the_closures_hold_what_writes_and_maps_the_outputs():
     assert closure("fetch") - set(EXEMPT) == {
-        "stages.fetch", "addresses", "atomic", "characters", "command_errors", "commands.stages",
-        "dvc_project", "environment", "errors", "experiment_params", "git", "hashes", "launch",
-        "modes", "params", "paths", "processes", "provenance", "tables"}
+        "stages.fetch", "addresses", "atomic", "baseline_params", "characters", "command_errors",
+        "commands.stages", "dvc_project", "environment", "errors", "experiment_params", "git",
+        "hashes", "launch", "modes", "params", "paths", "processes", "provenance",
+        "reference_registry", "section", "tables"}
     assert closure("train") - closure("fetch") == {"stages.train", "training.callbacks",
                                                    "training.checkpoints", "training.trainer",
                                                    "calibration", "contracts",

@@ -93,9 +93,11 @@ def test_a_two_by_two_sweep_lands_four_named_experiments(swept):
     out = done.stdout.splitlines()
     assert [line.split()[0] for line in out[1:5]] == NAMES
     assert all(line.split()[2] == "CPU" for line in out[1:5])
-    assert out[6].startswith("lc-fraction0.5: accuracy ") and " (2 seeds); macro-F1 " in out[6]
-    assert out[8].startswith("lc-fraction1.0 against lc-fraction0.5: ") and \
-        "over seeds" in out[8]
+    # then the choice on validation (lorasent.experiments.selection), a blank line, the groups
+    at = next(i for i, line in enumerate(out) if line.startswith("lc-fraction0.5: accuracy "))
+    assert at > 5 and out[at - 1] == "" and " (2 seeds); macro-F1 " in out[at]
+    assert out[at + 2].startswith("lc-fraction1.0 against lc-fraction0.5: ") and \
+        "over seeds" in out[at + 2]
     assert out[-1] == ("Compare two groups: lorasent compare 'lc-fraction0.5-seed*' "
                        "'lc-fraction1.0-seed*'")
     # each run had one CPU: one torch thread, and no GPU variable
