@@ -255,3 +255,21 @@ def test_the_compare_report_sets_each_reference_beside_the_adapter_with_its_cost
         "parameters | 10 of 100 parameters |"]
     # a revision before the supervised references: no section
     assert references_section((side({}), side(None))) == []
+
+
+@pytest.mark.parametrize("accuracy", [0.0, 0.1725, 0.5, 0.5199])
+def test_a_strongest_supervised_reference_below_the_majority_class_is_said(accuracy):
+    """An extra set on which every supervised reference is below the majority class (an
+    English encoder on Chinese reviews): a verdict against the strongest says little."""
+    reference = {"accuracy": accuracy, "paired": {"verdict": "better"}}
+    found = warnings_by_kind({"accuracy": 0.7, "baseline": {"majority_accuracy": 0.52},
+                              "strongest_supervised": "encoder_ft",
+                              "references": {"encoder_ft": reference}})
+    assert found == {f"weak_supervised:encoder_ft:{accuracy:.3f}": (
+        f"the strongest reference trained on the same rows, a fine-tuned encoder, scores "
+        f"{accuracy:.3f} here, below the majority-class baseline (0.520): the adapter's "
+        "verdict against it says little about these rows")}
+    at_majority = {**reference, "accuracy": 0.52}
+    assert warnings_by_kind({"accuracy": 0.7, "baseline": {"majority_accuracy": 0.52},
+                             "strongest_supervised": "encoder_ft",
+                             "references": {"encoder_ft": at_majority}}) == {}

@@ -445,6 +445,9 @@ def warnings_by_kind(metrics: Mapping[str, Any]) -> dict[str, str]:
     - ``not_better:<reference>``: the adapter not detectably better than the strongest
       supervised reference (``strongest_supervised``), a classifier that cost a small
       fraction of its training (:func:`supervised_verdict`);
+    - ``weak_supervised:<reference>:<its accuracy>``: that strongest supervised reference
+      itself below the majority-class baseline (an extra test set of another language or
+      other classes than its training rows), so that a verdict against it says little;
     - ``no_temperature``: no temperature fitted (``calibration.temperature`` null, e.g.
       ``split.validation_size: 0``): the probabilities are the raw softmax, and the
       scores after temperature scaling are missing.
@@ -476,6 +479,14 @@ def warnings_by_kind(metrics: Mapping[str, Any]) -> dict[str, str]:
     paired = cheap.get("paired") if cheap else None
     if isinstance(strongest, str) and cheap and paired and paired["verdict"] != "better":
         found[f"not_better:{strongest}"] = NOT_BETTER + supervised_verdict(strongest, cheap)
+    if isinstance(strongest, str) and cheap and cheap.get("accuracy") is not None \
+            and majority is not None and cheap["accuracy"] < majority:
+        described = BY_NAME[strongest].described if strongest in BY_NAME else strongest
+        found[f"weak_supervised:{strongest}:{cheap['accuracy']:.3f}"] = (
+            f"the strongest reference trained on the same rows, {described}, scores "
+            f"{cheap['accuracy']:.3f} here, below the majority-class baseline "
+            f"({majority:.3f}): the adapter's verdict against it says little about these "
+            "rows")
     calibration = metrics.get("calibration")
     if isinstance(calibration, Mapping) and calibration.get("temperature") is None:
         found["no_temperature"] = f"no temperature: {calibration.get('temperature_note')}"
