@@ -39,6 +39,7 @@ from lorasent.contracts import EvalMetrics, PairedVerdict, ValidationMetrics
 from lorasent.errors import LorasentError
 from lorasent.experiments.selection import (
     CHOSEN,
+    RESULT_COLUMNS,
     choice_lines,
     chosen_row,
     validation_accuracy,
@@ -120,8 +121,7 @@ class SeedsResult:
         choice (:mod:`lorasent.experiments.selection`), mean ± sd of accuracy and
         macro-F1, and how to compare groups."""
         lines = [f"{'experiment':<24} {'base.seed':>9}  "
-                 f"{'validation accuracy [95% interval]':<36}"
-                 f"{'test accuracy [95% interval]':<30}test macro-F1 [95% interval]"]
+                 f"{RESULT_COLUMNS}"]
         scores = [validation_accuracy(run.validation) for run in self.runs]
         tested = [run.evals is not None for run in self.runs]
         chosen = chosen_row(scores, tested)

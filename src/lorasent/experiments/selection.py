@@ -19,6 +19,10 @@ from lorasent.contracts import ValidationMetrics
 from lorasent.statistics import with_interval
 
 CHOSEN = "← chosen on validation"  # the mark after the chosen row
+# The result columns of every table of runs (sweep, seeds), as their rows pad them:
+# validation accuracy (36), test accuracy (30), test macro-F1, each with its interval.
+RESULT_COLUMNS = (f"{'validation accuracy [95% interval]':<36}"
+                  f"{'test accuracy [95% interval]':<30}test macro-F1 [95% interval]")
 TIE_RULE = "a tie goes to the earlier row"
 NOTHING_TO_CHOOSE_ON = ("no validation split: nothing to choose on; the test scores are not "
                         "a choice")

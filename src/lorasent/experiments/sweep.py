@@ -36,6 +36,7 @@ from lorasent.experiments.grid import RunSpec, check_params, one_value_each, pla
 from lorasent.experiments.repo_checks import check_repo
 from lorasent.experiments.selection import (
     CHOSEN,
+    RESULT_COLUMNS,
     choice_lines,
     chosen_row,
     validation_accuracy,
@@ -89,8 +90,7 @@ class SweepResult:
         command."""
         width = max(len(run.spec.name) for run in self.runs) + 2
         lines = [f"{'experiment':<{width}}{'base.seed':>9}  {'device':<14}"
-                 f"{'validation accuracy [95% interval]':<36}"
-                 f"{'test accuracy [95% interval]':<30}test macro-F1 [95% interval]"]
+                 f"{RESULT_COLUMNS}"]
         scores = [validation_accuracy(run.validation) for run in self.runs]
         tested = [run.evals is not None for run in self.runs]
         chosen = chosen_row(scores, tested)
