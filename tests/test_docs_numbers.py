@@ -192,6 +192,27 @@ def readme_numbers() -> list[str]:
     ]
 
 
+def seeds_numbers() -> list[str]:
+    """The README's verdict over seeds: the committed seeds record's (metrics/seeds.json,
+    ``lorasent seeds``), whose params must be the committed ones (less ``base.seed``)."""
+    from lorasent.review.seeds_record import params_sha256
+
+    record = load("metrics/seeds.json")
+    assert record["params_sha256"] == params_sha256(PARAMS), (
+        "metrics/seeds.json is a record of other params: rerun `make seeds N=3` and commit it")
+    refs = {ref["name"]: ref for ref in record["references"]}
+    strongest = refs[record["strongest"][0]]
+
+    def spread(s: dict[str, Any]) -> str:
+        return f"{n3(s['mean'])} ± {n3(s['sd'])}"
+
+    return [f"the adapter {spread(strongest['adapter'])} (mean ± sd), MiniLM-L6 fine-tuned "
+            f"{spread(strongest['reference'])}, {strongest['verdict']}",
+            f"TF-IDF + LR (p = {refs['tfidf_lr']['p_value']:.2g})",
+            f"frozen encoder + LR (p = {refs['encoder']['p_value']:.2g})",
+            f"Seeds {' and '.join(str(r['seed']) for r in record['runs'][1:])} ran"]
+
+
 def stage_times() -> tuple[str, ...]:
     """performance.md's sentence of the committed run's stage times, from the committed
     records where they hold the times (a run made before they went to the git-ignored
@@ -443,7 +464,7 @@ def size_numbers() -> dict[str, list[str]]:
             "docs/predict.md": [f"the packaged Gemma's {base}"]}
 
 
-EXPECTED = {"README.md": readme_numbers(),
+EXPECTED = {"README.md": readme_numbers() + seeds_numbers(),
             "docs/performance.md": performance_run_numbers() + performance_bench_numbers()
             + bench_limit_numbers() + scale_numbers() + bf16_run_numbers(),
             "docs/outputs.md": outputs_scale_numbers(),
