@@ -213,6 +213,14 @@ def seeds_numbers() -> list[str]:
             f"Seeds {' and '.join(str(r['seed']) for r in record['runs'][1:])} ran"]
 
 
+def seeds_range_numbers() -> list[str]:
+    """performance.md's range of the test accuracy over the committed seeds record's runs."""
+    runs = load("metrics/seeds.json")["runs"]
+    accuracy = [r["test_accuracy"] for r in runs]
+    return [f"{n3(min(accuracy))} to {n3(max(accuracy))} over seeds {runs[0]['seed']} to "
+            f"{runs[-1]['seed']}"]
+
+
 def stage_times() -> tuple[str, ...]:
     """performance.md's sentence of the committed run's stage times, from the committed
     records where they hold the times (a run made before they went to the git-ignored
@@ -466,7 +474,8 @@ def size_numbers() -> dict[str, list[str]]:
 
 EXPECTED = {"README.md": readme_numbers() + seeds_numbers(),
             "docs/performance.md": performance_run_numbers() + performance_bench_numbers()
-            + bench_limit_numbers() + scale_numbers() + bf16_run_numbers(),
+            + bench_limit_numbers() + scale_numbers() + bf16_run_numbers()
+            + seeds_range_numbers(),
             "docs/outputs.md": outputs_scale_numbers(),
             **size_numbers()}
 
