@@ -221,6 +221,20 @@ def seeds_range_numbers() -> list[str]:
             f"{runs[-1]['seed']}"]
 
 
+def study_numbers() -> list[str]:
+    """The default-recipe study's table: each row as ``collect.py report`` computes it from
+    the committed record (docs/default-recipe-study/runs.json)."""
+    import importlib.util
+
+    path = REPO / "docs/default-recipe-study/collect.py"
+    spec = importlib.util.spec_from_file_location("recipe_study_collect", path)
+    assert spec is not None and spec.loader is not None
+    collect = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(collect)
+    lines = collect.report(load("docs/default-recipe-study/runs.json"))
+    return [line for line in lines if line.startswith("| ") and "---" not in line]
+
+
 def stage_times() -> tuple[str, ...]:
     """performance.md's sentence of the committed run's stage times, from the committed
     records where they hold the times (a run made before they went to the git-ignored
@@ -477,6 +491,7 @@ EXPECTED = {"README.md": readme_numbers() + seeds_numbers(),
             + bench_limit_numbers() + scale_numbers() + bf16_run_numbers()
             + seeds_range_numbers(),
             "docs/outputs.md": outputs_scale_numbers(),
+            "docs/default-recipe-study.md": study_numbers(),
             **size_numbers()}
 
 

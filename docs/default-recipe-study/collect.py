@@ -1,25 +1,37 @@
-"""The default-recipe study's table, read from the experiments it landed (issue 59).
+"""The default-recipe study's record and tables (issue 69): each candidate recipe over
+seeds, chosen on the validation split.
 
-Usage: python docs/default-recipe-study/collect.py REPO [--logs DIR] [--out runs.json]
-       [--encoder metrics/references/encoder/test.csv [--encoder-rows 1600]]
+Usage:
+    python docs/default-recipe-study/collect.py record REPO --logs DIR [--runs runs.json]
+    python docs/default-recipe-study/collect.py report [--runs runs.json]
 
-REPO is the study's clone (its experiments are git refs under refs/exps). For each
-experiment: the params the study varies, the test accuracy with its 95% interval, the paired verdict
-against TF-IDF + LR trained on the same rows, and the training steps. Prints a Markdown
-table; --out writes the same as JSON (small: the study's record). --logs: the folder of the
-sweeps' output, whose ``sweep: <experiment> succeeded in N s`` lines give each run's time
-(clone, the five stages and the experiment's commit, on the sweep's CPUs). --encoder: the
-MiniLM encoder reference's test predictions (the committed run's; the encoder does not
-depend on the adapter's recipe, and every run here has the same 600 test rows): the paired
-verdict against it too (lorasent.statistics.paired_comparison) of each experiment trained
-on the same rows as it (--encoder-rows, the committed run's 1,600).
-Then each recipe of 3 seeds: the mean and sd of its test accuracy, and Welch's t-test
-between the two such recipes (scipy).
+``record`` reads every experiment of the study's clone REPO (its git refs under
+refs/exps, as ``lorasent sweep`` and ``lorasent seeds`` land them) and adds it to
+``runs.json`` (the study's record, kept in git): its candidate (the experiment's name
+less ``-seed<S>``), seed, steps, CPU, run time (from DIR's sweep and seeds output), and
+its ``metrics/validation.json`` and ``metrics/eval.json`` whole, so that the report is
+recomputed from the record alone. An experiment already in the record keeps its entry:
+runs made on other machines add up.
+
+``report`` prints the study's Markdown tables from the record, one row per candidate in
+:data:`CANDIDATES` order (cheapest first): mean ± sd over its seeds of the validation
+accuracy (what chooses), then of the test accuracy and macro-F1 (reported), steps and run
+time. The rule, fixed before any run landed (:func:`choose`), is the one-standard-error
+rule (Hastie, Tibshirani & Friedman, *The Elements of Statistical Learning*, 2nd ed.,
+§7.10): the highest mean validation accuracy among the candidates within the budget,
+``m``, with its standard error over seeds ``se = sd / sqrt(n)``; the choice is the
+cheapest candidate within the budget whose mean is at least ``m - se``. The candidates
+score the same validation rows, so the seeds' spread is the noise between them. Then the
+chosen candidate's runs against each supervised reference over the seeds
+(:func:`lorasent.experiments.seeds.references_over_seeds`, as ``lorasent seeds`` ends),
+and every candidate against the chosen one on the validation split (Welch's t-test,
+:func:`lorasent.statistics.group_comparison`).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import subprocess
 import sys
@@ -27,14 +39,24 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from scipy.stats import ttest_ind
 
-from lorasent.metrics import Predictions, read_predictions
-from lorasent.review.verdict import outcome
-from lorasent.statistics import paired_comparison
+from lorasent.contracts import EvalMetrics, ValidationMetrics, parse
+from lorasent.experiments.seeds import references_over_seeds
+from lorasent.experiments.selection import choose_on_validation
+from lorasent.statistics import GroupComparison, group_comparison
 
-KEYS = ("split.train_size", "train.num_train_epochs", "train.learning_rate", "train.lora.r",
-        "base.seed")
+# The candidates, cheapest first (training steps on the default's 8-example batches):
+# name -> (what it changes from the committed params, within the make run budget).
+# The budget: make run from a fresh clone under 25 minutes on 2 idle cores of the
+# committed run's CPU (params.yaml). 3 epochs adds 200 steps, about 6.5 minutes there
+# (1.95 s a step), and 3,200 rows doubles the fine-tuned encoder's 203 s: both outside it.
+CANDIDATES = {
+    "epochs1": ("1 epoch (the default until issue 59)", True),
+    "epochs2": ("2 epochs (the committed default)", True),
+    "rows3200": ("1 epoch over 3,200 rows", False),
+    "epochs3": ("3 epochs", False),
+}
+MIN_SEEDS = 3
 
 
 def git(repo: Path, *args: str) -> str:
@@ -42,117 +64,130 @@ def git(repo: Path, *args: str) -> str:
                           text=True).stdout
 
 
-def value(params: dict, key: str):
-    for part in key.split("."):
-        params = params[part]
-    return params
+def shown(repo: Path, ref: str, path: str) -> dict:
+    return json.loads(git(repo, "show", f"{ref}:{path}"))
 
 
-def record(repo: Path, ref: str) -> dict:
-    params = yaml.safe_load(git(repo, "show", f"{ref}:params.yaml"))
-    evals = json.loads(git(repo, "show", f"{ref}:metrics/eval.json"))
-    train = json.loads(git(repo, "show", f"{ref}:metrics/provenance/train.json"))
-    tfidf = evals["references"]["tfidf_lr"]
-    paired = tfidf["paired"]
-    return {
-        "experiment": ref.rsplit("/", 1)[1],
-        "commit": git(repo, "rev-parse", ref).strip(),
-        **{key: value(params, key) for key in KEYS},
-        "steps": train["steps"],
-        "accuracy": evals["accuracy"],
-        "accuracy_ci95": [evals["accuracy_ci95_low"], evals["accuracy_ci95_high"]],
-        "macro_f1": evals["macro_f1"],
-        "tfidf_lr_accuracy": tfidf["accuracy"],
-        "delta_vs_tfidf_lr": paired["delta_accuracy"],
-        "delta_vs_tfidf_lr_ci95": [paired["delta_accuracy_ci95_low"],
-                                   paired["delta_accuracy_ci95_high"]],
-        "mcnemar_p": paired["mcnemar_p"],
-        "verdict_vs_tfidf_lr": paired["verdict"],
-    }
-
-
-def versus(repo: Path, r: dict, theirs: Predictions) -> dict:
-    """The experiment's paired verdict against a reference's predictions of its test rows."""
-    ours = read_predictions(git(repo, "show", f"{r['commit']}:metrics/predictions.csv"),
-                            f"{r['experiment']}:metrics/predictions.csv")
-    order = {row_id: i for i, row_id in enumerate(theirs.ids)}
-    at = np.array([order[row_id] for row_id in ours.ids])
-    assert list(theirs.labels) == list(ours.labels)
-    assert np.array_equal(theirs.actual[at], ours.actual), "another test set"
-    p = paired_comparison(ours.actual, theirs.predicted[at], ours.predicted, ours.labels)
-    return {"encoder_accuracy": p.accuracy[0], "delta_vs_encoder": p.delta_accuracy,
-            "delta_vs_encoder_ci95": list(p.delta_accuracy_ci), "mcnemar_p_vs_encoder":
-            p.p_value, "verdict_vs_encoder": outcome(p)}
-
-
-def groups(rows: list[dict]) -> None:
-    """Each recipe of 3 or more seeds: mean ± sd; Welch's t between the first two."""
-    by: dict[str, list[float]] = {}
-    for r in rows:
-        by.setdefault(r["experiment"].rsplit("-seed", 1)[0], []).append(r["accuracy"])
-    full = {name: acc for name, acc in by.items() if len(acc) >= 3}
-    print()
-    for name, acc in full.items():
-        print(f"{name}: test accuracy {np.mean(acc):.4f} ± {np.std(acc, ddof=1):.4f} "
-              f"(mean ± sd over {len(acc)} seeds)")
-    if len(full) >= 2:
-        (a, x), (b, y) = list(full.items())[:2]
-        t = ttest_ind(x, y, equal_var=False)
-        print(f"{a} minus {b}: {np.mean(x) - np.mean(y):+.4f}, Welch's t p = {t.pvalue:.2f}")
-
-
-def minutes(secs: float | None) -> str:
-    return "–" if secs is None else f"{int(secs // 60)} min {int(secs % 60)} s"
-
-
-def seconds(logs: Path | None) -> dict[str, float]:
+def run_seconds(logs: Path) -> dict[str, float]:
+    """Each experiment's run time in seconds: a sweep's ``sweep: <name> succeeded in N s``;
+    for ``lorasent seeds`` (one run at a time), the gap between two ``Success`` lines."""
     found: dict[str, float] = {}
-    for log in sorted(logs.glob("*.log")) if logs else ():
-        for name, secs in re.findall(r"^sweep: (\S+) succeeded in (\d+) s", log.read_text(),
-                                     re.MULTILINE):
+    for log in sorted(logs.glob("*.log")):
+        text = log.read_text(encoding="utf-8", errors="replace")
+        for name, secs in re.findall(r"^sweep: (\S+) succeeded in (\d+) s", text, re.M):
             found[name] = float(secs)
+        last = 0.0
+        for name, secs in re.findall(r"^seeds: (\S+) Success \((\d+) s\)", text, re.M):
+            found[name], last = float(secs) - last, float(secs)
     return found
+
+
+def record(repo: Path, logs: Path, runs_path: Path) -> None:
+    """Add REPO's experiments that the record lacks to ``runs_path``."""
+    runs = json.loads(runs_path.read_text(encoding="utf-8")) if runs_path.exists() else []
+    known = {r["experiment"] for r in runs}
+    seconds = run_seconds(logs)
+    for ref in git(repo, "for-each-ref", "refs/exps", "--format=%(refname)").split():
+        name = ref.rsplit("/", 1)[1]
+        group, _, seed = name.rpartition("-seed")
+        if name in known or group not in CANDIDATES:
+            continue
+        params = yaml.safe_load(git(repo, "show", f"{ref}:params.yaml"))
+        train = shown(repo, ref, "metrics/provenance/train.json")
+        runs.append({
+            "experiment": name, "candidate": group, "seed": int(seed),
+            "commit": git(repo, "rev-parse", ref).strip(),
+            "train_size": params["split"]["train_size"],
+            "num_train_epochs": params["train"]["num_train_epochs"],
+            "steps": train["steps"], "cpu": train["device"]["name"],
+            "run_seconds": seconds.get(name),
+            "validation": shown(repo, ref, "metrics/validation.json"),
+            "eval": shown(repo, ref, "metrics/eval.json"),
+        })
+    runs.sort(key=lambda r: (list(CANDIDATES).index(r["candidate"]), r["seed"]))
+    runs_path.write_text(json.dumps(runs, indent=1, ensure_ascii=False) + "\n",
+                         encoding="utf-8")
+    print(f"{runs_path}: {len(runs)} runs ({len(runs) - len(known)} added)")
+
+
+def spread(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.3f} (1 seed)"
+    return f"{np.mean(values):.3f} ± {np.std(values, ddof=1):.3f}"
+
+
+def choose(groups: dict[str, list[float]]) -> tuple[str | None, str]:
+    """The one-standard-error rule over ``{candidate: validation accuracies}`` (cheapest
+    first): the chosen candidate (None while no candidate within the budget has
+    :data:`MIN_SEEDS` seeds) and the sentence that says why."""
+    eligible = {c: v for c, v in groups.items() if CANDIDATES[c][1] and len(v) >= MIN_SEEDS}
+    if not eligible:
+        return None, "no candidate within the budget has its seeds yet"
+    names = list(eligible)
+    best = names[choose_on_validation([float(np.mean(v)) for v in eligible.values()])]
+    values = eligible[best]
+    mean, se = float(np.mean(values)), float(np.std(values, ddof=1)) / math.sqrt(len(values))
+    chosen = next(c for c in names if np.mean(eligible[c]) >= mean - se)
+    why = (f"the highest mean validation accuracy within the budget is {best}'s, "
+           f"{mean:.4f} (standard error over its {len(values)} seeds {se:.4f})")
+    if chosen != best:
+        why += (f"; {chosen} is cheaper and within one standard error of it "
+                f"({np.mean(eligible[chosen]):.4f})")
+    return chosen, why
+
+
+def report(runs: list[dict]) -> list[str]:
+    """The study's tables and sentences (Markdown lines) from the record ``runs``."""
+    by: dict[str, list[dict]] = {c: [r for r in runs if r["candidate"] == c]
+                                 for c in CANDIDATES}
+    by = {c: rs for c, rs in by.items() if rs}
+    validation = {c: [r["validation"]["accuracy"] for r in rs] for c, rs in by.items()}
+    chosen, why = choose(validation)
+    out = ["| candidate | within budget | steps | seeds | validation accuracy | "
+           "test accuracy | test macro-F1 | run time (min) | CPU |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for c, rs in by.items():
+        mark = " **← chosen on validation**" if c == chosen else ""
+        secs = [r["run_seconds"] for r in rs if r["run_seconds"]]
+        minutes = f"{np.mean(secs) / 60:.1f}" if secs else "–"
+        out.append(f"| {CANDIDATES[c][0]}{mark} | {'yes' if CANDIDATES[c][1] else 'no'} | "
+                   f"{rs[0]['steps']} | {', '.join(str(r['seed']) for r in rs)} | "
+                   f"{spread(validation[c])} | {spread([r['eval']['accuracy'] for r in rs])} | "
+                   f"{spread([r['eval']['macro_f1'] for r in rs])} | {minutes} | "
+                   f"{', '.join(sorted({r['cpu'] for r in rs}))} |")
+    out.append(f"\nThe choice: {chosen or 'none yet'}: {why}.")
+    if chosen is None:
+        return out
+    out.append("\nEach candidate against the chosen one, validation accuracy over seeds "
+               "(Welch's t-test):")
+    for c, values in validation.items():
+        if c != chosen and len(values) >= 2:
+            test = group_comparison("accuracy", validation[chosen], values)
+            p = "–" if test.p_value is None else f"{test.p_value:.2g}"
+            out.append(f"- {c}: {np.mean(values) - np.mean(validation[chosen]):+.4f}, "
+                       f"p = {p} ({GroupComparison.spread(values)})")
+    for r in by[chosen]:
+        parse(ValidationMetrics, r["validation"], r["experiment"], "rerun it")
+    evals = [(r["seed"], parse(EvalMetrics, r["eval"], r["experiment"], "rerun it"))
+             for r in by[chosen]]
+    out.append(f"\nThe chosen candidate ({chosen}) against the references over its seeds, "
+               "test split:\n")
+    return out + references_over_seeds(evals).lines
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("repo", type=Path)
-    parser.add_argument("--logs", type=Path)
-    parser.add_argument("--out", type=Path)
-    parser.add_argument("--encoder", type=Path)
-    parser.add_argument("--encoder-rows", type=int, default=1600)
+    sub = parser.add_subparsers(dest="command", required=True)
+    rec = sub.add_parser("record")
+    rec.add_argument("repo", type=Path)
+    rec.add_argument("--logs", type=Path, required=True)
+    for p in (rec, sub.add_parser("report")):
+        p.add_argument("--runs", type=Path, default=Path(__file__).with_name("runs.json"))
     args = parser.parse_args(argv)
-    refs = git(args.repo, "for-each-ref", "refs/exps", "--format=%(refname)").split()
-    rows = sorted((record(args.repo, ref) for ref in refs), key=lambda r: r["experiment"])
-    times = seconds(args.logs)
-    encoder = (read_predictions(args.encoder.read_text(encoding="utf-8"), str(args.encoder))
-               if args.encoder else None)
-    for r in rows:
-        r["run_seconds"] = times.get(r["experiment"])
-        if encoder and r["split.train_size"] == args.encoder_rows:
-            r.update(versus(args.repo, r, encoder))
-    if args.out:
-        args.out.write_text(json.dumps(rows, indent=1) + "\n")
-    print("| experiment | rows | epochs | lr | r | seed | steps | run time | test acc. "
-          "[95%] | TF-IDF + LR | Δ vs it [95%] | McNemar p |")
-    print("|---|" + "---|" * 11)
-    for r in rows:
-        lo, hi = r["accuracy_ci95"]
-        dlo, dhi = r["delta_vs_tfidf_lr_ci95"]
-        print(f"| {r['experiment']} | {r['split.train_size']} | {r['train.num_train_epochs']} | "
-              f"{r['train.learning_rate']:g} | {r['train.lora.r']} | {r['base.seed']} | "
-              f"{r['steps']} | {minutes(r['run_seconds'])} | {r['accuracy']:.3f} "
-              f"[{lo:.3f}, {hi:.3f}] | {r['tfidf_lr_accuracy']:.3f} | "
-              f"{r['delta_vs_tfidf_lr']:+.3f} [{dlo:+.3f}, {dhi:+.3f}] | {r['mcnemar_p']:.2g} |")
-    if args.encoder:
-        print("\n| experiment | encoder + LR | Δ vs it [95%] | McNemar p | verdict |")
-        print("|---|---|---|---|---|")
-        for r in (r for r in rows if "delta_vs_encoder" in r):
-            lo, hi = r["delta_vs_encoder_ci95"]
-            print(f"| {r['experiment']} | {r['encoder_accuracy']:.3f} | "
-                  f"{r['delta_vs_encoder']:+.3f} [{lo:+.3f}, {hi:+.3f}] | "
-                  f"{r['mcnemar_p_vs_encoder']:.2g} | {r['verdict_vs_encoder']} |")
-    groups(rows)
+    if args.command == "record":
+        record(args.repo, args.logs, args.runs)
+    else:
+        print("\n".join(report(json.loads(args.runs.read_text(encoding="utf-8")))))
 
 
 if __name__ == "__main__":
